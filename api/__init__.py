@@ -1,0 +1,1 @@
+"""The HTTP API: jobs, CNNs, machines, health."""

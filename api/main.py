@@ -1,0 +1,28 @@
+"""The FastAPI app: `uvicorn api.main:app`."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api import problems
+from api.routers import cnns, health, jobs, machines
+from shared import cnn_zoo
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Load the CNN catalog (imports torchvision) before the first request, not during it."""
+    cnn_zoo.builtin_names()
+    yield
+
+
+app = FastAPI(
+    title="Traincast",
+    version="0.1.0",
+    description="Predict CNN training time and cost per GPU machine type and batch size.",
+    lifespan=lifespan,
+)
+problems.install(app)
+for router in (jobs.router, cnns.router, machines.router, health.router):
+    app.include_router(router)

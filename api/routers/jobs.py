@@ -1,0 +1,104 @@
+"""Prediction jobs: submit, poll, list, cancel."""
+
+import logging
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Response
+
+from shared import cnn_zoo, jobs, machines, tasks
+from shared.errors import InvalidRequest, NotFound
+from shared.schemas import JobRequest
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+# Seconds a client should wait before polling an unfinished job again.
+POLL_AFTER_S = 2
+
+
+def job_view(job: dict[str, Any], *, full: bool = True) -> dict[str, Any]:
+    """The public shape of a job."""
+    view: dict[str, Any] = {
+        "id": str(job["id"]),
+        "status": job["status"],
+        "progress": job["progress"],
+        "created_at": job["created_at"].isoformat(),
+        "started_at": job["started_at"].isoformat() if job["started_at"] else None,
+        "finished_at": job["finished_at"].isoformat() if job["finished_at"] else None,
+    }
+    if full:
+        view["request"] = job["request"]
+        if job["status"] == "succeeded":
+            view["result"] = job["result"]
+        if job["error"]:
+            view["error"] = job["error"]
+    return view
+
+
+def _validate_names(request: JobRequest) -> None:
+    unknown_machines = machines.missing(names=request.machines)
+    if unknown_machines:
+        raise InvalidRequest(f"unknown machine type(s): {', '.join(unknown_machines)}; see GET /v1/machines")
+    known = set(cnn_zoo.builtin_names())
+    unknown_cnns = [c for c in request.cnns if c not in known]
+    if unknown_cnns:
+        raise InvalidRequest(f"unknown CNN(s): {', '.join(unknown_cnns)}; see GET /v1/cnns")
+    for name in request.cnns:
+        cnn_zoo.conv_layers(name, request.image_size)  # raises a clear error if the size cannot work
+
+
+def _set_poll_header(response: Response, job: dict[str, Any]) -> None:
+    if job["status"] not in jobs.TERMINAL:
+        response.headers["Retry-After"] = str(POLL_AFTER_S)
+
+
+@router.post("", status_code=202)
+def create_job(
+    request: JobRequest,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> dict[str, Any]:
+    """Submit a prediction job; it runs in the background."""
+    _validate_names(request)
+    job, created = jobs.create(request=request, idempotency_key=idempotency_key)
+    if created:
+        try:
+            tasks.send(tasks.PLAN_JOB, args=[str(job["id"])])
+        except Exception:  # the job is stored; the reconciler sends its work when the broker is back
+            log.exception("could not send job %s to the broker", job["id"])
+    response.headers["Location"] = f"/v1/jobs/{job['id']}"
+    _set_poll_header(response, job)
+    return job_view(job, full=False)
+
+
+@router.get("")
+def list_jobs(limit: Annotated[int, Query(ge=1, le=100)] = 20, cursor: uuid.UUID | None = None) -> dict[str, Any]:
+    """Jobs, newest first; pass next_cursor as cursor for the next page."""
+    before = None
+    if cursor is not None:
+        try:
+            before = jobs.get(job_id=cursor)
+        except NotFound as exc:
+            raise InvalidRequest(f"cursor {cursor} is not a job id") from exc
+    page = jobs.list_page(limit=limit + 1, before=before)
+    more = len(page) > limit
+    page = page[:limit]
+    return {
+        "jobs": [job_view(j, full=False) | {"request": j["request"]} for j in page],
+        "next_cursor": str(page[-1]["id"]) if more else None,
+    }
+
+
+@router.get("/{job_id}")
+def get_job(job_id: uuid.UUID, response: Response) -> dict[str, Any]:
+    """A job's status, progress and, when done, its result or error."""
+    job = jobs.get(job_id=job_id)
+    _set_poll_header(response, job)
+    return job_view(job)
+
+
+@router.post("/{job_id}/cancel")
+def cancel_job(job_id: uuid.UUID) -> dict[str, Any]:
+    """Cancel a job that has not finished."""
+    return job_view(jobs.cancel(job_id=job_id))

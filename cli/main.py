@@ -1,0 +1,221 @@
+"""`traincast`: submit and follow prediction jobs (over HTTP), calibrate and train (admin, direct)."""
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from cli import render
+from cli.client import Api, CliError
+
+DEFAULT_API = "http://127.0.0.1:8000"
+
+
+def parse_batch_sizes(text: str) -> list[int] | dict[str, int]:
+    """'8,16,32' → list; '1-256' or '1-256:8' → range {min, max, step}."""
+    try:
+        if "-" in text:
+            span, _, step = text.partition(":")
+            lo, hi = span.split("-", 1)
+            return {"min": int(lo), "max": int(hi), "step": int(step or 1)}
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise CliError(f"--batch-sizes {text!r}: use a list like 8,16,32 or a range like 1-256 or 1-256:8") from None
+
+
+def _split(values: list[str]) -> list[str]:
+    return [v for item in values for v in item.split(",") if v]
+
+
+def cmd_predict(api: Api, args: argparse.Namespace) -> int:
+    """Submit a job, follow its progress, print the table."""
+    body = {
+        "cnns": _split(args.cnns),
+        "machines": _split(args.machine),
+        "batch_sizes": parse_batch_sizes(args.batch_sizes),
+        "epochs": args.epochs,
+        "dataset_size": args.dataset_size,
+        "image_size": args.image_size,
+        "optimizer": args.optimizer,
+    }
+    job = api.call("POST", "/v1/jobs", json=body)
+    if not args.quiet:
+        print(f"job {job['id']} submitted", file=sys.stderr)
+    job = follow(api, job["id"], show=not args.quiet)
+    return _print_job(job, as_json=args.json)
+
+
+def follow(api: Api, job_id: str, *, show: bool, poll_s: float = 0.5) -> dict[str, Any]:
+    """Poll a job until it finishes, drawing a progress bar on stderr."""
+    last = ""
+    while True:
+        job = api.call("GET", f"/v1/jobs/{job_id}")
+        if show:
+            line = _bar(job)
+            if line != last:
+                end = "\r" if sys.stderr.isatty() else "\n"
+                print(line.ljust(len(last)), end=end, file=sys.stderr, flush=True)
+                last = line
+        if job["status"] in ("succeeded", "failed", "canceled"):
+            if show and sys.stderr.isatty():
+                print(file=sys.stderr)
+            return job
+        time.sleep(poll_s)
+
+
+def _bar(job: dict[str, Any], width: int = 30) -> str:
+    lb = job.get("progress", {}).get("layer_benchmarks")
+    if not lb:
+        return f"{job['status']}…"
+    needed, done = lb["needed"], lb["done"]
+    filled = int(width * done / needed) if needed else width
+    return f"{job['status']:<9} [{'#' * filled}{'.' * (width - filled)}] {done}/{needed} layer benchmarks"
+
+
+def _print_job(job: dict[str, Any], *, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(job, indent=2))
+    elif job["status"] == "succeeded":
+        print(render.result(job))
+    else:
+        print(f"job {job['id']} {job['status']}" + (f": {job['error']}" if job.get("error") else ""))
+    return 0 if job["status"] == "succeeded" else 1
+
+
+def cmd_status(api: Api, args: argparse.Namespace) -> int:
+    """Show one job."""
+    job = api.call("GET", f"/v1/jobs/{args.id}")
+    if job["status"] in ("succeeded", "failed", "canceled"):
+        return _print_job(job, as_json=args.json)
+    print(json.dumps(job, indent=2) if args.json else _bar(job))
+    return 0
+
+
+def cmd_jobs(api: Api, args: argparse.Namespace) -> int:
+    """List recent jobs."""
+    page = api.call("GET", "/v1/jobs", params={"limit": args.limit})
+    rows = [
+        [j["id"], j["status"], ",".join(j["request"]["cnns"]), ",".join(j["request"]["machines"]), j["created_at"][:19]]
+        for j in page["jobs"]
+    ]
+    print(render.table(rows, ["id", "status", "cnns", "machines", "created"]) if rows else "no jobs yet")
+    return 0
+
+
+def cmd_cancel(api: Api, args: argparse.Namespace) -> int:
+    """Cancel a job."""
+    job = api.call("POST", f"/v1/jobs/{args.id}/cancel")
+    print(f"job {job['id']} {job['status']}")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measure whole steps on a machine type and fit its model (talks to the database and broker)."""
+    from worker import calibrate
+
+    plan = calibrate.Plan(
+        machine=args.machine,
+        cnns=tuple(_split(args.cnns)) if args.cnns else calibrate.DEFAULT_CNNS,
+        batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
+        image_size=args.image_size,
+    )
+
+    def show(done: int, needed: int) -> None:
+        end = "\r" if sys.stderr.isatty() else "\n"
+        print(f"calibrating {plan.machine}: {done}/{needed} measurements stored", end=end, file=sys.stderr, flush=True)
+
+    model = calibrate.run(plan, timeout_s=args.timeout, on_progress=show)
+    print(file=sys.stderr)
+    _print_model(model)
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Fit a model from the stored measurements (talks to the database)."""
+    from worker import predictor
+
+    _print_model(predictor.train(machine=args.machine))
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Apply database migrations."""
+    from shared import migrate
+
+    return migrate.main()
+
+
+def _print_model(model: dict[str, Any]) -> None:
+    ev = model["evaluation"]
+    print(
+        f"model {model['machine_type']} v{model['version']} ({model['kind']}): scale {model['params']['scale']:.3f}, "
+        f"leave-one-CNN-out error {ev['loco_mape']:.1f}% over {ev['rows']} measured steps"
+    )
+    rows = [[c, f"{e['mape']:.1f}%", f"{e['max_ape']:.1f}%", str(e["rows"])] for c, e in ev["per_cnn"].items()]
+    print(render.table(rows, ["held-out cnn", "mape", "max ape", "steps"]))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line grammar."""
+    p = argparse.ArgumentParser(prog="traincast", description=__doc__)
+    p.add_argument("--api-url", default=os.environ.get("TRAINCAST_API_URL", DEFAULT_API), help="API base URL")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    pr = sub.add_parser("predict", help="predict training time and cost")
+    pr.add_argument("cnns", nargs="+", help="CNN names (see GET /v1/cnns)")
+    pr.add_argument("--machine", action="append", default=None, help="machine type(s); repeat or comma-separate")
+    pr.add_argument("--batch-sizes", default="8,16,32,64", help="8,16,32 or 1-256 or 1-256:8")
+    pr.add_argument("--epochs", type=int, default=90)
+    pr.add_argument("--dataset-size", type=int, default=1_281_167)
+    pr.add_argument("--image-size", type=int, default=224)
+    pr.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    pr.add_argument("--json", action="store_true", help="print the job as JSON")
+    pr.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    st = sub.add_parser("status", help="show a job")
+    st.add_argument("id")
+    st.add_argument("--json", action="store_true")
+    jb = sub.add_parser("jobs", help="list recent jobs")
+    jb.add_argument("--limit", type=int, default=20)
+    cn = sub.add_parser("cancel", help="cancel a job")
+    cn.add_argument("id")
+
+    ca = sub.add_parser("calibrate", help="measure whole steps on a machine type and fit its model")
+    ca.add_argument("--machine", required=True)
+    ca.add_argument("--cnns", action="append", default=None)
+    ca.add_argument("--batch-sizes", default="4,8")
+    ca.add_argument("--image-size", type=int, default=224)
+    ca.add_argument("--timeout", type=float, default=1800)
+    tr = sub.add_parser("train", help="fit a model from stored measurements")
+    tr.add_argument("--machine", required=True)
+    sub.add_parser("migrate", help="apply database migrations")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: every failure is one line on stderr and exit status 1."""
+    from shared.errors import TraincastError
+
+    args = build_parser().parse_args(argv)
+    api = Api(args.api_url)
+    try:
+        if args.command == "predict":
+            args.machine = args.machine or ["local"]
+            return cmd_predict(api, args)
+        handlers = {"status": cmd_status, "jobs": cmd_jobs, "cancel": cmd_cancel}
+        if args.command in handlers:
+            return handlers[args.command](api, args)
+        admin = {"calibrate": cmd_calibrate, "train": cmd_train, "migrate": cmd_migrate}
+        return admin[args.command](args)
+    except (CliError, TraincastError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

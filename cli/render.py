@@ -1,0 +1,65 @@
+"""Printing results as tables a person reads."""
+
+from typing import Any
+
+
+def duration(seconds: float | None) -> str:
+    """Seconds as the largest sensible unit."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.1f} ms"
+    if seconds < 120:
+        return f"{seconds:.2f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def money(usd: float | None) -> str:
+    """Dollars with cents."""
+    return "-" if usd is None else f"${usd:,.2f}"
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    """Left-aligned text table."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def result(job: dict[str, Any]) -> str:
+    """A finished job as a prediction table and the best choices."""
+    res = job["result"]
+    rows = [
+        [
+            p["cnn"],
+            p["machine"],
+            str(p["batch_size"]),
+            duration(p["iteration_seconds"]) if p["fits_in_memory"] else "out of memory",
+            duration(p["epoch_seconds"]),
+            duration(p["total_seconds"]),
+            money(p["cost_usd"]),
+        ]
+        for p in res["predictions"]
+    ]
+    out = [table(rows, ["cnn", "machine", "batch", "iteration", "epoch", "total", "cost"])]
+    for b in res["best"]:
+        if b["min_time"]:
+            t, c = b["min_time"], b["min_cost"]
+            out.append(
+                f"{b['cnn']} on {b['machine']}: fastest at batch {t['batch_size']} "
+                f"({duration(t['total_seconds'])}, {money(t['cost_usd'])}); "
+                f"cheapest at batch {c['batch_size']} ({duration(c['total_seconds'])}, {money(c['cost_usd'])})"
+            )
+    for machine, model in res["models"].items():
+        if model["status"] == "ok":
+            mape = model.get("loco_mape")
+            err = f", leave-one-CNN-out error {mape:.1f}%" if mape is not None else ""
+            out.append(f"model for {machine}: version {model['version']} ({model['kind']}{err})")
+        else:
+            out.append(f"{machine}: {model['detail']}")
+    return "\n".join(out)

@@ -1,0 +1,78 @@
+"""What a measurement ran on, stored once and referenced by every row it produced."""
+
+import hashlib
+import json
+import os
+import platform
+from functools import cache
+from typing import Any
+
+import torch
+
+from gpu_agent import __version__
+from shared.db import Json, one, transaction
+from shared.settings import get_settings
+
+UPSERT_ENVIRONMENT = """
+INSERT INTO environments (hash, details) VALUES (%s, %s)
+ON CONFLICT (hash) DO UPDATE SET hash = EXCLUDED.hash
+RETURNING id"""
+
+
+def device() -> torch.device:
+    """The device this agent measures on: the setting, else CUDA if present, else CPU."""
+    wanted = get_settings().agent_device
+    if wanted:
+        return torch.device(wanted)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def describe(dev: torch.device) -> dict[str, Any]:
+    """Library versions, device and agent version: everything a timing depends on that we can name."""
+    details: dict[str, Any] = {
+        "agent_version": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device_type": dev.type,
+        "cpu": _cpu_model(),
+        "threads": torch.get_num_threads(),
+    }
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        details.update(
+            gpu=props.name,
+            gpu_memory_bytes=props.total_memory,
+            cuda=torch.version.cuda,
+            cudnn=torch.backends.cudnn.version(),
+            driver=_nvidia_driver(),
+        )
+    return details
+
+
+@cache
+def environment_id(dev_str: str) -> int:
+    """Store this process's environment (once) and return its id."""
+    details = describe(torch.device(dev_str))
+    digest = hashlib.sha256(json.dumps(details, sort_keys=True).encode()).hexdigest()[:32]
+    with transaction() as cur:
+        cur.execute(UPSERT_ENVIRONMENT, (digest, Json(details)))
+        return int(one(cur)["id"])
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _nvidia_driver() -> str | None:
+    path = "/proc/driver/nvidia/version"
+    if os.path.exists(path):
+        with open(path) as f:
+            return f.readline().strip()
+    return None

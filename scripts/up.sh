@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Start the stack in the background: API on :8000, worker (with the reconciler), local agent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/venv.sh
+VENV=${VENV:-.venv}
+RUN=.run
+mkdir -p "$RUN"
+"$VENV/bin/python" -m shared.prestart 10
+
+start() {  # name, command…
+  local name=$1; shift
+  if [ -f "$RUN/$name.pid" ] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null; then
+    echo "$name already running (pid $(cat "$RUN/$name.pid"))"; return
+  fi
+  nohup "$@" >"$RUN/$name.log" 2>&1 &
+  echo $! >"$RUN/$name.pid"
+  echo "$name started (pid $!, log $RUN/$name.log)"
+}
+
+start api "$VENV/bin/uvicorn" api.main:app --host 127.0.0.1 --port "${API_PORT:-8000}"
+start worker "$VENV/bin/celery" -A worker.app worker -B -Q jobs --concurrency 2 --loglevel INFO \
+  --schedule "$RUN/celerybeat-schedule"
+start agent "$VENV/bin/python" -m gpu_agent
+
+for _ in $(seq 1 60); do
+  if "$VENV/bin/python" -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:${API_PORT:-8000}/readyz').status_code != 200)" 2>/dev/null; then
+    echo "API ready at http://127.0.0.1:${API_PORT:-8000}"; exit 0
+  fi
+  sleep 1
+done
+echo "error: the API did not become ready; see $RUN/api.log" >&2
+exit 1

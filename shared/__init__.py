@@ -1,0 +1,1 @@
+"""Code shared by the API, the workers and the benchmark agent."""

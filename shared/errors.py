@@ -1,0 +1,57 @@
+"""Traincast's exceptions.
+
+TraincastError                 base: every error we raise on purpose
+├── ServiceUnavailable         PostgreSQL or Redis cannot be reached
+├── NotFound                   a job, CNN or machine type that does not exist
+├── InvalidRequest             input a person must correct (bad batch sizes, image size, …)
+├── Conflict                   idempotency key reused with a different request; bad state change
+└── ExtractionError            a CNN could not be read into conv layers
+"""
+
+from typing import Any
+
+
+class TraincastError(Exception):
+    """Base of every error Traincast raises on purpose."""
+
+    status = 500
+    title = "Internal error"
+
+    def __init__(self, detail: str, **context: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.context = context
+
+
+class ServiceUnavailable(TraincastError):
+    """A backing service (PostgreSQL, Redis) cannot be reached."""
+
+    status = 503
+    title = "Service unavailable"
+
+
+class NotFound(TraincastError):
+    """The thing asked for does not exist."""
+
+    status = 404
+    title = "Not found"
+
+
+class InvalidRequest(TraincastError):
+    """The request cannot be carried out as given."""
+
+    status = 422
+    title = "Invalid request"
+
+
+class Conflict(TraincastError):
+    """The request conflicts with the current state."""
+
+    status = 409
+    title = "Conflict"
+
+
+class ExtractionError(InvalidRequest):
+    """A CNN could not be read into its conv layers."""
+
+    title = "Cannot read CNN"

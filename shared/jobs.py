@@ -1,0 +1,94 @@
+"""Jobs in PostgreSQL: the service functions the API and the workers call."""
+
+import hashlib
+import json
+import uuid
+from typing import Any
+
+from shared.db import Json, transaction
+from shared.errors import Conflict, NotFound
+from shared.schemas import JobRequest
+
+TERMINAL = ("succeeded", "failed", "canceled")
+
+INSERT_JOB = """
+INSERT INTO jobs (id, request, idempotency_key, request_hash)
+VALUES (%(id)s, %(request)s, %(key)s, %(hash)s)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING *"""
+SELECT_BY_KEY = "SELECT * FROM jobs WHERE idempotency_key = %s"
+SELECT_JOB = "SELECT * FROM jobs WHERE id = %s"
+SELECT_PAGE = """
+SELECT * FROM jobs
+WHERE (%(before)s::timestamptz IS NULL OR (created_at, id) < (%(before)s, %(before_id)s))
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s"""
+CANCEL_JOB = """
+UPDATE jobs SET status = 'canceled', finished_at = now(), updated_at = now()
+WHERE id = %s AND status IN ('queued', 'running')
+RETURNING *"""
+
+
+def request_hash(request: JobRequest) -> str:
+    """Hash of the normalised request, to tell a retry from a different request."""
+    canonical = json.dumps(request.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def create(*, request: JobRequest, idempotency_key: str | None = None) -> tuple[dict[str, Any], bool]:
+    """Store a new queued job; with a known idempotency key return that job. Returns (job, created)."""
+    digest = request_hash(request)
+    params = {
+        "id": uuid.uuid4(),
+        "request": Json(request.model_dump(mode="json")),
+        "key": idempotency_key,
+        "hash": digest,
+    }
+    with transaction() as cur:
+        cur.execute(INSERT_JOB, params)
+        row = cur.fetchone()
+        if row is not None:
+            return dict(row), True
+        cur.execute(SELECT_BY_KEY, (idempotency_key,))
+        existing = cur.fetchone()
+    if existing is None:  # pragma: no cover - the conflicting row vanished between statements
+        raise Conflict("idempotency key conflict; retry the request")
+    if existing["request_hash"] != digest:
+        raise Conflict(
+            f"Idempotency-Key {idempotency_key!r} was already used for a different request",
+            job_id=str(existing["id"]),
+        )
+    return dict(existing), False
+
+
+def get(*, job_id: uuid.UUID) -> dict[str, Any]:
+    """One job by id."""
+    with transaction() as cur:
+        cur.execute(SELECT_JOB, (job_id,))
+        row = cur.fetchone()
+    if row is None:
+        raise NotFound(f"no job with id {job_id}", job_id=str(job_id))
+    return dict(row)
+
+
+def list_page(*, limit: int, before: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Newest jobs first, `limit` at a time, strictly older than the `before` job."""
+    params = {
+        "limit": limit,
+        "before": before["created_at"] if before else None,
+        "before_id": before["id"] if before else None,
+    }
+    with transaction() as cur:
+        cur.execute(SELECT_PAGE, params)
+        return [dict(r) for r in cur.fetchall()]
+
+
+def cancel(*, job_id: uuid.UUID) -> dict[str, Any]:
+    """Cancel a job that has not finished; a finished job is a conflict."""
+    with transaction() as cur:
+        cur.execute(CANCEL_JOB, (job_id,))
+        row = cur.fetchone()
+    if row is not None:
+        return dict(row)
+    job = get(job_id=job_id)
+    raise Conflict(f"job {job_id} is already {job['status']}", job_id=str(job_id), job_status=job["status"])

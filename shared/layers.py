@@ -1,0 +1,72 @@
+"""CNNs, their conv signatures and the layer benchmarks stored for them."""
+
+from typing import Any
+
+from shared import cnn_zoo
+from shared.db import Json, one, transaction
+
+UPSERT_CNN = """
+INSERT INTO cnns (name, source, definition) VALUES (%s, %s, %s)
+ON CONFLICT (name) DO NOTHING"""
+# DO UPDATE (a no-op) rather than DO NOTHING so RETURNING also yields rows that existed.
+UPSERT_SIGNATURE = """
+INSERT INTO conv_signatures (hash, spec) VALUES (%s, %s)
+ON CONFLICT (hash) DO UPDATE SET hash = EXCLUDED.hash
+RETURNING id"""
+UPSERT_MEMBERSHIP = """
+INSERT INTO cnn_layers (cnn_name, image_size, signature_id, count) VALUES (%s, %s, %s, %s)
+ON CONFLICT (cnn_name, image_size, signature_id) DO UPDATE SET count = EXCLUDED.count"""
+SELECT_SPECS = "SELECT id, hash, spec FROM conv_signatures WHERE id = ANY(%s)"
+SELECT_DONE = """
+SELECT DISTINCT signature_id, machine_type, batch_size FROM layer_benchmarks
+WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
+  AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s"""
+# The newest row per key: rows of another environment are never averaged in.
+SELECT_NEWEST = """
+SELECT DISTINCT ON (signature_id, batch_size)
+       signature_id, batch_size, oom, forward_ms, backward_data_ms, backward_weight_ms, environment_id
+FROM layer_benchmarks
+WHERE signature_id = ANY(%(sigs)s) AND machine_type = %(machine)s
+  AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s
+ORDER BY signature_id, batch_size, measured_at DESC, id DESC"""
+
+
+def register_builtin(*, name: str, image_size: int) -> list[tuple[int, int]]:
+    """Read a built-in CNN's conv layers and store them; returns [(signature_id, count), …]."""
+    layers = cnn_zoo.conv_layers(name, image_size)
+    out: list[tuple[int, int]] = []
+    with transaction() as cur:
+        cur.execute(UPSERT_CNN, (name, "torchvision", Json({"torchvision": name})))
+        for sig, count in zip(layers.signatures, layers.counts, strict=True):
+            cur.execute(UPSERT_SIGNATURE, (sig.hash, Json(sig.to_json())))
+            sig_id = one(cur)["id"]
+            cur.execute(UPSERT_MEMBERSHIP, (name, image_size, sig_id, count))
+            out.append((sig_id, count))
+    return out
+
+
+def specs(*, signature_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Signature id → {hash, spec}."""
+    with transaction() as cur:
+        cur.execute(SELECT_SPECS, (signature_ids,))
+        return {r["id"]: {"hash": r["hash"], "spec": r["spec"]} for r in cur.fetchall()}
+
+
+def measured(
+    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], precision: str
+) -> set[tuple[int, str, int]]:
+    """The (signature, machine, batch size) triples that have a stored benchmark (OOM counts)."""
+    params = {"sigs": signature_ids, "machines": machines, "batch_sizes": batch_sizes, "precision": precision}
+    with transaction() as cur:
+        cur.execute(SELECT_DONE, params)
+        return {(r["signature_id"], r["machine_type"], r["batch_size"]) for r in cur.fetchall()}
+
+
+def newest(
+    *, signature_ids: list[int], machine: str, batch_sizes: list[int], precision: str
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """(signature, batch size) → its newest benchmark row on a machine."""
+    params = {"sigs": signature_ids, "machine": machine, "batch_sizes": batch_sizes, "precision": precision}
+    with transaction() as cur:
+        cur.execute(SELECT_NEWEST, params)
+        return {(r["signature_id"], r["batch_size"]): dict(r) for r in cur.fetchall()}

@@ -1,0 +1,45 @@
+"""Before the stack starts: wait for PostgreSQL and Redis, then migrate. `python -m shared.prestart`."""
+
+import sys
+import time
+
+import redis
+
+from shared import migrate
+from shared.db import connect
+from shared.errors import ServiceUnavailable
+from shared.settings import get_settings
+
+
+def wait_for_services(timeout_s: float) -> None:
+    """Return once both services answer; raise ServiceUnavailable with the last reason after timeout_s."""
+    settings = get_settings()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            migrate.ensure_database(settings.database_url)
+            connect().close()
+            try:
+                redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2).ping()
+            except redis.RedisError as exc:
+                raise ServiceUnavailable(f"Redis at {settings.redis_url} is unreachable: {exc}") from exc
+            return
+        except ServiceUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(1)
+
+
+def main() -> int:
+    """Wait (up to WAIT seconds, default 10), migrate, and say so in one line on failure."""
+    timeout = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
+    try:
+        wait_for_services(timeout)
+    except ServiceUnavailable as exc:
+        print(f"error: {exc.detail}. {migrate.START_HINT}.", file=sys.stderr)
+        return 1
+    return migrate.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The job request: validated once at the API, read again by the worker."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from shared.settings import get_settings
+
+
+class BatchRange(BaseModel):
+    """Batch sizes min, min+step, … up to max."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min: int = Field(ge=1)
+    max: int = Field(ge=1)
+    step: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "BatchRange":
+        if self.max < self.min:
+            raise ValueError(f"batch size range max ({self.max}) is below min ({self.min})")
+        return self
+
+
+class JobRequest(BaseModel):
+    """What a user asks: predict these CNNs on these machines over these batch sizes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cnns: list[str] = Field(min_length=1, max_length=100)
+    machines: list[str] = Field(min_length=1, max_length=100)
+    batch_sizes: list[int] | BatchRange
+    epochs: int = Field(default=90, ge=1, le=100_000)
+    dataset_size: int = Field(default=1_281_167, ge=1)
+    image_size: int = Field(default=224, ge=8, le=2048)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    precision: Literal["fp32"] = "fp32"
+
+    @model_validator(mode="after")
+    def _batch_sizes_in_bounds(self) -> "JobRequest":
+        settings = get_settings()
+        sizes = self.batch_size_list()
+        if not sizes:
+            raise ValueError("batch_sizes is empty")
+        if len(sizes) > settings.max_batch_sizes:
+            raise ValueError(f"{len(sizes)} batch sizes requested; at most {settings.max_batch_sizes} are allowed")
+        bad = [b for b in sizes if b < 1 or b > settings.max_batch_size]
+        if bad:
+            raise ValueError(f"batch sizes must be between 1 and {settings.max_batch_size}; got {bad[:5]}")
+        self.cnns = list(dict.fromkeys(self.cnns))
+        self.machines = list(dict.fromkeys(self.machines))
+        return self
+
+    def batch_size_list(self) -> list[int]:
+        """The batch sizes as a sorted list without repeats."""
+        if isinstance(self.batch_sizes, BatchRange):
+            r = self.batch_sizes
+            # Cap the range before materialising it, so a huge range cannot exhaust memory.
+            stop = min(r.max, r.min + r.step * (get_settings().max_batch_sizes + 1))
+            return list(range(r.min, stop + 1, r.step))
+        return sorted(set(self.batch_sizes))

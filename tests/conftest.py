@@ -1,0 +1,154 @@
+"""Fixtures: a database and Redis database of this run's own, and the real processes."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from shared import tasks
+from shared.db import transaction
+from shared.settings import get_settings
+from tests.services import fresh_database, fresh_redis_db, servers
+
+ROOT = Path(__file__).resolve().parent.parent
+# One client for the tests' HTTP calls; a loaded 2-core box can answer slowly.
+http = httpx.Client(timeout=30)
+
+TRUNCATE = """
+TRUNCATE jobs, predictor_models, step_measurements, layer_benchmarks,
+         cnn_layers, conv_signatures, cnns"""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def service_env() -> Iterator[dict[str, str]]:
+    """Point every Traincast setting of this process at this run's own database and Redis db."""
+    with servers() as (admin_db, redis_server), fresh_database(admin_db) as db_url, fresh_redis_db(redis_server) as r:
+        env = {"DATABASE_URL": db_url, "REDIS_URL": r, "BENCH_TIME_CAP_S": "0.2"}
+        os.environ.update(env)
+        get_settings.cache_clear()
+        tasks._client = None
+        from shared.migrate import migrate
+
+        migrate(db_url)
+        yield env
+
+
+@pytest.fixture
+def clean_db() -> Iterator[None]:
+    """Empty the data tables (machine catalog and environments stay: agents cache their id) and the queues."""
+    with transaction() as cur:
+        cur.execute(TRUNCATE)
+    broker().flushdb()
+    yield
+
+
+def broker() -> redis.Redis:
+    """This run's Redis database."""
+    return redis.Redis.from_url(get_settings().redis_url)
+
+
+def queued_tasks(queue: str) -> list[str]:
+    """Names of the tasks waiting in a Celery queue."""
+    import json
+
+    return [json.loads(m)["headers"]["task"] for m in broker().lrange(queue, 0, -1)]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Stack:
+    """The API, a worker and a local agent as real processes."""
+
+    def __init__(self, env: dict[str, str], logs: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, **env, "RECONCILE_AFTER_S": "5", "RECONCILE_EVERY_S": "2"}
+        self.logs = logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str) -> None:
+        """Start one of api, worker, agent."""
+        bindir = Path(sys.executable).parent
+        commands = {
+            "api": [str(bindir / "uvicorn"), "api.main:app", "--host", "127.0.0.1", "--port", str(self.port)],
+            "worker": [
+                str(bindir / "celery"),
+                "-A",
+                "worker.app",
+                "worker",
+                "-B",
+                "-Q",
+                "jobs",
+                "--concurrency",
+                "2",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                str(self.logs / "beat-schedule"),
+            ],
+            "agent": [sys.executable, "-m", "gpu_agent"],
+        }
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        self.procs[name] = subprocess.Popen(commands[name], cwd=ROOT, env=self.env, stdout=log, stderr=log)
+
+    def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        """Stop one process and return its exit code."""
+        proc = self.procs.pop(name)
+        proc.send_signal(sig)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Wait until the API answers /readyz."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"API not ready; log: {(self.logs / 'api.log').read_text()[-2000:]}")
+
+    def log(self, name: str) -> str:
+        """What a process has printed so far."""
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def api_only(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Just the HTTP server (no worker or agent)."""
+    stack = Stack(service_env, tmp_path_factory.mktemp("api"))
+    stack.start("api")
+    stack.wait_ready()
+    yield stack
+    for name in list(stack.procs):
+        stack.stop(name)
+
+
+@pytest.fixture(scope="module")
+def full_stack(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """API, worker and local agent."""
+    stack = Stack(service_env, tmp_path_factory.mktemp("stack"))
+    for name in ("api", "worker", "agent"):
+        stack.start(name)
+    stack.wait_ready()
+    yield stack
+    for name in list(stack.procs):
+        stack.stop(name)

@@ -1,0 +1,34 @@
+"""Helpers that drive the job path in-process: the same functions the Celery tasks call."""
+
+import json
+from typing import Any
+
+from gpu_agent import app as agent
+from shared import jobs
+from shared.schemas import JobRequest
+from tests.conftest import broker
+
+
+def submit(**overrides: Any) -> dict[str, Any]:
+    """Store a job as the API does (without sending it)."""
+    body = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [1, 2], "image_size": 32} | overrides
+    job, _ = jobs.create(request=JobRequest.model_validate(body))
+    return job
+
+
+def drain_agent_queue(machine: str = "local") -> int:
+    """Consume the machine's queued benchmark messages by running the agent's task on each."""
+    count = 0
+    while (raw := broker().lpop(f"bench.{machine}")) is not None:
+        message = json.loads(raw)
+        task = {"gpu_agent.bench_layers": agent.bench_layers, "gpu_agent.measure_steps": agent.measure_steps}
+        _args, kwargs, _embed = json.loads(_body(message))
+        task[message["headers"]["task"]](**kwargs)
+        count += 1
+    return count
+
+
+def _body(message: dict[str, Any]) -> str:
+    import base64
+
+    return base64.b64decode(message["body"]).decode()

@@ -1,0 +1,105 @@
+"""The whole path with real processes: HTTP → Redis/Celery → worker → PostgreSQL → agent → predictor."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from shared.db import transaction
+from tests.conftest import Stack, http
+
+JOB = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [1, 2], "image_size": 32, "epochs": 2}
+TRAINCAST = str(Path(sys.executable).parent / "traincast")
+
+
+def wait_for(stack: Stack, job_id: str, timeout: float = 240) -> dict[str, Any]:
+    """Poll a job over HTTP until it finishes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = http.get(f"{stack.url}/v1/jobs/{job_id}").json()
+        if job["status"] in ("succeeded", "failed", "canceled"):
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} did not finish: {job}\nworker:\n{stack.log('worker')[-3000:]}")
+
+
+def measured() -> tuple[int, Any]:
+    """How many layer benchmarks are stored, and when the newest was."""
+    with transaction() as cur:
+        cur.execute("SELECT count(*) AS n, max(measured_at) AS last FROM layer_benchmarks")
+        row = cur.fetchone()
+    return int(row["n"]), row["last"]
+
+
+def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the installed traincast command against the stack."""
+    env = {**stack.env, "TRAINCAST_API_URL": stack.url}
+    return subprocess.run([TRAINCAST, *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_calibrate_predict_and_reuse(full_stack: Stack, clean_db: None) -> None:
+    """Calibrate local, predict over HTTP, then the same job again runs no benchmark."""
+    cal = cli(
+        full_stack,
+        "calibrate",
+        "--machine",
+        "local",
+        "--cnns",
+        "mobilenet_v2,squeezenet1_1",
+        "--batch-sizes",
+        "2,4",
+        "--image-size",
+        "32",
+        "--timeout",
+        "300",
+    )
+    assert cal.returncode == 0, cal.stderr
+    assert "leave-one-CNN-out error" in cal.stdout
+
+    r = http.post(f"{full_stack.url}/v1/jobs", json=JOB)
+    assert r.status_code == 202
+    job = wait_for(full_stack, r.json()["id"])
+    assert job["status"] == "succeeded", job
+    points = job["result"]["predictions"]
+    assert [p["batch_size"] for p in points] == [1, 2] and all(p["iteration_seconds"] > 0 for p in points)
+    assert job["result"]["models"]["local"]["version"] == 1
+    assert job["progress"]["layer_benchmarks"]["pending"] == 0
+
+    before = measured()
+    received = full_stack.log("agent").count("gpu_agent.bench_layers")
+    started = time.monotonic()
+    again = wait_for(full_stack, http.post(f"{full_stack.url}/v1/jobs", json=JOB).json()["id"])
+    assert again["status"] == "succeeded" and time.monotonic() - started < 5
+    assert measured() == before
+    assert full_stack.log("agent").count("gpu_agent.bench_layers") == received
+
+    out = cli(full_stack, "predict", "resnet18", "--batch-sizes", "1,2", "--image-size", "32", "--epochs", "2")
+    assert out.returncode == 0, out.stderr
+    assert "fastest at batch" in out.stdout and "resnet18  local" in out.stdout
+    listed = cli(full_stack, "jobs")
+    assert listed.returncode == 0 and job["id"] in listed.stdout
+
+
+def test_work_waits_for_a_stopped_agent(full_stack: Stack) -> None:
+    """With the agent stopped, a job waits (nothing lost); a restarted agent finishes it."""
+    assert full_stack.stop("agent") == 0  # SIGTERM: warm shutdown
+    r = http.post(f"{full_stack.url}/v1/jobs", json={**JOB, "batch_sizes": [3]})
+    job_id = r.json()["id"]
+    time.sleep(3)
+    waiting = http.get(f"{full_stack.url}/v1/jobs/{job_id}").json()
+    assert waiting["status"] == "running" and waiting["progress"]["layer_benchmarks"]["pending"] > 0
+    full_stack.start("agent")
+    assert wait_for(full_stack, job_id)["status"] == "succeeded"
+
+
+def test_cli_errors_are_one_line() -> None:
+    """An unreachable API and a bad argument give one line on stderr and exit 1."""
+    env = {**os.environ, "TRAINCAST_API_URL": "http://127.0.0.1:9"}
+    down = subprocess.run([TRAINCAST, "jobs"], env=env, capture_output=True, text=True, timeout=60)
+    assert down.returncode == 1 and down.stderr.count("\n") == 1 and "cannot reach the Traincast API" in down.stderr
+    bad = subprocess.run(
+        [TRAINCAST, "predict", "resnet18", "--batch-sizes", "a,b"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 1 and bad.stderr.startswith("error: --batch-sizes")

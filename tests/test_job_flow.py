@@ -1,0 +1,96 @@
+"""Planning, fan-in, reconciliation and the no-model path, driven through the database and Redis."""
+
+from shared import cnn_zoo, jobs
+from shared.db import transaction
+from tests.conftest import broker, queued_tasks
+from tests.jobflow import drain_agent_queue, submit
+from worker import planning, reconcile
+
+STALE = "UPDATE jobs SET updated_at = now() - interval '1 hour' WHERE id = %s"
+
+
+def benchmark_rows() -> int:
+    """Layer benchmark rows stored."""
+    with transaction() as cur:
+        cur.execute("SELECT count(*) AS n FROM layer_benchmarks")
+        return int(cur.fetchone()["n"])
+
+
+def test_plan_measure_assemble_then_reuse(clean_db: None) -> None:
+    """Missing work goes to bench.local, one message per signature; the last result finishes the job."""
+    unique = len(cnn_zoo.conv_layers("resnet18", 32).signatures)
+    job = submit()
+    planning.plan_job(job["id"])
+    running = jobs.get(job_id=job["id"])
+    assert running["status"] == "running"
+    assert running["progress"]["layer_benchmarks"] == {"needed": 2 * unique, "done": 0, "pending": 2 * unique}
+    assert broker().llen("bench.local") == unique
+    assert drain_agent_queue() == unique
+    assert planning.finish_if_complete(job["id"])
+    done = jobs.get(job_id=job["id"])
+    assert done["status"] == "succeeded" and done["finished_at"] is not None
+    result = done["result"]
+    assert [p["batch_size"] for p in result["predictions"]] == [1, 2]
+    assert all(p["conv_ms"] > 0 and p["iteration_seconds"] is None for p in result["predictions"])
+    assert result["models"]["local"]["status"] == "no_model"
+    assert result["best"] == [{"cnn": "resnet18", "machine": "local", "min_time": None, "min_cost": None}]
+
+    rows = benchmark_rows()
+    again = submit(epochs=5)
+    planning.plan_job(again["id"])
+    assert jobs.get(job_id=again["id"])["status"] == "succeeded"
+    assert broker().llen("bench.local") == 0 and benchmark_rows() == rows
+
+
+def test_assembly_happens_once(clean_db: None) -> None:
+    """A second fan-in call for a finished job changes nothing."""
+    job = submit()
+    planning.plan_job(job["id"])
+    drain_agent_queue()
+    assert planning.finish_if_complete(job["id"]) is True
+    first = jobs.get(job_id=job["id"])
+    assert planning.finish_if_complete(job["id"]) is False
+    assert jobs.get(job_id=job["id"])["finished_at"] == first["finished_at"]
+
+
+def test_lost_benchmark_messages_are_sent_again(clean_db: None) -> None:
+    """A Redis restart loses queued work; the reconciler re-sends it for a job that stopped moving."""
+    job = submit()
+    planning.plan_job(job["id"])
+    sent = broker().llen("bench.local")
+    broker().delete("bench.local")  # what a Redis restart without persistence does
+    assert reconcile.run() == 0  # not stale yet: nothing re-sent
+    with transaction() as cur:
+        cur.execute(STALE, (job["id"],))
+    assert reconcile.run() == 1
+    assert broker().llen("bench.local") == sent
+    drain_agent_queue()
+    planning.advance_jobs("local")
+    assert jobs.get(job_id=job["id"])["status"] == "succeeded"
+
+
+def test_lost_plan_message_is_sent_again(clean_db: None) -> None:
+    """A queued job whose plan message was lost gets it again."""
+    job = submit()
+    with transaction() as cur:
+        cur.execute(STALE, (job["id"],))
+    reconcile.run()
+    assert queued_tasks("jobs") == ["worker.plan_job"]
+
+
+def test_canceled_job_is_not_assembled(clean_db: None) -> None:
+    """Measurements still land after a cancel, but the job stays canceled."""
+    job = submit()
+    planning.plan_job(job["id"])
+    jobs.cancel(job_id=job["id"])
+    drain_agent_queue()
+    planning.advance_jobs("local")
+    assert jobs.get(job_id=job["id"])["status"] == "canceled" and benchmark_rows() > 0
+
+
+def test_unreadable_cnn_fails_the_job_with_the_reason(clean_db: None) -> None:
+    """A job whose CNN cannot run at its image size fails with a message, not a crash."""
+    job = submit(cnns=["inception_v3"], image_size=64)
+    planning.plan_job(job["id"])
+    failed = jobs.get(job_id=job["id"])
+    assert failed["status"] == "failed" and "inception_v3 cannot run on 64x64" in failed["error"]

@@ -1,0 +1,1 @@
+"""Celery workers: plan jobs, send benchmark work to agents, assemble predictions."""

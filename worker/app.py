@@ -1,0 +1,30 @@
+"""The worker's Celery app: `celery -A worker.app worker -B -Q jobs`."""
+
+import uuid
+
+from shared import tasks
+from shared.settings import get_settings
+from worker import planning, reconcile
+
+app = tasks.make_app("traincast-worker")
+app.conf.beat_schedule = {
+    "reconcile": {"task": tasks.RECONCILE, "schedule": get_settings().reconcile_every_s},
+}
+
+
+@app.task(name=tasks.PLAN_JOB)
+def plan_job(job_id: str) -> None:
+    """Plan a job: resolve its layers and send missing benchmarks to the agents."""
+    planning.plan_job(uuid.UUID(job_id))
+
+
+@app.task(name=tasks.ADVANCE_JOBS)
+def advance_jobs(machine_type: str) -> None:
+    """Benchmarks were stored on a machine type: move its jobs forward."""
+    planning.advance_jobs(machine_type)
+
+
+@app.task(name=tasks.RECONCILE)
+def reconcile_jobs() -> None:
+    """Re-send work for jobs that stopped moving (lost messages, restarts)."""
+    reconcile.run()

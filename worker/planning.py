@@ -1,0 +1,166 @@
+"""Turn a job into layer benchmark work, track its progress, and finish it when all is in."""
+
+import logging
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from shared import layers, tasks
+from shared.db import Json, transaction
+from shared.errors import TraincastError
+from shared.schemas import JobRequest
+from worker import assemble
+
+log = logging.getLogger(__name__)
+
+LOCK_OPEN_JOB = "SELECT * FROM jobs WHERE id = %s AND status IN ('queued', 'running') FOR UPDATE"
+START_JOB = """
+UPDATE jobs SET status = 'running', plan = %(plan)s, progress = %(progress)s,
+       started_at = COALESCE(started_at, now()), updated_at = now()
+WHERE id = %(id)s"""
+SET_PROGRESS = """
+UPDATE jobs SET progress = %(progress)s, updated_at = now()
+WHERE id = %(id)s AND status = 'running' AND progress IS DISTINCT FROM %(progress)s"""
+FINISH_JOB = """
+UPDATE jobs SET status = %(status)s, result = %(result)s, error = %(error)s, progress = %(progress)s,
+       finished_at = now(), updated_at = now()
+WHERE id = %(id)s"""
+SELECT_RUNNING = "SELECT id FROM jobs WHERE status = 'running' AND request->'machines' ? %s"
+
+
+def plan_job(job_id: uuid.UUID) -> None:
+    """Resolve signatures, send what is missing to the agents; finish at once if nothing is."""
+    with transaction() as cur:
+        cur.execute(LOCK_OPEN_JOB, (job_id,))
+        job = cur.fetchone()
+    if job is None:
+        return  # finished or canceled meanwhile: nothing to do
+    request = JobRequest.model_validate(job["request"])
+    try:
+        plan = {
+            "cnns": {name: layers.register_builtin(name=name, image_size=request.image_size) for name in request.cnns}
+        }
+    except TraincastError as exc:
+        _finish(job_id, status="failed", error=exc.detail, progress=job["progress"])
+        return
+    missing = _missing(plan, request)
+    progress = _progress(plan, request, missing)
+    with transaction() as cur:
+        cur.execute(START_JOB, {"id": job_id, "plan": Json(plan), "progress": Json(progress)})
+    send_work(missing, request.precision)
+    if not missing:
+        finish_if_complete(job_id)
+
+
+def advance_jobs(machine: str) -> None:
+    """Update the progress of running jobs that wait on a machine type; finish complete ones."""
+    with transaction() as cur:
+        cur.execute(SELECT_RUNNING, (machine,))
+        ids = [r["id"] for r in cur.fetchall()]
+    for job_id in ids:
+        finish_if_complete(job_id)
+
+
+def finish_if_complete(job_id: uuid.UUID) -> bool:
+    """Recount a running job's benchmarks; assemble its result when none is missing."""
+    # The row lock makes concurrent callers assemble a job once.
+    with transaction() as cur:
+        cur.execute(LOCK_OPEN_JOB, (job_id,))
+        job = cur.fetchone()
+        if job is None or job["status"] != "running":
+            return False
+        request = JobRequest.model_validate(job["request"])
+        missing = _missing(job["plan"], request)
+        progress = _progress(job["plan"], request, missing)
+        if missing:
+            cur.execute(SET_PROGRESS, {"id": job_id, "progress": Json(progress)})
+            return False
+        try:
+            result = assemble.result(plan=job["plan"], request=request)
+            status, error = "succeeded", None
+        except TraincastError as exc:
+            result, status, error = None, "failed", exc.detail
+        cur.execute(
+            FINISH_JOB,
+            {
+                "id": job_id,
+                "status": status,
+                "result": Json(result) if result is not None else None,
+                "error": error,
+                "progress": Json(progress),
+            },
+        )
+    log.info("job %s %s", job_id, status)
+    return True
+
+
+def resend_missing(job_id: uuid.UUID) -> None:
+    """Send a running job's missing benchmarks again (their messages may have been lost)."""
+    with transaction() as cur:
+        cur.execute("SELECT * FROM jobs WHERE id = %s AND status = 'running'", (job_id,))
+        job = cur.fetchone()
+    if job is None:
+        return
+    request = JobRequest.model_validate(job["request"])
+    missing = _missing(job["plan"], request)
+    send_work(missing, request.precision)
+    if not missing:
+        finish_if_complete(job_id)
+
+
+def _signature_ids(plan: dict[str, Any]) -> list[int]:
+    return sorted({sig for pairs in plan["cnns"].values() for sig, _count in pairs})
+
+
+def _missing(plan: dict[str, Any], request: JobRequest) -> set[tuple[int, str, int]]:
+    sigs = _signature_ids(plan)
+    sizes = request.batch_size_list()
+    wanted = {(s, m, b) for s in sigs for m in request.machines for b in sizes}
+    done = layers.measured(
+        signature_ids=sigs, machines=request.machines, batch_sizes=sizes, precision=request.precision
+    )
+    return wanted - done
+
+
+def _progress(plan: dict[str, Any], request: JobRequest, missing: set[tuple[int, str, int]]) -> dict[str, Any]:
+    per_machine = len(_signature_ids(plan)) * len(request.batch_size_list())
+    pending: dict[str, int] = defaultdict(int)
+    for _sig, machine, _bs in missing:
+        pending[machine] += 1
+    machines = {
+        m: {"needed": per_machine, "done": per_machine - pending[m], "pending": pending[m]} for m in request.machines
+    }
+    return {
+        "layer_benchmarks": {
+            "needed": per_machine * len(request.machines),
+            "done": per_machine * len(request.machines) - len(missing),
+            "pending": len(missing),
+        },
+        "machines": machines,
+    }
+
+
+def send_work(missing: set[tuple[int, str, int]], precision: str) -> None:
+    """One task per (machine, signature) with all its batch sizes, so a CNN costs few round-trips."""
+    grouped: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for sig, machine, bs in missing:
+        grouped[(machine, sig)].append(bs)
+    if not grouped:
+        return
+    spec_by_id = layers.specs(signature_ids=sorted({sig for _m, sig in grouped}))
+    for (machine, sig), sizes in sorted(grouped.items()):
+        item = {"signature_id": sig, **spec_by_id[sig], "batch_sizes": sorted(sizes)}
+        tasks.send(
+            tasks.BENCH_LAYERS,
+            queue=tasks.bench_queue(machine),
+            machine_type=machine,
+            precision=precision,
+            items=[item],
+        )
+
+
+def _finish(job_id: uuid.UUID, *, status: str, error: str | None, progress: dict[str, Any]) -> None:
+    with transaction() as cur:
+        cur.execute(
+            FINISH_JOB, {"id": job_id, "status": status, "result": None, "error": error, "progress": Json(progress)}
+        )
