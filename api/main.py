@@ -6,7 +6,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api import problems
-from api.routers import cnns, health, jobs, machines
+from api.routers import agents, cnns, health, jobs, machines, web
 from shared import cnn_zoo
 
 
@@ -24,5 +24,5 @@ app = FastAPI(
     lifespan=lifespan,
 )
 problems.install(app)
-for router in (jobs.router, cnns.router, machines.router, health.router):
+for router in (jobs.router, cnns.router, machines.router, agents.router, health.router, web.router):
     app.include_router(router)

@@ -117,9 +117,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     plan = calibrate.Plan(
         machine=args.machine,
-        cnns=tuple(_split(args.cnns)) if args.cnns else calibrate.DEFAULT_CNNS,
+        cnns=tuple(_split(args.cnns)) if args.cnns else calibrate.SETS[args.set],
         batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
-        image_size=args.image_size,
+        image_size=args.image_size or calibrate.default_image_size(args.machine),
+    )
+    print(
+        f"calibrating {plan.machine}: {len(plan.cnns)} CNNs at {plan.image_size} px, batch sizes "
+        f"{','.join(map(str, plan.batch_sizes))}",
+        file=sys.stderr,
     )
 
     def show(done: int, needed: int) -> None:
@@ -129,7 +134,39 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     model = calibrate.run(plan, timeout_s=args.timeout, on_progress=show)
     print(file=sys.stderr)
     _print_model(model)
+    for f in calibrate.failures(plan):
+        print(f"not measurable: {f['cnn_name']} at batch size {f['batch_size']}: {f['reason']}")
     return 0
+
+
+def cmd_agents(api: Api, args: argparse.Namespace) -> int:
+    """List benchmark agents: alive or not, and what each is measuring."""
+    params: dict[str, Any] = {"machine": args.machine} if args.machine else {}
+    found = api.call("GET", "/v1/agents", params=params)["agents"]
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    rows = [
+        [
+            a["machine_type"],
+            f"{a['host']}:{a['pid']}",
+            a["device"],
+            "alive" if a["alive"] else ("stopped" if a["stopped_at"] else "silent"),
+            f"{a['heartbeat_age_s']:.0f} s",
+            _work(a["current_work"]),
+        ]
+        for a in found
+    ]
+    headers = ["machine", "agent", "device", "state", "last beat", "measuring"]
+    print(render.table(rows, headers) if rows else "no agents have registered")
+    return 0
+
+
+def _work(work: dict[str, Any] | None) -> str:
+    if not work:
+        return "idle"
+    what = work.get("cnn") or f"signature {work.get('signature_id')}"
+    return f"{work['task'].split('.')[-1]} {what} bs {','.join(map(str, work.get('batch_sizes', [])))}"
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -150,11 +187,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def _print_model(model: dict[str, Any]) -> None:
     ev = model["evaluation"]
     print(
-        f"model {model['machine_type']} v{model['version']} ({model['kind']}): scale {model['params']['scale']:.3f}, "
-        f"leave-one-CNN-out error {ev['loco_mape']:.1f}% over {ev['rows']} measured steps"
+        f"model {model['machine_type']} v{model['version']} ({model['kind']}) from {ev['rows']} measured steps "
+        f"of {ev['cnns']} CNNs"
     )
-    rows = [[c, f"{e['mape']:.1f}%", f"{e['max_ape']:.1f}%", str(e["rows"])] for c, e in ev["per_cnn"].items()]
-    print(render.table(rows, ["held-out cnn", "mape", "max ape", "steps"]))
+    print(render.evaluation(ev))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -184,10 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     ca = sub.add_parser("calibrate", help="measure whole steps on a machine type and fit its model")
     ca.add_argument("--machine", required=True)
-    ca.add_argument("--cnns", action="append", default=None)
+    ca.add_argument("--set", choices=["default", "full"], default="default", help="CNN set (full: 18 CNNs)")
+    ca.add_argument("--cnns", action="append", default=None, help="CNN names instead of a set")
     ca.add_argument("--batch-sizes", default="4,8")
-    ca.add_argument("--image-size", type=int, default=224)
+    ca.add_argument("--image-size", type=int, default=None, help="default: 112 on a CPU machine type, else 224")
     ca.add_argument("--timeout", type=float, default=1800)
+    ag = sub.add_parser("agents", help="list benchmark agents and what they are doing")
+    ag.add_argument("--machine", default=None)
+    ag.add_argument("--json", action="store_true")
     tr = sub.add_parser("train", help="fit a model from stored measurements")
     tr.add_argument("--machine", required=True)
     sub.add_parser("migrate", help="apply database migrations")
@@ -204,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "predict":
             args.machine = args.machine or ["local"]
             return cmd_predict(api, args)
-        handlers = {"status": cmd_status, "jobs": cmd_jobs, "cancel": cmd_cancel}
+        handlers = {"status": cmd_status, "jobs": cmd_jobs, "cancel": cmd_cancel, "agents": cmd_agents}
         if args.command in handlers:
             return handlers[args.command](api, args)
         admin = {"calibrate": cmd_calibrate, "train": cmd_train, "migrate": cmd_migrate}

@@ -63,3 +63,21 @@ def result(job: dict[str, Any]) -> str:
         else:
             out.append(f"{machine}: {model['detail']}")
     return "\n".join(out)
+
+
+def evaluation(ev: dict[str, Any]) -> str:
+    """Held-out error of the model beside its baselines, overall and per held-out CNN."""
+    names = ("lightgbm", "conv_scale", "flops_scale")
+    lines = []
+    for split, label in (("loco", "leave-one-CNN-out"), ("lofo", "leave-one-family-out")):
+        parts = [f"{n} {ev[split][n]['mape']:.1f}%" for n in names if ev[split][n]["mape"] is not None]
+        lines.append(f"{label} MAPE: " + ", ".join(parts))
+    groups = ev["loco"]["lightgbm"]["groups"]
+    base = {n: ev["loco"][n]["groups"] for n in ("conv_scale", "flops_scale")}
+    rows = [
+        [cnn, f"{g['mape']:.1f}%", f"{g['median_ape']:.1f}%", f"{g['max_ape']:.1f}%",
+         f"{base['conv_scale'][cnn]['mape']:.1f}%", f"{base['flops_scale'][cnn]['mape']:.1f}%", str(g["rows"])]
+        for cnn, g in groups.items()
+    ]  # fmt: skip
+    header = ["held-out cnn", "lightgbm", "median", "max", "conv x k", "flops x k", "steps"]
+    return "\n".join(lines) + "\n" + table(rows, header)

@@ -1,15 +1,34 @@
 """Start a benchmark agent for the configured machine type: `python -m gpu_agent`."""
 
+import logging
 import socket
 
-from gpu_agent.app import app
+from gpu_agent import app as agent
+from gpu_agent.app import STEP_CAP_FACTOR, app
 from shared import tasks
 from shared.settings import get_settings
+
+log = logging.getLogger("gpu_agent")
+
+
+def longest_task_s() -> float:
+    """A rough bound on one task: the most batch sizes a job may ask for, each a whole step at its cap."""
+    s = get_settings()
+    return s.max_batch_sizes * s.bench_time_cap_s * STEP_CAP_FACTOR
 
 
 def main() -> None:
     """Run one Celery worker on bench.<machine type>, one measurement at a time."""
-    machine = get_settings().agent_machine_type
+    settings = get_settings()
+    machine = settings.agent_machine_type
+    if settings.visibility_timeout_s < longest_task_s():
+        log.warning(
+            "VISIBILITY_TIMEOUT_S=%s is shorter than a long task may take (~%.0f s): Redis would hand a task "
+            "still running here to another agent (harmless, since writes are idempotent, but wasted work)",
+            settings.visibility_timeout_s,
+            longest_task_s(),
+        )
+    agent.connect_signals()
     app.worker_main(
         [
             "worker",

@@ -1,9 +1,15 @@
 """The agent's Celery app and tasks; start it with `python -m gpu_agent`."""
 
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
-from gpu_agent import environment, layer_bench, step_bench, store
+from celery import signals
+from celery.exceptions import Reject
+
+from gpu_agent import environment, layer_bench, lifecycle, step_bench, store
+from gpu_agent.timing import Policy
+from gpu_agent.windows import Outcome
 from shared import tasks
 from shared.errors import InvalidRequest
 from shared.settings import get_settings
@@ -11,6 +17,8 @@ from shared.signatures import ConvSignature
 
 log = logging.getLogger(__name__)
 app = tasks.make_app("traincast-agent")
+# A whole step gets this many times a layer phase's time cap: it is one long operation, not three.
+STEP_CAP_FACTOR = 4
 
 
 def _check_machine(machine_type: str) -> None:
@@ -20,33 +28,61 @@ def _check_machine(machine_type: str) -> None:
         raise InvalidRequest(f"agent for {mine!r} received work for {machine_type!r}")
 
 
+def _hand_back(task: str, written: int) -> None:
+    # Requeued as it came: the next delivery skips every stored row, so nothing is measured twice.
+    log.warning("stop requested: stored %d measurements of %s; handing the rest back to the queue", written, task)
+    raise Reject(f"agent stopping; {task} continues from its stored rows", requeue=True)
+
+
 @app.task(name=tasks.BENCH_LAYERS)
 def bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]) -> int:
     """Measure conv signatures at their batch sizes; skip what is stored. Returns rows written."""
     _check_machine(machine_type)
     dev = environment.device()
     env_id = environment.environment_id(str(dev))
-    cap = get_settings().bench_time_cap_s
-    written = 0
-    for item in items:
-        sig = ConvSignature.from_json(item["spec"])
-        done = store.layer_batch_sizes_done(
-            signature_id=item["signature_id"], machine=machine_type, precision=precision, environment_id=env_id
-        )
-        for bs in sorted(set(item["batch_sizes"]) - done):
-            result = layer_bench.run(sig, bs, precision, dev, time_cap_s=cap)
-            store.save_layer(
-                signature_id=item["signature_id"],
-                machine=machine_type,
-                batch_size=bs,
-                precision=precision,
-                environment_id=env_id,
-                result=result,
+    written: list[int] = []
+    try:
+        for n, item in enumerate(items):
+            if lifecycle.stop_requested():
+                _hand_back(tasks.BENCH_LAYERS, len(written))
+            sig_id = item["signature_id"]
+            done = store.layer_batch_sizes_done(
+                signature_id=sig_id, machine=machine_type, precision=precision, environment_id=env_id
             )
-            written += 1
-        # Tell the worker after each signature, so job progress moves while we measure.
-        tasks.send(tasks.ADVANCE_JOBS, machine_type=machine_type)
-    return written
+            todo = sorted(set(item["batch_sizes"]) - done)
+            lifecycle.set_work(
+                {"task": tasks.BENCH_LAYERS, "signature_id": sig_id, "batch_sizes": todo, "item": n + 1}
+                | {"items": len(items), "since": datetime.now(UTC).isoformat()}
+            )
+
+            def save(bs: int, outcome: Outcome, sig_id: int = sig_id) -> None:
+                store.save_layer(
+                    signature_id=sig_id,
+                    machine=machine_type,
+                    batch_size=bs,
+                    precision=precision,
+                    environment_id=env_id,
+                    outcome=outcome,
+                )
+                written.append(bs)
+
+            left = layer_bench.measure(
+                ConvSignature.from_json(item["spec"]),
+                todo,
+                precision,
+                dev,
+                policy=Policy.from_settings(),
+                window_points=get_settings().bench_window_points,
+                save=save,
+                stop=lifecycle.stop_requested,
+            )
+            # Tell the worker after each signature, so job progress moves while we measure.
+            tasks.send(tasks.ADVANCE_JOBS, machine_type=machine_type)
+            if left:
+                _hand_back(tasks.BENCH_LAYERS, len(written))
+    finally:
+        lifecycle.set_work(None)
+    return len(written)
 
 
 @app.task(name=tasks.MEASURE_STEPS)
@@ -57,28 +93,68 @@ def measure_steps(
     _check_machine(machine_type)
     dev = environment.device()
     env_id = environment.environment_id(str(dev))
-    done = store.step_batch_sizes_done(
-        cnn=cnn,
-        machine=machine_type,
-        image_size=image_size,
-        optimizer=optimizer,
-        precision=precision,
-        environment_id=env_id,
+    key: dict[str, Any] = {"cnn": cnn, "machine": machine_type, "image_size": image_size, "optimizer": optimizer}
+    done = store.step_batch_sizes_done(**key, precision=precision, environment_id=env_id)
+    todo = sorted(set(batch_sizes) - done)
+    if not todo:
+        return 0
+    written: list[int] = []
+
+    def save(bs: int, outcome: Outcome) -> None:
+        store.save_step(**key, batch_size=bs, precision=precision, environment_id=env_id, outcome=outcome)
+        written.append(bs)
+
+    lifecycle.set_work(
+        {"task": tasks.MEASURE_STEPS, "cnn": cnn, "image_size": image_size, "batch_sizes": todo}
+        | {"since": datetime.now(UTC).isoformat()}
     )
-    written = 0
-    for bs in sorted(set(batch_sizes) - done):
-        result = step_bench.run(
-            cnn, bs, image_size, optimizer, precision, dev, time_cap_s=4 * get_settings().bench_time_cap_s
+    try:
+        left = step_bench.measure(
+            cnn,
+            todo,
+            image_size,
+            optimizer,
+            precision,
+            dev,
+            policy=Policy.from_settings(STEP_CAP_FACTOR),
+            window_points=get_settings().bench_window_points,
+            save=save,
+            stop=lifecycle.stop_requested,
         )
-        store.save_step(
-            cnn=cnn,
-            machine=machine_type,
-            batch_size=bs,
-            image_size=image_size,
-            optimizer=optimizer,
-            precision=precision,
-            environment_id=env_id,
-            result=result,
-        )
-        written += 1
-    return written
+        if left:
+            _hand_back(tasks.MEASURE_STEPS, len(written))
+    finally:
+        lifecycle.set_work(None)
+    return len(written)
+
+
+def connect_signals() -> None:
+    """Register and heartbeat once the worker is ready; turn SIGTERM/SIGINT into a stop request."""
+    signals.worker_ready.connect(_on_ready, weak=False)
+    signals.worker_shutting_down.connect(_on_shutting_down, weak=False)
+    signals.worker_shutdown.connect(_on_shutdown, weak=False)
+    signals.task_failure.connect(_on_failure, weak=False)
+
+
+def _on_ready(**_: Any) -> None:
+    settings = get_settings()
+    dev = environment.device()
+    lifecycle.start(
+        machine=settings.agent_machine_type,
+        device=str(dev),
+        environment_id=environment.environment_id(str(dev)),
+        interval_s=settings.agent_heartbeat_s,
+    )
+
+
+def _on_shutting_down(**_: Any) -> None:
+    # Runs inside the signal handler: only set a flag; the task acts on it between windows.
+    lifecycle.request_stop()
+
+
+def _on_shutdown(**_: Any) -> None:
+    lifecycle.stop()
+
+
+def _on_failure(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
+    lifecycle.record_error(f"{getattr(sender, 'name', sender)}: {exception}")

@@ -8,10 +8,14 @@ from functools import cache
 from typing import Any
 
 import torch
+import torchvision
 
 from gpu_agent import __version__
 from shared.db import Json, one, transaction
 from shared.settings import get_settings
+
+# Part of the environment: rows timed by another method are not comparable and must not mix.
+TIMING_METHOD = "interleaved-rounds/1"
 
 UPSERT_ENVIRONMENT = """
 INSERT INTO environments (hash, details) VALUES (%s, %s)
@@ -19,8 +23,19 @@ ON CONFLICT (hash) DO UPDATE SET hash = EXCLUDED.hash
 RETURNING id"""
 
 
+@cache
+def configure() -> None:
+    """Fix what timings depend on for this process: torch's thread count, cuDNN's algorithm search."""
+    wanted = get_settings().agent_threads or len(os.sched_getaffinity(0))
+    # Set explicitly, not left to torch's guess, so every row can say what it ran with.
+    torch.set_num_threads(wanted)
+    # As a training run would: search the fastest algorithm per shape once, then reuse it.
+    torch.backends.cudnn.benchmark = True
+
+
 def device() -> torch.device:
     """The device this agent measures on: the setting, else CUDA if present, else CPU."""
+    configure()
     wanted = get_settings().agent_device
     if wanted:
         return torch.device(wanted)
@@ -29,13 +44,17 @@ def device() -> torch.device:
 
 def describe(dev: torch.device) -> dict[str, Any]:
     """Library versions, device and agent version: everything a timing depends on that we can name."""
+    configure()
     details: dict[str, Any] = {
         "agent_version": __version__,
+        "timing_method": TIMING_METHOD,
         "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
         "python": platform.python_version(),
         "device_type": dev.type,
         "cpu": _cpu_model(),
         "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
     }
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
@@ -44,6 +63,7 @@ def describe(dev: torch.device) -> dict[str, Any]:
             gpu_memory_bytes=props.total_memory,
             cuda=torch.version.cuda,
             cudnn=torch.backends.cudnn.version(),
+            cudnn_benchmark=torch.backends.cudnn.benchmark,
             driver=_nvidia_driver(),
         )
     return details

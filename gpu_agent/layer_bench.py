@@ -1,64 +1,45 @@
-"""Forward, backward-data and backward-weight time of one conv layer at one batch size."""
+"""Forward, backward-data and backward-weight time of one conv layer over a task's batch sizes."""
 
-import gc
-from dataclasses import dataclass
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from gpu_agent.timing import Timing, measure
+from gpu_agent import memory, windows
+from gpu_agent.timing import Policy, sync
+from gpu_agent.windows import Outcome, Prepared, Spec
 from shared.signatures import ConvSignature
 
+log = logging.getLogger(__name__)
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+PHASES = ("forward", "backward_data", "backward_weight")
 
 
-@dataclass(frozen=True)
-class LayerResult:
-    """A layer measurement; all timings None when it ran out of memory."""
-
-    oom: bool
-    forward: Timing | None = None
-    backward_data: Timing | None = None
-    backward_weight: Timing | None = None
-    reason: str | None = None
-
-    def stats(self) -> dict[str, Any]:
-        """Per-phase statistics for the stats column."""
-        if self.oom:
-            return {"reason": self.reason}
-        assert self.forward and self.backward_data and self.backward_weight
-        return {
-            "forward": self.forward.to_json(),
-            "backward_data": self.backward_data.to_json(),
-            "backward_weight": self.backward_weight.to_json(),
-        }
-
-
-def is_oom(exc: BaseException) -> bool:
-    """True for an allocation failure on any device."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and ("out of memory" in str(exc) or "can't allocate memory" in str(exc))
+def measure(
+    sig: ConvSignature,
+    batch_sizes: Sequence[int],
+    precision: str,
+    device: torch.device,
+    *,
+    policy: Policy,
+    window_points: int,
+    save: Callable[[int, Outcome], None],
+    stop: Callable[[], bool],
+) -> list[int]:
+    """Time the three phases at each batch size, interleaved; returns the batch sizes left by a stop."""
+    spec = Spec(
+        prepare=lambda bs: prepare(sig, bs, precision, device),
+        footprint=lambda sizes: memory.layer_bytes(sig, sizes, precision),
+    )
+    return windows.run(
+        batch_sizes, spec, device=device, policy=policy, window_points=window_points, save=save, stop=stop
+    )
 
 
-def run(sig: ConvSignature, batch_size: int, precision: str, device: torch.device, *, time_cap_s: float) -> LayerResult:
-    """Measure the three phases as a training step runs them; out of memory is a result, not an error."""
-    try:
-        return _run(sig, batch_size, precision, device, time_cap_s)
-    except Exception as exc:
-        if not is_oom(exc):
-            raise
-        return LayerResult(oom=True, reason=str(exc).splitlines()[0][:300])
-    finally:
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-
-
-def _run(sig: ConvSignature, batch_size: int, precision: str, device: torch.device, time_cap_s: float) -> LayerResult:
+def prepare(sig: ConvSignature, batch_size: int, precision: str, device: torch.device) -> Prepared:
+    """Tensors of one batch size and its three phases, each called once (the first call is not a sample)."""
     dtype = DTYPES[precision]
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # as a training run would: algorithm search, then reuse
     x = torch.randn(batch_size, sig.in_channels, sig.in_h, sig.in_w, device=device, dtype=dtype)
     if sig.transposed:
         w_shape = (sig.in_channels, sig.out_channels // sig.groups, *sig.kernel)
@@ -74,20 +55,43 @@ def _run(sig: ConvSignature, batch_size: int, precision: str, device: torch.devi
         list(sig.output_padding),
         sig.groups,
     )
+    bias_sizes = [sig.out_channels] if sig.bias else None
 
+    # No tensor requires grad, so autograd records nothing: each phase is the bare kernel call.
     def forward() -> torch.Tensor:
         return torch.ops.aten.convolution(x, w, b, *conv_args)
 
-    with torch.no_grad():
-        y = forward()
-        grad_y = torch.randn_like(y)
-        del y
-        bias_sizes = [sig.out_channels] if sig.bias else None
+    grad_y = torch.randn_like(forward())
 
-        def backward(mask: list[bool]) -> object:
-            return torch.ops.aten.convolution_backward(grad_y, x, w, bias_sizes, *conv_args, mask)
+    def backward_data() -> object:
+        return torch.ops.aten.convolution_backward(grad_y, x, w, bias_sizes, *conv_args, [True, False, False])
 
-        fwd = measure(forward, device, time_cap_s=time_cap_s)
-        bwd_data = measure(lambda: backward([True, False, False]), device, time_cap_s=time_cap_s)
-        bwd_weight = measure(lambda: backward([False, True, sig.bias]), device, time_cap_s=time_cap_s)
-    return LayerResult(oom=False, forward=fwd, backward_data=bwd_data, backward_weight=bwd_weight)
+    def backward_weight() -> object:
+        return torch.ops.aten.convolution_backward(grad_y, x, w, bias_sizes, *conv_args, [False, True, sig.bias])
+
+    phases: dict[str, Callable[[], object]] = {
+        "forward": forward,
+        "backward_data": backward_data,
+        "backward_weight": backward_weight,
+    }
+    for fn in phases.values():
+        fn()  # warm-up: cudnn.benchmark's algorithm search, allocation, caches
+    sync(device)
+    info: dict[str, Any] = {}
+    if device.type == "cuda":
+        info["kernels"] = {name: cuda_kernels(fn) for name, fn in phases.items()}
+    return Prepared(phases=phases, info=info)
+
+
+def cuda_kernels(fn: Callable[[], object]) -> list[str] | None:
+    """Names of the CUDA kernels one call launches: which algorithm cudnn.benchmark chose."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+    except Exception:  # recording is a nicety; the timing does not depend on it
+        log.warning("could not record CUDA kernel names", exc_info=True)
+        return None

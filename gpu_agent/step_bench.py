@@ -1,55 +1,74 @@
-"""Whole training iteration of a CNN: zero_grad, forward, loss, backward, optimizer step."""
+"""Whole training iterations of a CNN: zero_grad, forward, loss, backward, optimizer step."""
 
-import gc
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torchvision
 
-from gpu_agent.layer_bench import DTYPES, is_oom
-from gpu_agent.timing import Timing, measure
+from gpu_agent import memory, windows
+from gpu_agent.layer_bench import DTYPES
+from gpu_agent.timing import Policy, sync
+from gpu_agent.windows import Outcome, Prepared, Spec
+from shared import cnn_zoo
 
 
-@dataclass(frozen=True)
-class StepResult:
-    """A whole-step measurement; timing None when it ran out of memory."""
-
-    oom: bool
-    timing: Timing | None = None
-    reason: str | None = None
-
-    def stats(self) -> dict[str, Any]:
-        """Statistics for the stats column."""
-        return {"reason": self.reason} if self.oom else {"step": self.timing.to_json() if self.timing else None}
-
-
-def run(
+def measure(
     cnn: str,
-    batch_size: int,
+    batch_sizes: Sequence[int],
     image_size: int,
     optimizer: str,
     precision: str,
     device: torch.device,
     *,
-    time_cap_s: float,
-) -> StepResult:
-    """Time full training steps on synthetic data already on the device."""
+    policy: Policy,
+    window_points: int,
+    save: Callable[[int, Outcome], None],
+    stop: Callable[[], bool],
+) -> list[int]:
+    """Time training steps at each batch size, interleaved; returns the batch sizes left by a stop.
+
+    A step the CNN cannot take at a batch size (e.g. batch norm with one value per channel) is
+    recorded as infeasible with torch's message; out of memory is recorded as such.
+    """
     try:
-        return StepResult(oom=False, timing=_run(cnn, batch_size, image_size, optimizer, precision, device, time_cap_s))
+        model, opt = build(cnn, optimizer, precision, device)
     except Exception as exc:
-        if not is_oom(exc):
+        if not windows.is_oom(exc):
             raise
-        return StepResult(oom=True, reason=str(exc).splitlines()[0][:300])
-    finally:
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        reason = windows.first_line(exc.with_traceback(None))
+        windows.free(device, collect=True)
+        for bs in batch_sizes:
+            save(bs, Outcome(oom=True, reason=f"model does not fit: {reason}"))
+        return []
+    params = sum(p.numel() for p in model.parameters())
+    convs = cnn_zoo.conv_layers(cnn, image_size)
+    pairs = list(zip(convs.signatures, convs.counts, strict=True))
+
+    def footprint(sizes: Sequence[int]) -> int:
+        return memory.step_bytes(
+            params=params,
+            signatures=pairs,
+            batch_sizes=sizes,
+            image_size=image_size,
+            optimizer=optimizer,
+            precision=precision,
+        )
+
+    spec = Spec(
+        prepare=lambda bs: prepare(model, opt, bs, image_size, precision, device),
+        footprint=footprint,
+        # torch raises ValueError for a configuration the model cannot train in (batch norm over
+        # a single value per channel); anything else is a failure of the task.
+        infeasible=(ValueError,),
+    )
+    return windows.run(
+        batch_sizes, spec, device=device, policy=policy, window_points=window_points, save=save, stop=stop
+    )
 
 
-def _run(
-    cnn: str, batch_size: int, image_size: int, optimizer: str, precision: str, device: torch.device, time_cap_s: float
-) -> Timing:
+def build(cnn: str, optimizer: str, precision: str, device: torch.device) -> tuple[torch.nn.Module, Any]:
+    """A freshly initialised CNN in training mode on the device, with its optimizer."""
     kwargs: dict[str, Any] = {"weights": None}
     if cnn in ("googlenet", "inception_v3"):
         kwargs["init_weights"] = False
@@ -58,6 +77,13 @@ def _run(
     opt: torch.optim.Optimizer = (
         torch.optim.SGD(params, lr=0.01, momentum=0.9) if optimizer == "sgd" else torch.optim.Adam(params, lr=1e-3)
     )
+    return model, opt
+
+
+def prepare(
+    model: torch.nn.Module, opt: Any, batch_size: int, image_size: int, precision: str, device: torch.device
+) -> Prepared:
+    """Synthetic data of one batch size already on the device, and one step run once (not a sample)."""
     x = torch.randn(batch_size, 3, image_size, image_size, device=device, dtype=DTYPES[precision])
     target = torch.randint(0, 1000, (batch_size,), device=device)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -69,4 +95,6 @@ def _run(
         loss_fn(logits, target).backward()
         opt.step()
 
-    return measure(step, device, time_cap_s=time_cap_s, max_runs=20)
+    step()
+    sync(device)
+    return Prepared(phases={"step": step})

@@ -1,8 +1,11 @@
 """Writing measurements: idempotent, so a redelivered task adds nothing twice."""
 
-from gpu_agent.layer_bench import LayerResult
-from gpu_agent.step_bench import StepResult
+from typing import Any
+
+from gpu_agent.windows import Outcome
 from shared.db import Json, transaction
+
+METHOD = "interleaved-rounds"
 
 SELECT_LAYER_DONE = """
 SELECT batch_size FROM layer_benchmarks
@@ -12,15 +15,38 @@ INSERT INTO layer_benchmarks (signature_id, machine_type, batch_size, precision,
                               forward_ms, backward_data_ms, backward_weight_ms, stats)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (signature_id, machine_type, batch_size, precision, environment_id) DO NOTHING"""
+# Infeasible steps count as done: measuring them again would fail the same way.
 SELECT_STEP_DONE = """
 SELECT batch_size FROM step_measurements
-WHERE cnn_name = %s AND machine_type = %s AND image_size = %s AND optimizer = %s
-  AND precision = %s AND environment_id = %s"""
+WHERE cnn_name = %(cnn)s AND machine_type = %(machine)s AND image_size = %(image_size)s
+  AND optimizer = %(optimizer)s AND precision = %(precision)s AND environment_id = %(env)s
+UNION
+SELECT batch_size FROM step_failures
+WHERE cnn_name = %(cnn)s AND machine_type = %(machine)s AND image_size = %(image_size)s
+  AND optimizer = %(optimizer)s AND precision = %(precision)s AND environment_id = %(env)s"""
 INSERT_STEP = """
 INSERT INTO step_measurements (cnn_name, machine_type, batch_size, image_size, optimizer, precision,
                                environment_id, oom, step_ms, stats)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+VALUES (%(cnn)s, %(machine)s, %(batch_size)s, %(image_size)s, %(optimizer)s, %(precision)s,
+        %(env)s, %(oom)s, %(step_ms)s, %(stats)s)
 ON CONFLICT (cnn_name, machine_type, batch_size, image_size, optimizer, precision, environment_id) DO NOTHING"""
+INSERT_STEP_FAILURE = """
+INSERT INTO step_failures (cnn_name, machine_type, batch_size, image_size, optimizer, precision,
+                           environment_id, reason)
+VALUES (%(cnn)s, %(machine)s, %(batch_size)s, %(image_size)s, %(optimizer)s, %(precision)s, %(env)s, %(reason)s)
+ON CONFLICT (cnn_name, machine_type, batch_size, image_size, optimizer, precision, environment_id) DO NOTHING"""
+
+
+def stats(outcome: Outcome) -> dict[str, Any]:
+    """The stats column: every phase's statistics and what it was timed with, or the reason it has none."""
+    if outcome.timings is None:
+        return {"reason": outcome.reason}
+    return {
+        **{phase: t.to_json() for phase, t in outcome.timings.items()},
+        "method": METHOD,
+        "window": list(outcome.window),
+        **outcome.info,
+    }
 
 
 def layer_batch_sizes_done(*, signature_id: int, machine: str, precision: str, environment_id: int) -> set[int]:
@@ -31,26 +57,35 @@ def layer_batch_sizes_done(*, signature_id: int, machine: str, precision: str, e
 
 
 def save_layer(
-    *, signature_id: int, machine: str, batch_size: int, precision: str, environment_id: int, result: LayerResult
+    *, signature_id: int, machine: str, batch_size: int, precision: str, environment_id: int, outcome: Outcome
 ) -> None:
-    """Store one layer measurement."""
-    ms: tuple[float | None, float | None, float | None] = (None, None, None)
-    if not result.oom:
-        assert result.forward and result.backward_data and result.backward_weight
-        ms = (result.forward.median_ms, result.backward_data.median_ms, result.backward_weight.median_ms)
+    """Store one layer measurement (or its out of memory)."""
+    if outcome.infeasible:
+        raise ValueError(f"a layer is measured or out of memory, never infeasible: {outcome.reason}")
+    ms: tuple[float | None, ...] = (None, None, None)
+    if outcome.timings is not None:
+        ms = tuple(outcome.timings[p].value_ms for p in ("forward", "backward_data", "backward_weight"))
     with transaction() as cur:
         cur.execute(
             INSERT_LAYER,
-            (signature_id, machine, batch_size, precision, environment_id, result.oom, *ms, Json(result.stats())),
+            (signature_id, machine, batch_size, precision, environment_id, outcome.oom, *ms, Json(stats(outcome))),
         )
 
 
 def step_batch_sizes_done(
     *, cnn: str, machine: str, image_size: int, optimizer: str, precision: str, environment_id: int
 ) -> set[int]:
-    """Batch sizes whose whole step is already measured in this environment."""
+    """Batch sizes whose whole step is stored in this environment, measured or infeasible."""
+    params = {
+        "cnn": cnn,
+        "machine": machine,
+        "image_size": image_size,
+        "optimizer": optimizer,
+        "precision": precision,
+        "env": environment_id,
+    }
     with transaction() as cur:
-        cur.execute(SELECT_STEP_DONE, (cnn, machine, image_size, optimizer, precision, environment_id))
+        cur.execute(SELECT_STEP_DONE, params)
         return {r["batch_size"] for r in cur.fetchall()}
 
 
@@ -63,23 +98,21 @@ def save_step(
     optimizer: str,
     precision: str,
     environment_id: int,
-    result: StepResult,
+    outcome: Outcome,
 ) -> None:
-    """Store one whole-step measurement."""
-    step_ms = result.timing.median_ms if result.timing else None
+    """Store one whole-step measurement, its out of memory, or why the CNN cannot take the step."""
+    params: dict[str, Any] = {
+        "cnn": cnn,
+        "machine": machine,
+        "batch_size": batch_size,
+        "image_size": image_size,
+        "optimizer": optimizer,
+        "precision": precision,
+        "env": environment_id,
+    }
     with transaction() as cur:
-        cur.execute(
-            INSERT_STEP,
-            (
-                cnn,
-                machine,
-                batch_size,
-                image_size,
-                optimizer,
-                precision,
-                environment_id,
-                result.oom,
-                step_ms,
-                Json(result.stats()),
-            ),
-        )
+        if outcome.infeasible:
+            cur.execute(INSERT_STEP_FAILURE, {**params, "reason": outcome.reason})
+            return
+        step_ms = outcome.timings["step"].value_ms if outcome.timings else None
+        cur.execute(INSERT_STEP, {**params, "oom": outcome.oom, "step_ms": step_ms, "stats": Json(stats(outcome))})

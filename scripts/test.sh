@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh
+scripts/browser.sh  # Debian's Chromium for tests/test_web.py; skipped when already installed
 VENV=${VENV:-.venv}
 scripts/lint.sh
 "$VENV/bin/python" -m tests.preflight

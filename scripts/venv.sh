@@ -7,8 +7,11 @@ stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "installing into $VENV (first time: torch and torchvision, a few minutes)…" >&2
   [ -x "$VENV/bin/python" ] || python3.11 -m venv "$VENV" 2>/dev/null || python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+  if ! "$VENV/bin/pip" install --disable-pip-version-check -e ".[dev]" >"$VENV/install.log" 2>&1; then
+    tail -n 20 "$VENV/install.log" >&2
+    echo "error: installing the project into $VENV failed (full log: $VENV/install.log)" >&2
+    exit 1
+  fi
   "$VENV/bin/python" -c "import torch, torchvision, celery, fastapi" \
     || { echo "error: installing the project into $VENV failed" >&2; exit 1; }
   rm -f "$VENV"/.installed-*

@@ -1,12 +1,13 @@
-"""Built-in CNNs (torchvision classification models) and reading their conv layers."""
+"""Built-in CNNs (torchvision classification models) and reading any PyTorch model on the meta device."""
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any
 
 from shared.errors import ExtractionError, NotFound
 from shared.signatures import ConvSignature
+from shared.workload import Workload, record_aten
 
 # Batch norm in training mode refuses a batch of one at 1x1 spatial size; two avoids it and
 # the batch size is not part of a signature anyway.
@@ -15,10 +16,11 @@ _EXTRACT_BATCH = 2
 
 @dataclass(frozen=True)
 class ConvLayers:
-    """The conv layers of a CNN at one input size: signatures in order of first use and counts."""
+    """A CNN read at one input size: conv signatures in order of first use, counts, workload."""
 
     signatures: tuple[ConvSignature, ...]
     counts: tuple[int, ...]
+    workload: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def total(self) -> int:
@@ -50,18 +52,18 @@ def _patch_regnet() -> None:
     regnet.BlockParams.from_init_params = classmethod(on_cpu)  # type: ignore[method-assign, assignment]
 
 
-def _build(name: str, num_classes: int = 1000) -> Any:
+def build(name: str, num_classes: int = 1000, device: str = "meta") -> Any:
+    """A torchvision model without weights, on the meta device unless asked otherwise."""
     import torch
     import torchvision.models
 
-    _patch_regnet()
-
     if name not in builtin_names():
         raise NotFound(f"unknown CNN {name!r}", cnn=name)
+    _patch_regnet()
     kwargs: dict[str, Any] = {"weights": None, "num_classes": num_classes}
     if name in ("googlenet", "inception_v3"):
         kwargs["init_weights"] = False  # scipy-free, and weights are never used here
-    with torch.device("meta"):
+    with torch.device(device):
         return torchvision.models.get_model(name, **kwargs)
 
 
@@ -73,55 +75,101 @@ def parameter_count(name: str) -> int:
     try:
         return int(torchvision.models.get_model_weights(name).DEFAULT.meta["num_params"])
     except (KeyError, ValueError, AttributeError):
-        return sum(p.numel() for p in _build(name).parameters())
+        return sum(p.numel() for p in build(name).parameters())
 
 
 @lru_cache(maxsize=256)
-def conv_layers(name: str, image_size: int) -> ConvLayers:
-    """Every convolution one training forward pass of a built-in CNN runs."""
+def conv_layers(name: str, image_size: int, num_classes: int = 1000) -> ConvLayers:
+    """Every convolution, and the workload, of one training forward pass of a built-in CNN."""
     try:
-        return conv_layers_of(_build(name), image_size)
+        return conv_layers_of(build(name, num_classes), image_size, num_classes)
     except ExtractionError as exc:
-        raise ExtractionError(f"{name} {exc.detail}", cnn=name, image_size=image_size) from exc
+        least = smallest_size(name) if image_size < 224 else None
+        hint = f" ({name} needs at least {least} px)" if least and least > image_size else ""
+        raise ExtractionError(f"{name} {exc.detail}{hint}", cnn=name, image_size=image_size) from exc
 
 
-def conv_layers_of(model: Any, image_size: int) -> ConvLayers:
-    """Every convolution a model on the meta device runs in one training forward pass."""
+@cache
+def smallest_size(name: str) -> int | None:
+    """The smallest image size a built-in CNN trains at, if sizes above it all work (None otherwise)."""
+
+    def works(size: int) -> bool:
+        try:
+            conv_layers_of(build(name), size)
+            return True
+        except ExtractionError:
+            return False
+
+    lo, hi = 8, 299
+    if not works(hi):
+        return None
+    while lo < hi:  # the smallest size that works, if working is monotonic in size
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if works(mid) else (mid + 1, hi)
+    # Some models need sizes divisible by a window or patch; then there is no single minimum.
+    return lo if all(works(lo + k) for k in range(1, 8)) else None
+
+
+def conv_layers_of(model: Any, image_size: int, num_classes: int | None = None) -> ConvLayers:
+    """Every convolution and the workload of a meta-device model's training forward pass and loss."""
     import torch
+    import torch.nn.functional as F  # noqa: N812
     from torch.utils._python_dispatch import TorchDispatchMode
 
     seen: list[ConvSignature] = []
+    work = Workload()
 
-    class _RecordConvs(TorchDispatchMode):
-        # Intercepting the operator (not nn.Conv2d modules) also catches functional convs.
+    class _Record(TorchDispatchMode):
+        # Intercepting operators (not nn.Conv2d modules) also catches functional convs.
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
+            if func is torch.ops.aten.native_batch_norm.default:
+                out = _batch_norm_shapes(*args)
+            else:
+                out = func(*args, **kwargs)
             if func is torch.ops.aten.convolution.default:
                 seen.append(_signature_of(args))
-            return func(*args, **(kwargs or {}))
+            record_aten(work, func, args, kwargs, out)
+            return out
 
     model.train()
     x = torch.empty(_EXTRACT_BATCH, 3, image_size, image_size, device="meta")
     try:
-        with _RecordConvs():
-            model(x)
+        with _Record():
+            out = model(x)
+            logits = out.logits if hasattr(out, "logits") else out  # inception/googlenet aux outputs
+            if num_classes is not None and isinstance(logits, torch.Tensor) and logits.dim() == 2:
+                target = torch.zeros(_EXTRACT_BATCH, dtype=torch.long, device="meta")
+                F.cross_entropy(logits, target)
     except RuntimeError as exc:
         raise ExtractionError(
             f"cannot run on {image_size}x{image_size} images: {str(exc).splitlines()[0]}", image_size=image_size
         ) from exc
+    params = list(model.parameters())
+    work.parameters = sum(p.numel() for p in params)
+    work.parameter_tensors = len(params)
     counts = Counter(seen)
     order = list(dict.fromkeys(seen))
-    return ConvLayers(tuple(order), tuple(counts[s] for s in order))
+    return ConvLayers(tuple(order), tuple(counts[s] for s in order), work.per_sample(_EXTRACT_BATCH).to_json())
+
+
+def _batch_norm_shapes(x: Any, *rest: Any) -> tuple[Any, Any, Any]:
+    # The meta kernel of batch norm is a slow Python reference (~10 ms a call); its output
+    # shapes are simple: the input's, and per-channel statistics in training (empty otherwise).
+    import torch
+
+    training = bool(rest[4]) if len(rest) > 4 else True
+    stats = x.shape[1] if training else 0
+    return (torch.empty_like(x), x.new_empty((stats,)), x.new_empty((stats,)))
 
 
 def _signature_of(args: tuple[Any, ...]) -> ConvSignature:
     x, w, b, stride, padding, dilation, transposed, output_padding, groups = args[:9]
     if x.dim() != 4:
         raise ExtractionError(f"only 2-D convolutions are supported, got input of {x.dim()} dims")
-    in_channels = int(x.shape[1])
-    out_channels = int(w.shape[1] * groups) if transposed else int(w.shape[0])
     return ConvSignature(
-        in_channels=in_channels,
-        out_channels=out_channels,
+        in_channels=int(x.shape[1]),
+        out_channels=int(w.shape[1] * groups) if transposed else int(w.shape[0]),
         in_h=int(x.shape[2]),
         in_w=int(x.shape[3]),
         kernel=(int(w.shape[2]), int(w.shape[3])),

@@ -4,8 +4,9 @@ TraincastError                 base: every error we raise on purpose
 ├── ServiceUnavailable         PostgreSQL or Redis cannot be reached
 ├── NotFound                   a job, CNN or machine type that does not exist
 ├── InvalidRequest             input a person must correct (bad batch sizes, image size, …)
-├── Conflict                   idempotency key reused with a different request; bad state change
-└── ExtractionError            a CNN could not be read into conv layers
+│   └── ExtractionError        a CNN could not be read into conv layers
+├── PayloadTooLarge            an upload over the configured size limit
+└── Conflict                   idempotency key reused with a different request; bad state change
 """
 
 from typing import Any
@@ -55,3 +56,10 @@ class ExtractionError(InvalidRequest):
     """A CNN could not be read into its conv layers."""
 
     title = "Cannot read CNN"
+
+
+class PayloadTooLarge(TraincastError):
+    """An upload over the configured size limit."""
+
+    status = 413
+    title = "Upload too large"

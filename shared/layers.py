@@ -2,11 +2,11 @@
 
 from typing import Any
 
-from shared import cnn_zoo
+from shared import cnns
 from shared.db import Json, one, transaction
 
 UPSERT_CNN = """
-INSERT INTO cnns (name, source, definition) VALUES (%s, %s, %s)
+INSERT INTO cnns (name, source, definition) VALUES (%s, 'torchvision', %s)
 ON CONFLICT (name) DO NOTHING"""
 # DO UPDATE (a no-op) rather than DO NOTHING so RETURNING also yields rows that existed.
 UPSERT_SIGNATURE = """
@@ -14,8 +14,12 @@ INSERT INTO conv_signatures (hash, spec) VALUES (%s, %s)
 ON CONFLICT (hash) DO UPDATE SET hash = EXCLUDED.hash
 RETURNING id"""
 UPSERT_MEMBERSHIP = """
-INSERT INTO cnn_layers (cnn_name, image_size, signature_id, count) VALUES (%s, %s, %s, %s)
-ON CONFLICT (cnn_name, image_size, signature_id) DO UPDATE SET count = EXCLUDED.count"""
+INSERT INTO cnn_layers (cnn_name, image_size, num_classes, signature_id, count) VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (cnn_name, image_size, num_classes, signature_id) DO UPDATE SET count = EXCLUDED.count"""
+UPSERT_WORKLOAD = """
+INSERT INTO cnn_workloads (cnn_name, image_size, num_classes, conv_count, workload) VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (cnn_name, image_size, num_classes) DO UPDATE
+SET conv_count = EXCLUDED.conv_count, workload = EXCLUDED.workload"""
 SELECT_SPECS = "SELECT id, hash, spec FROM conv_signatures WHERE id = ANY(%s)"
 SELECT_DONE = """
 SELECT DISTINCT signature_id, machine_type, batch_size FROM layer_benchmarks
@@ -31,18 +35,26 @@ WHERE signature_id = ANY(%(sigs)s) AND machine_type = %(machine)s
 ORDER BY signature_id, batch_size, measured_at DESC, id DESC"""
 
 
-def register_builtin(*, name: str, image_size: int) -> list[tuple[int, int]]:
-    """Read a built-in CNN's conv layers and store them; returns [(signature_id, count), …]."""
-    layers = cnn_zoo.conv_layers(name, image_size)
+def register(*, name: str, image_size: int, num_classes: int | None = None) -> list[tuple[int, int]]:
+    """Read a CNN's conv layers and workload and store them; returns [(signature_id, count), …]."""
+    layers = cnns.read(name=name, image_size=image_size, num_classes=num_classes)
+    classes = cnns.variant_classes(name, num_classes)
     out: list[tuple[int, int]] = []
     with transaction() as cur:
-        cur.execute(UPSERT_CNN, (name, "torchvision", Json({"torchvision": name})))
+        if cnns.is_builtin(name):
+            cur.execute(UPSERT_CNN, (name, Json({"torchvision": name})))
         for sig, count in zip(layers.signatures, layers.counts, strict=True):
             cur.execute(UPSERT_SIGNATURE, (sig.hash, Json(sig.to_json())))
             sig_id = one(cur)["id"]
-            cur.execute(UPSERT_MEMBERSHIP, (name, image_size, sig_id, count))
+            cur.execute(UPSERT_MEMBERSHIP, (name, image_size, classes, sig_id, count))
             out.append((sig_id, count))
+        cur.execute(UPSERT_WORKLOAD, (name, image_size, classes, layers.total, Json(layers.workload)))
     return out
+
+
+def register_builtin(*, name: str, image_size: int) -> list[tuple[int, int]]:
+    """Register a built-in CNN with its default 1000 classes (as calibration measures it)."""
+    return register(name=name, image_size=image_size)
 
 
 def specs(*, signature_ids: list[int]) -> dict[int, dict[str, Any]]:
@@ -70,3 +82,24 @@ def newest(
     with transaction() as cur:
         cur.execute(SELECT_NEWEST, params)
         return {(r["signature_id"], r["batch_size"]): dict(r) for r in cur.fetchall()}
+
+
+SELECT_MEMBERS = """
+SELECT m.signature_id, m.count, s.spec FROM cnn_layers m JOIN conv_signatures s ON s.id = m.signature_id
+WHERE m.cnn_name = %s AND m.image_size = %s AND m.num_classes = %s ORDER BY m.signature_id"""
+SELECT_WORKLOAD = "SELECT workload FROM cnn_workloads WHERE cnn_name = %s AND image_size = %s AND num_classes = %s"
+
+
+def members(*, name: str, image_size: int, num_classes: int) -> list[tuple[int, dict[str, Any], int]]:
+    """A stored CNN variant's conv layers: (signature id, spec, count)."""
+    with transaction() as cur:
+        cur.execute(SELECT_MEMBERS, (name, image_size, num_classes))
+        return [(r["signature_id"], r["spec"], r["count"]) for r in cur.fetchall()]
+
+
+def workload(*, name: str, image_size: int, num_classes: int) -> dict[str, Any]:
+    """A stored CNN variant's workload (empty if it was never read)."""
+    with transaction() as cur:
+        cur.execute(SELECT_WORKLOAD, (name, image_size, num_classes))
+        row = cur.fetchone()
+    return dict(row["workload"]) if row else {}

@@ -34,6 +34,7 @@ class JobRequest(BaseModel):
     epochs: int = Field(default=90, ge=1, le=100_000)
     dataset_size: int = Field(default=1_281_167, ge=1)
     image_size: int = Field(default=224, ge=8, le=2048)
+    num_classes: int | None = Field(default=None, ge=1, le=1_000_000)
     optimizer: Literal["sgd", "adam"] = "sgd"
     precision: Literal["fp32"] = "fp32"
 

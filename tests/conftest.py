@@ -24,7 +24,7 @@ http = httpx.Client(timeout=30)
 
 TRUNCATE = """
 TRUNCATE jobs, predictor_models, step_measurements, layer_benchmarks,
-         cnn_layers, conv_signatures, cnns"""
+         cnn_layers, conv_signatures, cnns CASCADE"""
 
 
 @pytest.fixture(scope="session", autouse=True)

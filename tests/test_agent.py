@@ -1,5 +1,6 @@
 """The benchmark agent measures for real on the CPU, records OOM as data, and writes idempotently."""
 
+import os
 from typing import Any
 
 import pytest
@@ -34,9 +35,16 @@ def test_layer_benchmark_is_measured_and_stored_once(clean_db: None) -> None:
     assert [r["batch_size"] for r in stored] == [1, 2]
     for r in stored:
         assert not r["oom"] and r["forward_ms"] > 0 and r["backward_data_ms"] > 0 and r["backward_weight_ms"] > 0
-        assert r["stats"]["forward"]["runs"] >= 3 and r["stats"]["forward"]["min_ms"] <= r["forward_ms"]
+        for phase in ("forward", "backward_data", "backward_weight"):
+            t = r["stats"][phase]
+            # The stored figure is the minimum of the round medians: between the fastest run and the median.
+            assert t["value_ms"] == r[f"{phase}_ms"] and t["min_ms"] <= t["value_ms"] <= t["median_ms"] * (1 + 1e-9)
+            assert t["rounds"] >= 3 and t["runs"] >= t["rounds"] and t["spread"] is not None
+        assert r["stats"]["window"] == [1, 2] and r["stats"]["method"] == "interleaved-rounds"
     env = rows("SELECT details FROM environments WHERE id = %s", stored[0]["environment_id"])[0]["details"]
-    assert env["torch"] == torch.__version__ and env["device_type"] == "cpu" and env["threads"] >= 1
+    assert env["torch"] == torch.__version__ and env["device_type"] == "cpu"
+    assert env["threads"] == torch.get_num_threads() == len(os.sched_getaffinity(0))
+    assert env["timing_method"] and env["agent_version"]
     assert agent.bench_layers(machine_type="local", precision="fp32", items=[item]) == 0
     assert len(rows("SELECT id FROM layer_benchmarks")) == 2
     assert "worker.advance_jobs" in queued_tasks("jobs")

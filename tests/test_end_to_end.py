@@ -4,11 +4,13 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from shared.db import transaction
 from tests.conftest import Stack, http
+from tests.onnx_models import export
 
 JOB = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [1, 2], "image_size": 32, "epochs": 2}
 TRAINCAST = str(Path(sys.executable).parent / "traincast")
@@ -80,6 +82,18 @@ def test_calibrate_predict_and_reuse(full_stack: Stack, clean_db: None) -> None:
     assert "fastest at batch" in out.stdout and "resnet18  local" in out.stdout
     listed = cli(full_stack, "jobs")
     assert listed.returncode == 0 and job["id"] in listed.stdout
+
+
+def test_job_for_an_uploaded_onnx_cnn(full_stack: Stack) -> None:
+    """An ONNX upload is used by name in a job; its layers are the built-in model's, measured once."""
+    name = f"uploaded-{uuid.uuid4().hex[:8]}"
+    files = {"file": ("squeezenet.onnx", export("squeezenet1_1"))}
+    assert http.post(f"{full_stack.url}/v1/cnns", data={"name": name}, files=files).status_code == 201
+    body = {**JOB, "cnns": [name, "squeezenet1_1"], "batch_sizes": [2]}
+    job = wait_for(full_stack, http.post(f"{full_stack.url}/v1/jobs", json=body).json()["id"])
+    assert job["status"] == "succeeded", job
+    uploaded, builtin = job["result"]["predictions"]
+    assert uploaded["cnn"] == name and uploaded["conv_ms"] == builtin["conv_ms"] > 0
 
 
 def test_work_waits_for_a_stopped_agent(full_stack: Stack) -> None:

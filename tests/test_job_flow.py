@@ -94,3 +94,13 @@ def test_unreadable_cnn_fails_the_job_with_the_reason(clean_db: None) -> None:
     planning.plan_job(job["id"])
     failed = jobs.get(job_id=job["id"])
     assert failed["status"] == "failed" and "inception_v3 cannot run on 64x64" in failed["error"]
+
+
+def test_job_says_which_machine_has_no_agent(clean_db: None) -> None:
+    """Pending work for a machine type no agent serves is named in the job's progress."""
+    job = submit(machines=["g5.xlarge"])
+    planning.plan_job(job["id"])
+    progress = jobs.get(job_id=job["id"])["progress"]["machines"]["g5.xlarge"]
+    assert progress["pending"] > 0 and progress["agent_alive"] is False
+    assert progress["waiting_for"] == "waiting for an agent on g5.xlarge"
+    assert broker().llen("bench.g5.xlarge") > 0  # the work waits in that machine type's queue

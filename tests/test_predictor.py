@@ -1,14 +1,15 @@
 """The predictor: trained from stored measurements, versioned, honest in evaluation and assembly."""
 
 import math
+import random
 
 import pytest
 
-from shared import layers
+from shared import jobs, machines
 from shared.errors import InvalidRequest
 from shared.schemas import JobRequest
-from tests.jobflow import drain_agent_queue
-from worker import assemble, calibrate, planning, predictor
+from tests.jobflow import drain_agent_queue, submit
+from worker import assemble, calibrate, features, models, planning, predictor
 
 
 def measure(plan: calibrate.Plan) -> None:
@@ -17,79 +18,96 @@ def measure(plan: calibrate.Plan) -> None:
     drain_agent_queue()
 
 
-def test_train_store_load_and_version(clean_db: None) -> None:
-    """A model is fitted from real measurements, stored with its rows and evaluation, and versioned."""
+def test_train_store_load_predict_and_version(clean_db: None) -> None:
+    """A model is fitted from real measurements, stored with its rows and evaluation, reloaded and versioned."""
     with pytest.raises(InvalidRequest, match="at least 2 CNNs"):
         predictor.train(machine="local")
     assert predictor.latest(machine="local") is None
-    plan = calibrate.Plan(
-        machine="local", cnns=("resnet18", "squeezenet1_1", "alexnet"), batch_sizes=(1, 2), image_size=64
-    )
-    measure(plan)
-    done, needed = calibrate.progress(plan, calibrate.send(plan)[0])
-    assert done == needed
+    cnns = ("resnet18", "squeezenet1_1", "mobilenet_v2")
+    measure(calibrate.Plan(machine="local", cnns=cnns, batch_sizes=(2, 4), image_size=64))
+    points = predictor.dataset("local")
+    assert len(points) == 6 and all(p.conv_ms > 0 and p.step_ms > 0 for p in points)
     first = predictor.train(machine="local")
-    assert first["version"] == 1 and first["params"]["scale"] > 0
-    assert len(first["training_rows"]) == 6 and first["evaluation"]["rows"] == 6
-    assert set(first["evaluation"]["per_cnn"]) == set(plan.cnns)
+    assert first["version"] == 1 and first["kind"] == "lightgbm_ratio"
+    assert sorted(first["training_rows"]) == sorted(p.id for p in points)
+    ev = first["evaluation"]
+    assert set(ev["loco"]["lightgbm"]["groups"]) == set(cnns)
+    assert set(ev["lofo"]["lightgbm"]["groups"]) == {"resnet", "squeezenet", "mobilenet_v2"}
+    assert {"conv_scale", "flops_scale"} <= set(ev["loco"]) and ev["loco_mape"] == ev["loco"]["lightgbm"]["mape"]
+    low, mid, high = predictor.predict_ms(first, points[0].x, points[0].conv_ms)
+    assert 0 < low <= mid <= high
     second = predictor.train(machine="local")
-    assert second["version"] == 2 and predictor.latest(machine="local")["id"] == second["id"]
+    latest = predictor.latest(machine="local")
+    assert second["version"] == 2 and latest is not None and latest["id"] == second["id"]
 
 
-def test_held_out_cnn_is_excluded_from_its_fit() -> None:
-    """Each CNN's error comes from a scale fitted without any of its rows."""
-    pairs = [
-        {"id": 1, "cnn": "a", "conv_ms": 10.0, "step_ms": 20.0},
-        {"id": 2, "cnn": "a", "conv_ms": 20.0, "step_ms": 40.0},
-        {"id": 3, "cnn": "b", "conv_ms": 10.0, "step_ms": 20.0},
-        {"id": 4, "cnn": "odd", "conv_ms": 10.0, "step_ms": 100.0},
+def test_held_out_group_is_excluded_from_its_fit() -> None:
+    """Every fold's model is fitted on data holding no row of the held-out CNN."""
+    rng = random.Random(3)
+    points = [
+        models.Point(i, cnn, "fam", [rng.random() for _ in range(3)], 10.0 * (1 + rng.random()), 1e9, 25.0)
+        for i, cnn in enumerate(["a", "a", "b", "b", "c", "c", "c"])
     ]
-    ev = predictor.evaluate(pairs)
-    # Without "odd", the others fit a scale of exactly 2: 10 x 2 = 20 against 100 measured.
-    assert ev["per_cnn"]["odd"]["mape"] == pytest.approx(80.0)
-    # "odd" pulls the scale of the others' fits up, so they are not predicted perfectly.
-    assert ev["per_cnn"]["a"]["mape"] > 0 and ev["per_cnn"]["b"]["mape"] > 0
-    assert predictor.fit_scale([p for p in pairs if p["cnn"] != "odd"]) == pytest.approx(2.0)
+    seen: dict[frozenset[int], None] = {}
+
+    def fit(train: list[models.Point]) -> models.Predictor:
+        seen[frozenset(p.id for p in train)] = None
+        return lambda p: p.conv_ms * 2
+
+    result = models.held_out(points, lambda p: p.cnn, fit)
+    assert len(seen) == 3
+    for group in result["groups"].values():
+        held = set(group["held_out_ids"])
+        assert any(not (held & train) and len(train) + len(held) == len(points) for train in seen)
+    assert result["groups"]["c"]["rows"] == 3
 
 
-def test_assembly_time_cost_and_out_of_memory() -> None:
-    """Epochs use ceil(dataset/batch) iterations, cost is price x time, OOM sizes are excluded from the best."""
-    request = JobRequest(cnns=["x"], machines=["g5.xlarge"], batch_sizes=[8, 16], epochs=3, dataset_size=100)
-    model = {"params": {"scale": 2.0}}
-    rows = {
-        (1, 8): {"oom": False, "forward_ms": 1.0, "backward_data_ms": 2.0, "backward_weight_ms": 3.0},
-        (1, 16): {"oom": True},
-    }
-    fits = assemble._point("x", "g5.xlarge", 8, [(1, 2)], rows, model, 1.006, request)
-    assert fits["conv_ms"] == 12.0 and fits["iteration_seconds"] == pytest.approx(0.024)
-    assert fits["epoch_seconds"] == pytest.approx(math.ceil(100 / 8) * 0.024)
-    assert fits["total_seconds"] == pytest.approx(3 * 13 * 0.024)
-    assert fits["cost_usd"] == pytest.approx(1.006 * 3 * 13 * 0.024 / 3600)
-    oom = assemble._point("x", "g5.xlarge", 16, [(1, 2)], rows, model, 1.006, request)
+def test_lightgbm_learns_a_ratio_the_scale_cannot() -> None:
+    """Where step/conv depends on a feature, LightGBM beats the single scale on held-out CNNs."""
+    rng = random.Random(5)
+    points = []
+    for i in range(60):
+        bs = rng.choice([2, 4, 8, 16, 32])
+        conv = 10.0 * bs * (1 + rng.random())
+        x = [float(bs)] + [0.0] * (len(features.NAMES) - 1)
+        points.append(models.Point(i, f"cnn{i % 10}", "fam", x, conv, conv, conv * (1 + 8 / bs)))
+    ev = models.evaluate(points)
+    assert ev["loco"]["lightgbm"]["mape"] < ev["loco"]["conv_scale"]["mape"] / 2
+
+
+def test_assembly_time_cost_energy_and_out_of_memory(clean_db: None) -> None:
+    """Epochs use ceil(dataset/batch) iterations, cost is price x time, energy uses board power, OOM is excluded."""
+    measure(calibrate.Plan(machine="local", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(2,), image_size=32))
+    model = predictor.train(machine="local")
+    point = predictor.dataset("local")[0]
+    g5 = machines.get_by_name(name="g5.xlarge")
+    request = JobRequest(cnns=["x"], machines=["g5.xlarge"], batch_sizes=[8], epochs=3, dataset_size=100)
+    p = assemble._point("x", "g5.xlarge", 8, point.x, model, g5, request)
+    low, mid, high = predictor.predict_ms(model, point.x, point.conv_ms)
+    assert p["iteration_seconds"] == pytest.approx(mid / 1000)
+    assert p["total_seconds"] == pytest.approx(mid / 1000 * math.ceil(100 / 8) * 3)
+    assert p["epoch_seconds"] == pytest.approx(p["total_seconds"] / 3)
+    assert p["cost_usd"] == pytest.approx(g5["price_usd_per_hour"] * p["total_seconds"] / 3600)
+    assert p["energy_kwh"] == pytest.approx(g5["gpu_tdp_watts"] * g5["gpu_count"] * p["total_seconds"] / 3.6e6)
+    assert p["total_seconds_p10"] <= p["total_seconds"] <= p["total_seconds_p90"]
+    oom = assemble._point("x", "g5.xlarge", 16, None, model, g5, request)
     assert oom["fits_in_memory"] is False and oom["total_seconds"] is None
-    best = assemble._best("x", "g5.xlarge", [fits, oom])
+    best = assemble._best("x", "g5.xlarge", [p, oom])
     assert best["min_time"]["batch_size"] == 8 and best["min_cost"]["batch_size"] == 8
 
 
 def test_job_result_names_the_model_version(clean_db: None) -> None:
-    """With a model stored, a job's predictions carry numbers and the model version."""
-    plan = calibrate.Plan(machine="local", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(2,), image_size=32)
-    measure(plan)
+    """With a model stored, a job's predictions carry numbers, intervals and the model version."""
+    measure(calibrate.Plan(machine="local", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(2,), image_size=32))
     model = predictor.train(machine="local")
-    from tests.jobflow import submit
-
     job = submit(cnns=["resnet18"], batch_sizes=[2])
     planning.plan_job(job["id"])
-    from shared import jobs
-
     result = jobs.get(job_id=job["id"])["result"]
     assert result["models"]["local"] == {
-        "status": "ok",
-        "version": model["version"],
-        "kind": "conv_sum_scale",
+        "status": "ok", "version": model["version"], "kind": "lightgbm_ratio",
         "loco_mape": model["evaluation"]["loco_mape"],
-    }
+    }  # fmt: skip
     (point,) = result["predictions"]
-    assert point["iteration_seconds"] == pytest.approx(model["params"]["scale"] * point["conv_ms"] / 1000)
-    assert point["cost_usd"] == 0.0 and result["best"][0]["min_time"]["batch_size"] == 2
-    assert layers.measured(signature_ids=[1], machines=["g5.xlarge"], batch_sizes=[2], precision="fp32") == set()
+    assert point["iteration_seconds_p10"] <= point["iteration_seconds"] <= point["iteration_seconds_p90"]
+    assert point["cost_usd"] == 0.0 and point["energy_kwh"] is None  # local: free, board power unknown
+    assert result["best"][0]["min_time"]["batch_size"] == 2

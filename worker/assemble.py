@@ -1,11 +1,14 @@
-"""Assemble a job's result: per CNN × machine × batch size time and cost, and the best choices."""
+"""Assemble a job's result: per CNN × machine × batch size time, cost and energy, and the best choices."""
 
 import math
 from typing import Any
 
-from shared import layers, machines
+from shared import cnns, layers, machines
+from shared.errors import TraincastError
 from shared.schemas import JobRequest
-from worker import predictor
+from worker import features, predictor
+
+ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPU count × time (GPUs rarely draw full power)"
 
 
 def result(*, plan: dict[str, Any], request: JobRequest) -> dict[str, Any]:
@@ -13,55 +16,63 @@ def result(*, plan: dict[str, Any], request: JobRequest) -> dict[str, Any]:
     sizes = request.batch_size_list()
     predictions: list[dict[str, Any]] = []
     best: list[dict[str, Any]] = []
-    models: dict[str, Any] = {}
+    model_info: dict[str, Any] = {}
     for machine in request.machines:
         spec = machines.get_by_name(name=machine)
         model = predictor.latest(machine=machine)
-        models[machine] = _model_summary(model, machine)
-        for cnn, members in plan["cnns"].items():
-            pairs = [(int(s), int(c)) for s, c in members]
+        model_info[machine] = _model_summary(model, machine)
+        for cnn in plan["cnns"]:
+            key = {
+                "name": cnn,
+                "image_size": request.image_size,
+                "num_classes": cnns.variant_classes(cnn, request.num_classes),
+            }
+            members = layers.members(**key)
+            work = layers.workload(**key)
             rows = layers.newest(
-                signature_ids=[s for s, _ in pairs], machine=machine, batch_sizes=sizes, precision=request.precision
+                signature_ids=[m[0] for m in members], machine=machine, batch_sizes=sizes, precision=request.precision
             )
-            points = [_point(cnn, machine, bs, pairs, rows, model, spec["price_usd_per_hour"], request) for bs in sizes]
+            points = []
+            for bs in sizes:
+                x = features.vector(
+                    members=members, rows={sig: rows[(sig, bs)] for sig, _, _ in members}, workload=work,
+                    batch_size=bs, image_size=request.image_size, optimizer=request.optimizer, machine=spec,
+                )  # fmt: skip
+                points.append(_point(cnn, machine, bs, x, model, spec, request))
             predictions.extend(points)
             best.append(_best(cnn, machine, points))
-    return {"predictions": predictions, "best": best, "models": models}
+    return {"predictions": predictions, "best": best, "models": model_info, "energy_note": ENERGY_NOTE}
 
 
 def _point(
     cnn: str,
     machine: str,
     bs: int,
-    members: list[tuple[int, int]],
-    rows: dict[tuple[int, int], dict[str, Any]],
+    x: list[float] | None,
     model: dict[str, Any] | None,
-    price: float,
+    spec: dict[str, Any],
     request: JobRequest,
 ) -> dict[str, Any]:
-    conv = predictor.conv_ms(members=members, rows=rows, batch_size=bs)
-    point: dict[str, Any] = {
-        "cnn": cnn,
-        "machine": machine,
-        "batch_size": bs,
-        "fits_in_memory": conv is not None,
-        "conv_ms": conv,
-        "iteration_seconds": None,
-        "epoch_seconds": None,
-        "total_seconds": None,
-        "cost_usd": None,
-    }
-    if conv is None or model is None:
+    conv = x[features.NAMES.index("conv_ms")] if x is not None else None
+    point: dict[str, Any] = {"cnn": cnn, "machine": machine, "batch_size": bs, "fits_in_memory": x is not None}
+    point["conv_ms"] = conv
+    for name in ("iteration_seconds", "epoch_seconds", "total_seconds", "cost_usd", "energy_kwh"):
+        point[name] = point[f"{name}_p10"] = point[f"{name}_p90"] = None
+    if x is None or conv is None or model is None:
         return point
-    iteration = predictor.predict_ms(model, conv) / 1000
-    epoch = math.ceil(request.dataset_size / bs) * iteration
-    total = epoch * request.epochs
-    point.update(
-        iteration_seconds=iteration,
-        epoch_seconds=epoch,
-        total_seconds=total,
-        cost_usd=price * total / 3600,
-    )
+    try:
+        low, mid, high = predictor.predict_ms(model, x, conv)
+    except TraincastError:
+        return point
+    iterations = math.ceil(request.dataset_size / bs) * request.epochs
+    power_kw = (spec.get("gpu_tdp_watts") or 0) * spec.get("gpu_count", 0) / 1000
+    for suffix, ms in (("_p10", low), ("", mid), ("_p90", high)):
+        total = ms / 1000 * iterations
+        point[f"iteration_seconds{suffix}"] = ms / 1000
+        point[f"epoch_seconds{suffix}"] = total / request.epochs
+        point[f"total_seconds{suffix}"] = total
+        point[f"cost_usd{suffix}"] = spec["price_usd_per_hour"] * total / 3600
+        point[f"energy_kwh{suffix}"] = power_kw * total / 3600 if power_kw else None
     return point
 
 

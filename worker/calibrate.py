@@ -1,23 +1,76 @@
-"""Calibration: measure whole training steps of a few CNNs on a machine type, then fit its model."""
+"""Calibration: measure whole training steps of a CNN set on a machine type, then fit its model."""
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shared import layers, tasks
-from shared.db import one, transaction
+from shared import agents, layers, machines, tasks
+from shared.db import transaction
 from shared.errors import TraincastError
+from shared.settings import get_settings
 from worker import planning, predictor
 
-# Families that behave differently: plain, residual, dense, depthwise, inverted residual, fire.
-DEFAULT_CNNS = ("alexnet", "vgg11", "resnet18", "densenet121", "mobilenet_v2", "squeezenet1_1")
+# Families that behave differently: plain (alexnet, vgg), residual (resnet), dense (densenet),
+# inverted residual (mobilenet_v2), depthwise with channel shuffle (shufflenet), fire (squeezenet).
+DEFAULT_CNNS = (
+    "alexnet",
+    "vgg11",
+    "resnet18",
+    "densenet121",
+    "mobilenet_v2",
+    "shufflenet_v2_x1_0",
+    "squeezenet1_1",
+)
+# Enough CNNs of enough families for a leave-one-CNN-out evaluation to mean something (issue 5).
+FULL_CNNS = (
+    *DEFAULT_CNNS,
+    "vgg16",
+    "resnet50",
+    "resnext50_32x4d",
+    "densenet169",
+    "mobilenet_v3_small",
+    "mobilenet_v3_large",
+    "efficientnet_b0",
+    "mnasnet1_0",
+    "regnet_x_400mf",
+    "regnet_y_400mf",
+    "googlenet",
+)
+SETS = {"default": DEFAULT_CNNS, "full": FULL_CNNS}
 DEFAULT_BATCH_SIZES = (4, 8)
+# At 224 px the default set takes far over the 15 minutes a CPU calibration may take; 112 px
+# still runs every CNN of the set and costs about a quarter.
+CPU_IMAGE_SIZE = 112
+GPU_IMAGE_SIZE = 224
 
-COUNT_STEPS = """
-SELECT count(DISTINCT (cnn_name, batch_size)) AS n FROM step_measurements
-WHERE machine_type = %s AND image_size = %s AND optimizer = %s AND precision = %s
-  AND cnn_name = ANY(%s) AND batch_size = ANY(%s)"""
+# Completeness is judged per environment: rows of two environments never make one calibration.
+COUNT_BY_ENVIRONMENT = """
+SELECT environment_id, sum(n) AS n FROM (
+    SELECT environment_id, count(DISTINCT (signature_id, batch_size)) AS n FROM layer_benchmarks
+    WHERE machine_type = %(machine)s AND precision = %(precision)s
+      AND signature_id = ANY(%(sigs)s) AND batch_size = ANY(%(batch_sizes)s)
+    GROUP BY environment_id
+    UNION ALL
+    SELECT environment_id, count(DISTINCT (cnn_name, batch_size)) AS n FROM (
+        SELECT environment_id, cnn_name, batch_size, image_size, optimizer, machine_type, precision
+        FROM step_measurements
+        UNION ALL
+        SELECT environment_id, cnn_name, batch_size, image_size, optimizer, machine_type, precision
+        FROM step_failures
+    ) s
+    WHERE machine_type = %(machine)s AND precision = %(precision)s AND image_size = %(image_size)s
+      AND optimizer = %(optimizer)s AND cnn_name = ANY(%(cnns)s) AND batch_size = ANY(%(batch_sizes)s)
+    GROUP BY environment_id
+) per_kind
+GROUP BY environment_id
+ORDER BY n DESC
+LIMIT 1"""
+SELECT_FAILURES = """
+SELECT DISTINCT cnn_name, batch_size, reason FROM step_failures
+WHERE machine_type = %(machine)s AND precision = %(precision)s AND image_size = %(image_size)s
+  AND optimizer = %(optimizer)s AND cnn_name = ANY(%(cnns)s) AND batch_size = ANY(%(batch_sizes)s)
+ORDER BY cnn_name, batch_size"""
 
 
 @dataclass(frozen=True)
@@ -27,18 +80,36 @@ class Plan:
     machine: str
     cnns: tuple[str, ...] = DEFAULT_CNNS
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
-    image_size: int = 224
+    image_size: int = GPU_IMAGE_SIZE
     optimizer: str = "sgd"
     precision: str = "fp32"
 
+    def params(self, sig_ids: list[int] | None = None) -> dict[str, Any]:
+        """Query parameters naming this plan's rows."""
+        return {
+            "machine": self.machine,
+            "precision": self.precision,
+            "image_size": self.image_size,
+            "optimizer": self.optimizer,
+            "cnns": list(self.cnns),
+            "batch_sizes": list(self.batch_sizes),
+            "sigs": sig_ids or [],
+        }
+
+
+def default_image_size(machine: str) -> int:
+    """112 px for a machine type without a GPU (a CPU calibration must finish in minutes), else 224."""
+    return CPU_IMAGE_SIZE if machines.get_by_name(name=machine)["gpu"] is None else GPU_IMAGE_SIZE
+
 
 def send(plan: Plan) -> tuple[list[int], int]:
-    """Register the CNNs and send their missing layer and step work; returns (signature ids, steps wanted)."""
+    """Register the CNNs and send their layer and step work; returns (signature ids, steps wanted)."""
     sig_ids: set[int] = set()
     for cnn in plan.cnns:
         sig_ids.update(s for s, _ in layers.register_builtin(name=cnn, image_size=plan.image_size))
-    missing = _missing_layers(sorted(sig_ids), plan)
-    planning.send_work(missing, plan.precision)
+    # Everything, not just what some environment has: the agent skips what its own has stored.
+    work = {(s, plan.machine, b) for s in sig_ids for b in plan.batch_sizes}
+    planning.send_work(work, plan.precision)
     for cnn in plan.cnns:
         tasks.send(
             tasks.MEASURE_STEPS,
@@ -54,17 +125,19 @@ def send(plan: Plan) -> tuple[list[int], int]:
 
 
 def progress(plan: Plan, sig_ids: list[int]) -> tuple[int, int]:
-    """(done, needed) over layer benchmarks and whole steps together."""
-    layers_needed = len(sig_ids) * len(plan.batch_sizes)
-    layers_missing = len(_missing_layers(sig_ids, plan))
+    """(done, needed) over layer benchmarks and whole steps, in the most complete environment."""
+    needed = (len(sig_ids) + len(plan.cnns)) * len(plan.batch_sizes)
     with transaction() as cur:
-        cur.execute(
-            COUNT_STEPS,
-            (plan.machine, plan.image_size, plan.optimizer, plan.precision, list(plan.cnns), list(plan.batch_sizes)),
-        )
-        steps_done = int(one(cur)["n"])
-    needed = layers_needed + len(plan.cnns) * len(plan.batch_sizes)
-    return layers_needed - layers_missing + steps_done, needed
+        cur.execute(COUNT_BY_ENVIRONMENT, plan.params(sig_ids))
+        row = cur.fetchone()
+    return (int(row["n"]) if row else 0), needed
+
+
+def failures(plan: Plan) -> list[dict[str, Any]]:
+    """The (CNN, batch size) steps the agent found the CNN cannot take, with torch's reason."""
+    with transaction() as cur:
+        cur.execute(SELECT_FAILURES, plan.params())
+        return [dict(r) for r in cur.fetchall()]
 
 
 def run(plan: Plan, *, timeout_s: float, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
@@ -80,15 +153,16 @@ def run(plan: Plan, *, timeout_s: float, on_progress: Callable[[int, int], None]
         if time.monotonic() > deadline:
             raise TraincastError(
                 f"calibration of {plan.machine} timed out after {timeout_s:.0f} s with {done}/{needed} "
-                f"measurements stored; is an agent for {plan.machine} running?"
+                f"measurements stored in one environment; {_agents_hint(plan.machine)}"
             )
         time.sleep(1.0)
     return predictor.train(machine=plan.machine)
 
 
-def _missing_layers(sig_ids: list[int], plan: Plan) -> set[tuple[int, str, int]]:
-    wanted = {(s, plan.machine, b) for s in sig_ids for b in plan.batch_sizes}
-    done = layers.measured(
-        signature_ids=sig_ids, machines=[plan.machine], batch_sizes=list(plan.batch_sizes), precision=plan.precision
-    )
-    return wanted - done
+def _agents_hint(machine: str) -> str:
+    rows = agents.list_all(alive_after_s=get_settings().agent_alive_after_s, machine=machine, limit=20)
+    alive = [a for a in rows if a["alive"]]
+    if not alive:
+        return f"no agent for {machine} is alive (GET /v1/agents); start one with `python -m gpu_agent`"
+    errors = [f"{a['host']} pid {a['pid']}: {a['last_error']}" for a in alive if a["last_error"]]
+    return "last agent failures: " + "; ".join(errors) if errors else f"{len(alive)} agent(s) alive, still measuring"

@@ -5,10 +5,11 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
-from shared import layers, tasks
+from shared import agents, layers, tasks
 from shared.db import Json, transaction
 from shared.errors import TraincastError
 from shared.schemas import JobRequest
+from shared.settings import get_settings
 from worker import assemble
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,10 @@ def plan_job(job_id: uuid.UUID) -> None:
     request = JobRequest.model_validate(job["request"])
     try:
         plan = {
-            "cnns": {name: layers.register_builtin(name=name, image_size=request.image_size) for name in request.cnns}
+            "cnns": {
+                name: layers.register(name=name, image_size=request.image_size, num_classes=request.num_classes)
+                for name in request.cnns
+            }
         }
     except TraincastError as exc:
         _finish(job_id, status="failed", error=exc.detail, progress=job["progress"])
@@ -127,9 +131,17 @@ def _progress(plan: dict[str, Any], request: JobRequest, missing: set[tuple[int,
     pending: dict[str, int] = defaultdict(int)
     for _sig, machine, _bs in missing:
         pending[machine] += 1
-    machines = {
+    machines: dict[str, dict[str, Any]] = {
         m: {"needed": per_machine, "done": per_machine - pending[m], "pending": pending[m]} for m in request.machines
     }
+    if missing:
+        alive_after = get_settings().agent_alive_after_s
+        alive = {a["machine_type"] for a in agents.list_all(alive_after_s=alive_after, limit=500) if a["alive"]}
+        for m, counts in machines.items():
+            counts["agent_alive"] = m in alive
+            if counts["pending"] and m not in alive:
+                # Said in the job, so nobody waits on a machine type no agent serves without knowing.
+                counts["waiting_for"] = f"waiting for an agent on {m}"
     return {
         "layer_benchmarks": {
             "needed": per_machine * len(request.machines),

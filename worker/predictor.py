@@ -1,23 +1,29 @@
-"""The predictor for now: summed conv layer time × a scale fitted on measured whole steps.
+"""The whole-step predictor of a machine type: trained from its measurements, stored, versioned.
 
-A later model (LightGBM) replaces the scale; the storage, versioning and the "no model"
-path stay. Fitting minimises relative error, since step times span orders of magnitude.
+A model is stored in PostgreSQL as LightGBM model text (never a pickle) with the ids of the
+step measurements it learnt from, its feature names and its held-out evaluation.
 """
 
-from collections import defaultdict
+from functools import lru_cache
 from typing import Any
 
-from shared import layers
+from shared import layers, machines
 from shared.db import Json, one, transaction
 from shared.errors import InvalidRequest
+from worker import features, models
 
-KIND = "conv_sum_scale"
+KIND = "lightgbm_ratio"
+BUILTIN_CLASSES = 1000  # whole steps are measured with torchvision's default classes
 
 SELECT_STEPS = """
-SELECT id, cnn_name, batch_size, image_size, optimizer, precision, step_ms
+SELECT id, cnn_name, batch_size, image_size, optimizer, precision, environment_id, step_ms
 FROM step_measurements WHERE machine_type = %s AND NOT oom
 ORDER BY id"""
-SELECT_MEMBERS = "SELECT signature_id, count FROM cnn_layers WHERE cnn_name = %s AND image_size = %s"
+# Layer rows of the step's own environment: timings of two environments are never combined.
+SELECT_LAYERS = """
+SELECT signature_id, oom, forward_ms, backward_data_ms, backward_weight_ms FROM layer_benchmarks
+WHERE machine_type = %s AND batch_size = %s AND precision = %s AND environment_id = %s
+  AND signature_id = ANY(%s)"""
 SELECT_LATEST = """
 SELECT * FROM predictor_models WHERE machine_type = %s ORDER BY version DESC LIMIT 1"""
 INSERT_MODEL = """
@@ -27,81 +33,53 @@ FROM predictor_models WHERE machine_type = %(machine)s
 RETURNING *"""
 
 
-def conv_ms(
-    *, members: list[tuple[int, int]], rows: dict[tuple[int, int], dict[str, Any]], batch_size: int
-) -> float | None:
-    """Summed forward+backward conv time of one iteration; None if a layer ran out of memory."""
-    total = 0.0
-    for sig, count in members:
-        row = rows[(sig, batch_size)]
-        if row["oom"]:
-            return None
-        total += count * (row["forward_ms"] + row["backward_data_ms"] + row["backward_weight_ms"])
-    return total
-
-
-def training_pairs(machine: str) -> list[dict[str, Any]]:
-    """Whole-step measurements with the summed conv time of the same CNN and batch size."""
+def dataset(machine: str) -> list[models.Point]:
+    """Every whole step measured on a machine type whose layer benchmarks (same environment) are all stored."""
+    spec = machines.get_by_name(name=machine)
     with transaction() as cur:
         cur.execute(SELECT_STEPS, (machine,))
-        steps = cur.fetchall()
-        members: dict[tuple[str, int], list[tuple[int, int]]] = {}
-        for s in steps:
-            key = (s["cnn_name"], s["image_size"])
-            if key not in members:
-                cur.execute(SELECT_MEMBERS, key)
-                members[key] = [(r["signature_id"], r["count"]) for r in cur.fetchall()]
-    pairs = []
+        steps = [dict(r) for r in cur.fetchall()]
+    points = []
     for s in steps:
-        m = members[(s["cnn_name"], s["image_size"])]
-        rows = layers.newest(
-            signature_ids=[sig for sig, _ in m],
-            machine=machine,
-            batch_sizes=[s["batch_size"]],
-            precision=s["precision"],
-        )
-        if not m or len(rows) < len(m):
-            continue  # layer benchmarks not all there yet
-        conv = conv_ms(members=m, rows=rows, batch_size=s["batch_size"])
-        if conv:
-            pairs.append({"id": s["id"], "cnn": s["cnn_name"], "conv_ms": conv, "step_ms": s["step_ms"]})
-    return pairs
-
-
-def fit_scale(pairs: list[dict[str, Any]]) -> float:
-    """The scale k minimising the sum of squared relative errors of k × conv_ms against step_ms."""
-    num = sum(p["conv_ms"] / p["step_ms"] for p in pairs)
-    den = sum((p["conv_ms"] / p["step_ms"]) ** 2 for p in pairs)
-    return num / den
-
-
-def evaluate(pairs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Leave-one-CNN-out error: each CNN predicted by a scale fitted without any of its rows."""
-    by_cnn: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for p in pairs:
-        by_cnn[p["cnn"]].append(p)
-    per_cnn = {}
-    all_ape: list[float] = []
-    for cnn, held_out in sorted(by_cnn.items()):
-        k = fit_scale([p for p in pairs if p["cnn"] != cnn])
-        apes = [abs(k * p["conv_ms"] - p["step_ms"]) / p["step_ms"] * 100 for p in held_out]
-        per_cnn[cnn] = {"mape": sum(apes) / len(apes), "max_ape": max(apes), "rows": len(apes)}
-        all_ape.extend(apes)
-    return {"loco_mape": sum(all_ape) / len(all_ape), "per_cnn": per_cnn, "rows": len(pairs)}
+        key = {"name": s["cnn_name"], "image_size": s["image_size"], "num_classes": BUILTIN_CLASSES}
+        members = layers.members(**key)
+        if not members:
+            continue
+        with transaction() as cur:
+            cur.execute(
+                SELECT_LAYERS,
+                (machine, s["batch_size"], s["precision"], s["environment_id"], [m[0] for m in members]),
+            )
+            rows = {r["signature_id"]: dict(r) for r in cur.fetchall()}
+        if len(rows) < len(members):
+            continue  # layer benchmarks of this environment not all there yet
+        work = layers.workload(**key)
+        x = features.vector(
+            members=members, rows=rows, workload=work, batch_size=s["batch_size"],
+            image_size=s["image_size"], optimizer=s["optimizer"], machine=spec,
+        )  # fmt: skip
+        if x is None:
+            continue
+        f = dict(zip(features.NAMES, x, strict=True))
+        flops = f["conv_gflops"] * 1e9 + sum(f[f"{k}_mflops"] * 1e6 for k in features.WORK_KINDS)
+        cnn = s["cnn_name"]
+        points.append(models.Point(s["id"], cnn, features.family(cnn), x, f["conv_ms"], flops, s["step_ms"]))
+    return points
 
 
 def train(*, machine: str) -> dict[str, Any]:
-    """Fit, evaluate and store a new model version for a machine type from its measurements."""
-    pairs = training_pairs(machine)
-    cnns = {p["cnn"] for p in pairs}
+    """Fit, evaluate (held-out CNNs and families, baselines beside) and store a new model version."""
+    points = dataset(machine)
+    cnns = {p.cnn for p in points}
     if len(cnns) < 2:
         raise InvalidRequest(
             f"need whole-step measurements of at least 2 CNNs on {machine} (with their layer benchmarks), "
             f"found {len(cnns)}; run `traincast calibrate --machine {machine}` first",
             machine=machine,
         )
-    params = {"scale": fit_scale(pairs)}
-    evaluation = evaluate(pairs)
+    evaluation = models.evaluate(points)
+    evaluation["loco_mape"] = evaluation["loco"]["lightgbm"]["mape"]
+    params = {"features": list(features.NAMES), "boosters": models.fit_lgbm(points)}
     with transaction() as cur:
         cur.execute(
             INSERT_MODEL,
@@ -109,7 +87,7 @@ def train(*, machine: str) -> dict[str, Any]:
                 "machine": machine,
                 "kind": KIND,
                 "params": Json(params),
-                "rows": Json([p["id"] for p in pairs]),
+                "rows": Json([p.id for p in points]),
                 "evaluation": Json(evaluation),
             },
         )
@@ -124,6 +102,15 @@ def latest(*, machine: str) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
-def predict_ms(model: dict[str, Any], conv_ms_value: float) -> float:
-    """Iteration time in milliseconds from the summed conv time."""
-    return float(model["params"]["scale"]) * conv_ms_value
+@lru_cache(maxsize=32)
+def _boosters(model_id: int) -> dict[str, Any]:
+    with transaction() as cur:
+        cur.execute("SELECT params FROM predictor_models WHERE id = %s", (model_id,))
+        return models.load(one(cur)["params"]["boosters"])
+
+
+def predict_ms(model: dict[str, Any], x: list[float], conv_ms: float) -> tuple[float, float, float]:
+    """(P10, median, P90) iteration time in milliseconds."""
+    if model["params"].get("features") != list(features.NAMES):
+        raise InvalidRequest(f"model v{model['version']} was trained on other features; retrain it")
+    return models.predict(_boosters(model["id"]), x, conv_ms)

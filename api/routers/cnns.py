@@ -1,20 +1,66 @@
-"""CNNs a job can name."""
+"""CNNs a job can name: the built-in ones and those users register."""
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
 
-from shared import cnn_zoo
+from shared import cnns
+from shared.errors import InvalidRequest, PayloadTooLarge
+from shared.settings import get_settings
 
 router = APIRouter(prefix="/v1/cnns", tags=["cnns"])
+
+CHUNK = 1024 * 1024
 
 
 @router.get("")
 def list_cnns() -> dict[str, Any]:
-    """Built-in CNNs with their parameter counts."""
-    return {
-        "cnns": [
-            {"name": n, "source": "torchvision", "parameters": cnn_zoo.parameter_count(n)}
-            for n in cnn_zoo.builtin_names()
-        ]
-    }
+    """Built-in and registered CNNs with their parameter counts."""
+    return {"cnns": cnns.list_all()}
+
+
+@router.post("", status_code=201)
+async def register_cnn(request: Request) -> dict[str, Any]:
+    """Register a CNN: multipart form with `name` and `file` (an ONNX model or a JSON layer list)."""
+    limit = get_settings().max_upload_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit + CHUNK:  # room for the form's own fields
+        raise PayloadTooLarge(f"upload of {int(declared)} bytes is over the limit of {limit} bytes")
+    try:
+        form = await request.form(max_files=1, max_fields=4)
+    except Exception as exc:  # the multipart parser's own errors are plain exceptions
+        raise InvalidRequest(f"expected a multipart form with fields name and file: {exc}") from exc
+    name, upload = form.get("name"), form.get("file")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest("form field 'name' is missing")
+    if not isinstance(upload, UploadFile):
+        raise InvalidRequest("form field 'file' is missing or not a file")
+    data = await _read_capped(upload, limit)
+    created = await run_in_threadpool(cnns.create, name=name, data=data)
+    return created
+
+
+@router.get("/{name}")
+def get_cnn(
+    name: str,
+    image_size: Annotated[int | None, Query(ge=8, le=2048)] = None,
+    num_classes: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
+) -> dict[str, Any]:
+    """A CNN's unique conv layers with counts, and its workload, at an image size."""
+    size = image_size or cnns.default_image_size(name)
+    return cnns.describe(name=name, image_size=size, num_classes=num_classes)
+
+
+async def _read_capped(upload: UploadFile, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await upload.read(CHUNK):
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"upload is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    if size == 0:
+        raise InvalidRequest("the uploaded file is empty")
+    return b"".join(chunks)

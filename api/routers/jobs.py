@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 
-from shared import cnn_zoo, jobs, machines, tasks
+from shared import cnns, jobs, machines, tasks
 from shared.errors import InvalidRequest, NotFound
 from shared.schemas import JobRequest
 
@@ -40,12 +40,12 @@ def _validate_names(request: JobRequest) -> None:
     unknown_machines = machines.missing(names=request.machines)
     if unknown_machines:
         raise InvalidRequest(f"unknown machine type(s): {', '.join(unknown_machines)}; see GET /v1/machines")
-    known = set(cnn_zoo.builtin_names())
-    unknown_cnns = [c for c in request.cnns if c not in known]
+    unknown_cnns = cnns.unknown(names=request.cnns)
     if unknown_cnns:
         raise InvalidRequest(f"unknown CNN(s): {', '.join(unknown_cnns)}; see GET /v1/cnns")
     for name in request.cnns:
-        cnn_zoo.conv_layers(name, request.image_size)  # raises a clear error if the size cannot work
+        # Raises a clear error now if a CNN cannot be read at this size or with these classes.
+        cnns.read(name=name, image_size=request.image_size, num_classes=request.num_classes)
 
 
 def _set_poll_header(response: Response, job: dict[str, Any]) -> None:

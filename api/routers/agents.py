@@ -1,0 +1,20 @@
+"""Benchmark agents: who is alive and what each is measuring."""
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from shared import agents
+from shared.settings import get_settings
+
+router = APIRouter(prefix="/v1/agents", tags=["agents"])
+
+
+@router.get("")
+def list_agents(
+    machine: Annotated[str | None, Query(max_length=100)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> dict[str, Any]:
+    """Registered agents, alive first: machine type, host, device, environment, heartbeat, current work."""
+    rows = agents.list_all(alive_after_s=get_settings().agent_alive_after_s, machine=machine, limit=limit)
+    return {"agents": rows}

@@ -1,0 +1,133 @@
+"""The agent's life: registration and heartbeats in PostgreSQL, its current work, and stop requests.
+
+A stop request (SIGTERM or SIGINT, relayed by Celery's worker_shutting_down signal) only sets a
+flag; measurement code looks at it between windows, so the window in progress is finished and
+stored before the task hands its remaining work back to the queue.
+"""
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.db import Json, transaction
+
+log = logging.getLogger(__name__)
+
+# An upsert, so a heartbeat re-registers an agent whose row vanished (database restored, wiped).
+UPSERT_AGENT = """
+INSERT INTO agents (id, machine_type, host, pid, device, environment_id, started_at)
+VALUES (%(id)s, %(machine)s, %(host)s, %(pid)s, %(device)s, %(env)s, %(started_at)s)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()"""
+SET_WORK = "UPDATE agents SET current_work = %s, heartbeat_at = now() WHERE id = %s"
+SET_ERROR = "UPDATE agents SET last_error = %s, last_error_at = now() WHERE id = %s"
+MARK_STOPPED = "UPDATE agents SET stopped_at = now(), current_work = NULL WHERE id = %s"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who this agent process is, as registered."""
+
+    id: uuid.UUID
+    machine: str
+    host: str
+    pid: int
+    device: str
+    environment_id: int
+    started_at: datetime
+
+
+_stop = threading.Event()
+_halt = threading.Event()  # ends the heartbeat thread
+_me: Identity | None = None
+
+
+def request_stop() -> None:
+    """Ask the running task to finish its current window, store it, and hand back the rest."""
+    _stop.set()
+
+
+def stop_requested() -> bool:
+    """True once a stop was requested in this process."""
+    return _stop.is_set()
+
+
+def clear_stop() -> None:
+    """Forget a stop request (for in-process use, e.g. tests)."""
+    _stop.clear()
+
+
+def identity() -> Identity | None:
+    """This process's registration, if it registered."""
+    return _me
+
+
+def start(*, machine: str, device: str, environment_id: int, interval_s: float) -> Identity:
+    """Register this agent and keep its heartbeat going in a background thread."""
+    global _me
+    _me = Identity(
+        id=uuid.uuid4(),
+        machine=machine,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        device=device,
+        environment_id=environment_id,
+        started_at=datetime.now(UTC),
+    )
+    _halt.clear()
+    _beat()
+    threading.Thread(target=_beat_forever, args=(interval_s,), name="agent-heartbeat", daemon=True).start()
+    log.info("agent %s registered for %s on %s", _me.id, machine, device)
+    return _me
+
+
+def stop() -> None:
+    """Mark this agent stopped and end its heartbeats."""
+    _halt.set()
+    if _me is not None:
+        _execute(MARK_STOPPED, (_me.id,))
+
+
+def set_work(work: dict[str, Any] | None) -> None:
+    """Publish what the agent is measuring now (None: idle)."""
+    if _me is not None:
+        _execute(SET_WORK, (Json(work) if work is not None else None, _me.id))
+
+
+def record_error(message: str) -> None:
+    """Publish the last task failure."""
+    if _me is not None:
+        _execute(SET_ERROR, (message[:2000], _me.id))
+
+
+def _beat() -> None:
+    assert _me is not None
+    params = {
+        "id": _me.id,
+        "machine": _me.machine,
+        "host": _me.host,
+        "pid": _me.pid,
+        "device": _me.device,
+        "env": _me.environment_id,
+        "started_at": _me.started_at,
+    }
+    _execute(UPSERT_AGENT, params)
+
+
+def _beat_forever(interval_s: float) -> None:
+    # Not the stop-request flag: after SIGTERM the agent is still alive, finishing a window.
+    while not _halt.wait(interval_s):
+        _beat()
+
+
+def _execute(sql: str, params: Any) -> None:
+    # Status writes must never fail a measurement: a missed heartbeat only makes the agent look late.
+    try:
+        with transaction() as cur:
+            cur.execute(sql, params)
+    except Exception:
+        log.warning("agent status write failed", exc_info=True)

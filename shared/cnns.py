@@ -1,0 +1,155 @@
+"""CNNs by name: the built-in torchvision models and the ones users register (ONNX or JSON)."""
+
+import json
+import re
+from collections import Counter
+from typing import Any
+
+from shared import cnn_zoo, layer_list, onnx_reader
+from shared.cnn_zoo import ConvLayers
+from shared.db import Json, transaction
+from shared.errors import Conflict, ExtractionError, InvalidRequest, NotFound
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+AS_DEFINED = 0  # num_classes of a registered CNN: whatever its definition has
+
+INSERT_CUSTOM = """
+INSERT INTO cnns (name, source, definition, graph, parameters) VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (name) DO NOTHING RETURNING name"""
+SELECT_CUSTOM = "SELECT name, source, definition, graph, parameters, created_at FROM cnns WHERE name = %s"
+SELECT_CUSTOMS = "SELECT name, source, definition, parameters FROM cnns WHERE source <> 'torchvision' ORDER BY name"
+SELECT_CUSTOM_NAMES = "SELECT name FROM cnns WHERE source <> 'torchvision' AND name = ANY(%s)"
+
+
+def list_all() -> list[dict[str, Any]]:
+    """Built-in CNNs then registered ones, with parameter counts."""
+    out = [
+        {"name": n, "source": "torchvision", "parameters": cnn_zoo.parameter_count(n)} for n in cnn_zoo.builtin_names()
+    ]
+    with transaction() as cur:
+        cur.execute(SELECT_CUSTOMS)
+        out += [
+            {"name": r["name"], "source": r["source"], "parameters": r["parameters"], **_fixed_size(r)}
+            for r in cur.fetchall()
+        ]
+    return out
+
+
+def unknown(*, names: list[str]) -> list[str]:
+    """The names that are neither built in nor registered."""
+    builtin = set(cnn_zoo.builtin_names())
+    rest = [n for n in names if n not in builtin]
+    if not rest:
+        return []
+    with transaction() as cur:
+        cur.execute(SELECT_CUSTOM_NAMES, (rest,))
+        known = {r["name"] for r in cur.fetchall()}
+    return [n for n in rest if n not in known]
+
+
+def is_builtin(name: str) -> bool:
+    """True for a torchvision model name."""
+    return name in cnn_zoo.builtin_names()
+
+
+def create(*, name: str, data: bytes) -> dict[str, Any]:
+    """Register a CNN from an ONNX file or a JSON layer list; nothing in the upload is ever run."""
+    if not NAME.match(name):
+        raise InvalidRequest(
+            f"name {name!r}: use 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
+        )
+    if is_builtin(name):
+        raise Conflict(f"{name!r} is a built-in CNN; choose another name", cnn=name)
+    row: tuple[str, str, Any, bytes | None, int | None]
+    if data.lstrip()[:1] in (b"{", b"["):
+        spec = layer_list.parse(data)
+        row = (name, "json", Json(spec.model_dump(mode="json")), None, spec.parameters)
+    else:
+        model = onnx_reader.parse(data)
+        graph = onnx_reader.strip(model)
+        h, w = onnx_reader.input_size(model)
+        size = h if h is not None and h == w else 224
+        _signatures, workload = onnx_reader.read(graph, size)  # fails now, not in a job, if unreadable
+        definition = {
+            "input_size": [h, w],
+            "opset": [o.version for o in model.opset_import],
+            "nodes": len(model.graph.node),
+        }
+        row = (name, "onnx", Json(definition), graph, workload["parameters"])
+    with transaction() as cur:
+        cur.execute(INSERT_CUSTOM, row)
+        if cur.fetchone() is None:
+            raise Conflict(f"a CNN named {name!r} is already registered", cnn=name)
+    return get_by_name(name=name)
+
+
+def get_by_name(*, name: str) -> dict[str, Any]:
+    """What is known of a CNN without reading it at a size."""
+    if is_builtin(name):
+        return {"name": name, "source": "torchvision", "parameters": cnn_zoo.parameter_count(name)}
+    row = _custom(name)
+    return {"name": name, "source": row["source"], "parameters": row["parameters"], **_fixed_size(row)}
+
+
+def read(*, name: str, image_size: int, num_classes: int | None = None) -> ConvLayers:
+    """The CNN's conv layers and workload at an image size."""
+    if is_builtin(name):
+        return cnn_zoo.conv_layers(name, image_size, num_classes or 1000)
+    if num_classes is not None:
+        raise InvalidRequest(f"num_classes applies to built-in CNNs; {name!r} has the classes its definition has")
+    row = _custom(name)
+    try:
+        if row["source"] == "onnx":
+            signatures, workload = onnx_reader.read(bytes(row["graph"]), image_size)
+        else:
+            signatures, workload = layer_list.read(row["definition"], image_size)
+    except ExtractionError as exc:
+        raise ExtractionError(f"{name}: {exc.detail}", cnn=name, image_size=image_size) from exc
+    counts = Counter(signatures)
+    order = list(dict.fromkeys(signatures))
+    return ConvLayers(tuple(order), tuple(counts[s] for s in order), workload)
+
+
+def variant_classes(name: str, num_classes: int | None) -> int:
+    """The num_classes key a CNN's layers are stored under."""
+    return (num_classes or 1000) if is_builtin(name) else AS_DEFINED
+
+
+def describe(*, name: str, image_size: int, num_classes: int | None = None) -> dict[str, Any]:
+    """A CNN's unique conv layers with their counts, and its workload, at an image size."""
+    layers = read(name=name, image_size=image_size, num_classes=num_classes)
+    return {
+        **get_by_name(name=name),
+        "image_size": image_size,
+        "conv_count": layers.total,
+        "unique_signatures": len(layers.signatures),
+        "layers": [
+            {"hash": s.hash, "count": c, **s.to_json()} for s, c in zip(layers.signatures, layers.counts, strict=True)
+        ],
+        "workload": layers.workload,
+    }
+
+
+def default_image_size(name: str) -> int:
+    """The size to show a CNN at when none is asked for."""
+    if is_builtin(name):
+        return 299 if name == "inception_v3" else 224
+    fixed = _fixed_size(_custom(name)).get("image_size")
+    return int(fixed) if fixed else 224
+
+
+def _custom(name: str) -> dict[str, Any]:
+    with transaction() as cur:
+        cur.execute(SELECT_CUSTOM, (name,))
+        row = cur.fetchone()
+    if row is None or row["source"] == "torchvision":
+        raise NotFound(f"unknown CNN {name!r}; see GET /v1/cnns", cnn=name)
+    return dict(row)
+
+
+def _fixed_size(row: dict[str, Any]) -> dict[str, Any]:
+    definition = row["definition"] if isinstance(row["definition"], dict) else json.loads(row["definition"])
+    if row["source"] == "json":
+        return {"image_size": definition["image_size"]}
+    h, w = definition.get("input_size", [None, None])
+    return {"image_size": h} if h is not None and h == w else {}

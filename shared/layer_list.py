@@ -1,0 +1,108 @@
+"""A CNN described as a JSON list of its conv layers, for people who have no model file.
+
+    {"image_size": 224,
+     "layers": [{"in_channels": 3, "out_channels": 64, "input_size": 224, "kernel": 7,
+                 "stride": 2, "padding": 3, "count": 1}, …],
+     "parameters": 11689512}
+
+Each layer's input size is the one it sees when the network's input is image_size; the
+description holds at that size only. Pairs may be given as one number or [height, width].
+"""
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from shared.errors import ExtractionError
+from shared.signatures import ConvSignature
+
+Pair = int | tuple[int, int]
+
+
+def _pair(v: Pair) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else (v[0], v[1])
+
+
+class LayerSpec(BaseModel):
+    """One conv layer (or `count` identical ones)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    in_channels: int = Field(ge=1)
+    out_channels: int = Field(ge=1)
+    input_size: Pair
+    kernel: Pair
+    stride: Pair = 1
+    padding: Pair = 0
+    dilation: Pair = 1
+    groups: int = Field(default=1, ge=1)
+    bias: bool = False
+    transposed: bool = False
+    output_padding: Pair = 0
+    dtype: str = "float32"
+    count: int = Field(default=1, ge=1, le=100_000)
+
+    @field_validator("input_size", "kernel", "stride", "dilation")
+    @classmethod
+    def _positive(cls, v: Pair) -> Pair:
+        if min(_pair(v)) < 1:
+            raise ValueError("must be at least 1")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "LayerSpec":
+        if self.in_channels % self.groups or self.out_channels % self.groups:
+            raise ValueError(f"in_channels and out_channels must be divisible by groups ({self.groups})")
+        if not self.transposed:
+            for size, k, p, d in zip(
+                _pair(self.input_size), _pair(self.kernel), _pair(self.padding), _pair(self.dilation), strict=True
+            ):
+                if size + 2 * p < d * (k - 1) + 1:
+                    raise ValueError(f"kernel {k} (dilation {d}) does not fit input {size} with padding {p}")
+        return self
+
+    def signature(self) -> ConvSignature:
+        """The canonical signature of this layer."""
+        h, w = _pair(self.input_size)
+        return ConvSignature(
+            in_channels=self.in_channels, out_channels=self.out_channels, in_h=h, in_w=w,
+            kernel=_pair(self.kernel), stride=_pair(self.stride), padding=_pair(self.padding),
+            dilation=_pair(self.dilation), groups=self.groups, bias=self.bias, transposed=self.transposed,
+            output_padding=_pair(self.output_padding), dtype=self.dtype,
+        )  # fmt: skip
+
+
+class LayerList(BaseModel):
+    """A whole network's conv layers at one input size."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image_size: int = Field(ge=8, le=2048)
+    layers: list[LayerSpec] = Field(min_length=1, max_length=100_000)
+    parameters: int | None = Field(default=None, ge=0)
+
+
+def parse(data: bytes) -> LayerList:
+    """Validate an uploaded JSON layer list; an ExtractionError says which field of which layer is wrong."""
+    try:
+        return LayerList.model_validate_json(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
+        raise ExtractionError(f"invalid JSON layer list: {problems}") from exc
+
+
+def read(definition: dict[str, Any], image_size: int) -> tuple[list[ConvSignature], dict[str, Any]]:
+    """Signatures in order (repeated `count` times) and what is known of the workload."""
+    spec = LayerList.model_validate(definition)
+    if image_size != spec.image_size:
+        raise ExtractionError(
+            f"this CNN is described at {spec.image_size} px; describe it again at {image_size} px to use that size"
+        )
+    signatures = [layer.signature() for layer in spec.layers for _ in range(layer.count)]
+    workload: dict[str, Any] = {
+        "ops": {},
+        "parameters": spec.parameters,
+        "parameter_tensors": None,
+        "activation_bytes": None,
+    }
+    return signatures, workload

@@ -1,0 +1,84 @@
+"""Calibration: the CNN sets and image sizes, completeness within one environment, infeasible steps."""
+
+import pytest
+import torchvision
+
+from cli.main import main as traincast
+from shared import cnn_zoo
+from shared.db import one, transaction
+from shared.errors import TraincastError
+from shared.settings import get_settings
+from tests.jobflow import drain_agent_queue
+from tests.test_agent import rows
+from worker import calibrate
+
+FAMILIES = {
+    "plain": {"alexnet", "vgg"},
+    "residual": {"resnet"},
+    "dense": {"densenet"},
+    "depthwise": {"mobilenetv3", "shufflenetv2", "efficientnet", "mnasnet"},
+    "inverted residual": {"mobilenetv2"},
+}
+
+
+def family_modules(names: tuple[str, ...]) -> set[str]:
+    """The torchvision module each CNN is defined in: its architecture family."""
+    return {torchvision.models.get_model_builder(n).__module__.rsplit(".", 1)[-1] for n in names}
+
+
+def test_cnn_sets_cover_the_families_and_cpus_get_a_smaller_image() -> None:
+    """The default set spans the families; the full set has 15+ CNNs; a CPU machine type calibrates at 112 px."""
+    default = family_modules(calibrate.DEFAULT_CNNS)
+    assert {f: bool(default & modules) for f, modules in FAMILIES.items()} == dict.fromkeys(FAMILIES, True)
+    assert len(set(calibrate.FULL_CNNS)) >= 15 and len(family_modules(calibrate.FULL_CNNS)) >= 10
+    assert calibrate.default_image_size("local") == calibrate.CPU_IMAGE_SIZE < calibrate.GPU_IMAGE_SIZE
+    assert calibrate.default_image_size("g5.xlarge") == calibrate.GPU_IMAGE_SIZE
+    for name in calibrate.DEFAULT_CNNS:
+        assert cnn_zoo.conv_layers(name, calibrate.CPU_IMAGE_SIZE).total > 0
+
+
+def test_calibration_is_complete_in_one_environment_and_reports_infeasible_steps(
+    clean_db: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Infeasible steps count as done and are reported; rows of another environment do not complete a plan."""
+    # What is stored matters here, not how quiet the machine was while timing it.
+    monkeypatch.setenv("BENCH_QUIET_WAIT", "inf")
+    get_settings.cache_clear()
+    with transaction() as cur:
+        cur.execute("TRUNCATE step_failures")
+    plan = calibrate.Plan(machine="local", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(1, 2), image_size=32)
+    sig_ids, steps = calibrate.send(plan)
+    drain_agent_queue()
+    done, needed = calibrate.progress(plan, sig_ids)
+    assert done == needed == (len(sig_ids) + 2) * 2 and steps == 4
+    (failure,) = calibrate.failures(plan)
+    assert (failure["cnn_name"], failure["batch_size"]) == ("resnet18", 1)
+
+    # One layer row moved to another environment leaves the agent's environment one short.
+    with transaction() as cur:
+        cur.execute("INSERT INTO environments (hash, details) VALUES ('other', '{}') RETURNING id")
+        other = one(cur)["id"]
+        cur.execute(
+            "UPDATE layer_benchmarks SET environment_id = %s WHERE id = (SELECT min(id) FROM layer_benchmarks)",
+            (other,),
+        )
+    assert calibrate.progress(plan, sig_ids) == (needed - 1, needed)
+    calibrate.send(plan)
+    assert drain_agent_queue() > 0
+    assert calibrate.progress(plan, sig_ids) == (needed, needed)
+    assert len(rows("SELECT id FROM layer_benchmarks")) == len(sig_ids) * 2 + 1
+
+    args = ["calibrate", "--machine", "local", "--cnns", "resnet18,squeezenet1_1", "--batch-sizes", "1,2"]
+    assert traincast([*args, "--image-size", "32", "--timeout", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "model local v" in out
+    assert "not measurable: resnet18 at batch size 1: Expected more than 1 value per channel" in out
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+def test_calibration_without_an_agent_says_so(clean_db: None) -> None:
+    """A calibration that cannot progress names the missing agent instead of just timing out."""
+    plan = calibrate.Plan(machine="g4dn.xlarge", cnns=("squeezenet1_1",), batch_sizes=(1,), image_size=32)
+    with pytest.raises(TraincastError, match="no agent for g4dn.xlarge is alive"):
+        calibrate.run(plan, timeout_s=0)

@@ -1,0 +1,324 @@
+"""The web page at `/`, driven in Debian's headless Chromium against the real stack (API, worker, local agent)."""
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium.webdriver.common.by import By
+
+from api.routers import web
+from tests.browser import CHROMEDRIVER, CHROMIUM, INSTALL_HINT, LAPTOP, Page, chromium, png_size, wait_until
+from tests.conftest import ROOT, Stack, http
+
+TRAINCAST = str(Path(sys.executable).parent / "traincast")
+# Where the test leaves its screenshot (.run/ is ignored by git); the README's comes from tests/page_screenshot.py.
+SCREENSHOT = ROOT / ".run" / "test-web-page.png"
+UNIT_SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
+# Tiny on purpose: image size 32 and two batch sizes keep the CPU agent's work to seconds.
+CNNS = ["resnet18", "squeezenet1_1"]
+SIZES = [2, 4]
+
+
+@pytest.fixture(scope="module")
+def calibrated(full_stack: Stack) -> Stack:
+    """The stack, with a predictor model for local (calibrated here with tiny settings if there is none)."""
+    from worker import predictor
+
+    if predictor.latest(machine="local") is None:
+        env = {**full_stack.env, "TRAINCAST_API_URL": full_stack.url}
+        args = ["--cnns", ",".join(CNNS), "--batch-sizes", ",".join(map(str, SIZES)), "--image-size", "32"]
+        cal = subprocess.run(
+            [TRAINCAST, "calibrate", "--machine", "local", *args, "--timeout", "300"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+        assert cal.returncode == 0, cal.stderr
+    assert predictor.latest(machine="local") is not None
+    return full_stack
+
+
+@pytest.fixture(scope="module")
+def page(full_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
+    """One browser for the module, offline but for localhost."""
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        # A failure, not a skip: a missing browser must not pass for a tested page.
+        pytest.fail(f"Chromium is not installed: {INSTALL_HINT}")
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
+    try:
+        yield Page(driver, full_stack.url)
+    finally:
+        driver.quit()
+
+
+def job_of(page: Page) -> dict[str, Any]:
+    """The job the page followed, as the API returns it."""
+    job_id = page.js("return window.traincast.state.jobId")
+    assert job_id, "the page did not submit a job"
+    job: dict[str, Any] = http.get(f"{page.url}/v1/jobs/{job_id}").json()
+    return job
+
+
+def unit_of(title: str) -> int:
+    """Seconds per unit of an axis title such as 'Predicted training time (hours)'."""
+    match = re.search(r"\((\w+)(?:, log scale)?\)$", title)
+    assert match and match.group(1) in UNIT_SECONDS, f"axis title {title!r} names no time unit"
+    return UNIT_SECONDS[match.group(1)]
+
+
+def has_interval(prediction: dict[str, Any]) -> bool:
+    """True when a prediction carries its p10 and p90 total time."""
+    return all(isinstance(prediction.get(f"total_seconds_{q}"), float | int) for q in ("p10", "p90"))
+
+
+def hidden_cnns(page: Page) -> list[str]:
+    """The CNN of every trace hidden in either plot."""
+    traces = page.traces("plot-batch") + page.traces("plot-cost")
+    return [t["meta"]["cnn"] for t in traces if t.get("visible") is False]
+
+
+def roles(traces: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    """The traces the page drew for one purpose: line, band or point."""
+    return [t for t in traces if (t.get("meta") or {}).get("role") == role]
+
+
+def test_page_and_its_files_need_no_other_host(full_stack: Stack) -> None:
+    """The HTML links only relative URLs; plotly.js comes from the installed package, cacheable for a year."""
+    r = http.get(f"{full_stack.url}/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    links = re.findall(r'(?:src|href)="([^"]*)"', r.text)
+    assert links and all(not re.match(r"^(?:[a-z]+:)?//", u, re.I) for u in links), links
+    assert not re.search(r"https?://", r.text)
+    for link in (u for u in links if u.startswith("static/")):
+        assert http.get(f"{full_stack.url}/{link}").status_code == 200, link
+    for own in ("static/app.js", "static/app.css"):
+        first = http.get(f"{full_stack.url}/{own}")
+        assert not re.search(r"https?://", first.text), own
+        # Revalidated on every load (a deploy shows at once), answered 304 while unchanged.
+        assert first.headers["cache-control"] == "no-cache"
+        again = http.get(f"{full_stack.url}/{own}", headers={"if-none-match": first.headers["etag"]})
+        assert again.status_code == 304 and not again.content
+
+    plotly_url = next(u for u in links if "plotly" in u)
+    raw = web.plotly_js_path().read_bytes()
+    zipped = http.get(f"{full_stack.url}/{plotly_url}", headers={"accept-encoding": "gzip"})
+    assert zipped.headers["content-encoding"] == "gzip" and len(zipped.content) == len(raw)  # httpx inflates it
+    assert zipped.content == raw and "max-age=31536000" in zipped.headers["cache-control"]
+    plain = http.get(f"{full_stack.url}/{plotly_url}", headers={"accept-encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.content == raw
+    assert gzip.decompress(web._plotly_gzip()) == raw
+    missing = http.get(f"{full_stack.url}/static/nothing.js")
+    assert missing.status_code == 404 and missing.headers["content-type"] == "application/problem+json"
+
+
+def test_page_loads_offline(page: Page) -> None:
+    """With every host but localhost unreachable the page loads, plotly included, from the API alone."""
+    page.open()
+    assert page.js("return typeof window.Plotly === 'object' && typeof Plotly.react === 'function'")
+    fetched = page.js("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert any("plotly" in u for u in fetched)
+    assert all(u.startswith(page.url + "/") for u in fetched), fetched
+    # The lists came from the API: every built-in and registered CNN, every machine type.
+    cnns = http.get(f"{page.url}/v1/cnns").json()["cnns"]
+    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
+    assert page.js("return document.querySelectorAll('#cnn-picker li').length") == len(cnns)
+    assert page.js("return document.querySelectorAll('#machine-picker li').length") == len(machines)
+
+
+def test_search_draws_both_plots(calibrated: Stack, page: Page) -> None:
+    """Two CNNs on local: one line each against batch size, one point each at its fastest, a hover label, a table."""
+    page.open()
+    for cnn in CNNS:
+        page.choose("cnn-picker", cnn)
+    page.choose("machine-picker", "local")
+    page.type_into("#image-size", "32")
+    page.type_into("#batch-list", ",".join(map(str, SIZES)))
+    assert page.search() == "done", page.find("#error").text
+    job = job_of(page)
+    assert job["status"] == "succeeded" and job["request"]["cnns"] == CNNS and job["request"]["image_size"] == 32
+    result = job["result"]
+
+    lines = roles(page.traces("plot-batch"), "line")
+    assert sorted(t["name"] for t in lines) == sorted(f"{c} · local" for c in CNNS)
+    # A band per line whose predictions carry an interval (the LightGBM model gives one), none otherwise.
+    banded = {c for c in CNNS if all(has_interval(p) for p in result["predictions"] if p["cnn"] == c)}
+    assert sorted(t["meta"]["cnn"] for t in roles(page.traces("plot-batch"), "band")) == sorted(2 * list(banded))
+    per_s = unit_of(page.layout("plot-batch")["yaxis"]["title"]["text"])
+    assert "batch size" in page.layout("plot-batch")["xaxis"]["title"]["text"]
+    for line in lines:
+        cnn = line["meta"]["cnn"]
+        expected = [p for p in result["predictions"] if p["cnn"] == cnn and p["total_seconds"] is not None]
+        assert line["x"] == [p["batch_size"] for p in expected] == SIZES
+        assert line["y"] == pytest.approx([p["total_seconds"] / per_s for p in expected], rel=1e-9)
+
+    points = roles(page.traces("plot-cost"), "point")
+    assert len(points) == len(CNNS) and all(len(t["x"]) == 1 for t in points)
+    cost_layout = page.layout("plot-cost")
+    per_s_cost = unit_of(cost_layout["xaxis"]["title"]["text"])
+    assert "US$" in cost_layout["yaxis"]["title"]["text"]
+    for point in points:
+        best = next(b for b in result["best"] if b["cnn"] == point["meta"]["cnn"])
+        assert point["x"][0] == pytest.approx(best["min_time"]["total_seconds"] / per_s_cost, rel=1e-9)
+        assert point["y"][0] == pytest.approx(best["min_time"]["cost_usd"])
+
+    # Hover the resnet18 point as a mouse would and read the label plotly draws.
+    index = next(i for i, t in enumerate(page.traces("plot-cost")) if t["meta"]["cnn"] == "resnet18")
+    page.js("Plotly.Fx.hover('plot-cost', [{curveNumber: arguments[0], pointNumber: 0}])", index)
+    label = wait_until(
+        lambda: page.js(
+            "const t = document.querySelector('#plot-cost .hoverlayer .hovertext'); return t && t.textContent"
+        ),
+        10,
+        "the hover label",
+    )
+    fastest = next(b for b in result["best"] if b["cnn"] == "resnet18")["min_time"]["batch_size"]
+    assert "resnet18" in label and "local" in label and f"batch size {fastest}" in label, label
+
+    # One legend for both plots: an entry per line; clicking one hides that CNN × machine in both plots.
+    entries = page.driver.find_elements(By.CSS_SELECTOR, "#legend .legend-item")
+    assert sorted(e.text for e in entries) == sorted(t["name"] for t in lines)
+    squeeze = page.find('#legend .legend-item[data-cnn="squeezenet1_1"]')
+    squeeze.click()
+    hidden = hidden_cnns(page)
+    assert hidden and set(hidden) == {"squeezenet1_1"} and squeeze.get_attribute("aria-pressed") == "false"
+    squeeze.click()
+    assert not hidden_cnns(page)
+
+    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
+    rows = page.js("return [...document.querySelectorAll('#machine-table tbody tr')].map(r => r.dataset.machine)")
+    assert rows == [m["name"] for m in machines]
+    assert page.find('#machine-table tr[data-machine="local"]').get_attribute("class") == "chosen"
+    assert "no hourly price" in page.find("#notes").text  # local is free: its $0 is explained
+
+    page.screenshot(SCREENSHOT)
+    assert png_size(SCREENSHOT) == LAPTOP
+
+    # The URL keeps the job: opening it again shows the same result, with the form filled from its request.
+    page.open(f"?job={job['id']}")
+    wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
+    assert sorted(t["name"] for t in roles(page.traces("plot-batch"), "line")) == sorted(t["name"] for t in lines)
+    assert page.js("return window.traincast.cnnPicker.values()") == CNNS
+    assert page.find("#image-size").get_attribute("value") == "32"
+
+
+def test_prediction_interval_is_drawn_as_a_band_when_present(calibrated: Stack, page: Page) -> None:
+    """A result with total_seconds_p10/p90 gets a filled band per line; without them, none."""
+    body = {"cnns": ["squeezenet1_1"], "machines": ["local"], "batch_sizes": SIZES, "image_size": 32}
+    job = wait_for_job(calibrated, http.post(f"{calibrated.url}/v1/jobs", json=body).json()["id"])
+    with_band, without = json.loads(json.dumps(job["result"])), json.loads(json.dumps(job["result"]))
+    for p in with_band["predictions"]:
+        if p["total_seconds"] is not None:
+            p["total_seconds_p10"], p["total_seconds_p90"] = 0.8 * p["total_seconds"], 1.25 * p["total_seconds"]
+    for p in without["predictions"]:
+        p.pop("total_seconds_p10", None)
+        p.pop("total_seconds_p90", None)
+    page.open()
+    page.js("window.traincast.render(arguments[0], arguments[1])", with_band, body)
+    bands = roles(page.traces("plot-batch"), "band")
+    assert len(bands) == 2 and any(t.get("fill") == "tonexty" for t in bands)
+    per_s = unit_of(page.layout("plot-batch")["yaxis"]["title"]["text"])
+    upper = next(t for t in bands if t.get("fill") != "tonexty")
+    assert upper["y"] == pytest.approx([p["total_seconds_p90"] / per_s for p in with_band["predictions"]], rel=1e-9)
+    assert len(roles(page.traces("plot-batch"), "line")) == 1
+    page.js("window.traincast.render(arguments[0], arguments[1])", without, body)
+    assert not roles(page.traces("plot-batch"), "band") and len(roles(page.traces("plot-batch"), "line")) == 1
+
+
+def test_api_error_is_shown_in_plain_words(page: Page) -> None:
+    """inception_v3 at 64 px: the API's problem detail appears on the page as a sentence, not JSON."""
+    body = {"cnns": ["inception_v3"], "machines": ["local"], "batch_sizes": [2], "image_size": 64}
+    problem = http.post(f"{page.url}/v1/jobs", json=body)
+    assert problem.status_code == 422
+    page.open()
+    page.choose("cnn-picker", "inception_v3")
+    page.choose("machine-picker", "local")
+    page.type_into("#image-size", "64")
+    page.type_into("#batch-list", "2")
+    assert page.search(timeout=60) == "error"
+    shown = page.find("#error").text
+    assert problem.json()["detail"] in shown and problem.json()["title"] in shown, shown
+    assert "{" not in shown and "problem+json" not in shown
+    assert not page.traces("plot-batch")
+
+    # A form mistake is caught before anything is sent.
+    page.type_into("#batch-list", "2, four")
+    assert page.search(timeout=10) == "error"
+    assert "whole numbers" in page.find("#error").text
+
+
+def test_progress_names_the_machine_type_waiting_for_an_agent(calibrated: Stack, page: Page) -> None:
+    """local has its agent, g4dn.xlarge has none: the page says g4dn.xlarge is waiting; Cancel cancels the job."""
+    page.open()
+    page.choose("cnn-picker", "squeezenet1_1")
+    page.choose("machine-picker", "local")
+    page.choose("machine-picker", "g4dn.xlarge")
+    page.type_into("#image-size", "32")
+    page.type_into("#batch-list", ",".join(map(str, SIZES)))
+    page.find("#search").click()
+    waiting = wait_until(
+        lambda: page.js("return document.querySelector('#machine-progress li.waiting')"), 60, "a waiting machine"
+    )
+    assert waiting.get_attribute("data-machine") == "g4dn.xlarge"
+    assert "waiting for an agent" in waiting.text
+    local = page.find('#machine-progress li[data-machine="local"]')
+    assert "waiting" not in (local.get_attribute("class") or "")
+    job = job_of(page)
+    pending = job["progress"]["machines"]["g4dn.xlarge"]
+    assert job["status"] == "running" and pending["pending"] > 0
+    assert f"{pending['done']} of {pending['needed']}" in waiting.text
+
+    page.find("#cancel").click()
+    wait_until(lambda: job_of(page)["status"] == "canceled", 20, "the job to be canceled")
+    wait_until(lambda: "canceled" in page.find("#error").text, 10, "the page to say the job was canceled")
+
+
+def test_upload_a_cnn_from_the_page(page: Page, tmp_path: Path) -> None:
+    """A JSON layer list uploaded from the form is registered and chosen; a broken file's error is shown."""
+    name = f"web-{uuid.uuid4().hex[:8]}"
+    layers = {
+        "image_size": 32,
+        "layers": [{"in_channels": 3, "out_channels": 8, "input_size": 32, "kernel": 3, "padding": 1}],
+        "parameters": 224,
+    }
+    good = tmp_path / "tiny.json"
+    good.write_text(json.dumps(layers))
+    page.open()
+    page.find("#upload summary").click()
+    page.type_into("#upload-name", name)
+    page.find("#upload-file").send_keys(str(good))
+    page.find("#upload-button").click()
+    wait_until(lambda: "Registered" in page.find("#upload-message").text, 30, "the upload to be registered")
+    assert name in [c["name"] for c in http.get(f"{page.url}/v1/cnns").json()["cnns"]]
+    assert page.js("return window.traincast.cnnPicker.values()") == [name]
+
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"image_size": 32, "layers": [{"in_channels": 3}]}')
+    expected = http.post(
+        f"{page.url}/v1/cnns", data={"name": f"{name}-2"}, files={"file": ("b.json", broken.read_bytes())}
+    ).json()["detail"]
+    page.type_into("#upload-name", f"{name}-2")
+    page.find("#upload-file").send_keys(str(broken))
+    page.find("#upload-button").click()
+    wait_until(lambda: "error" in (page.find("#upload-message").get_attribute("class") or ""), 30, "the upload error")
+    assert expected in page.find("#upload-message").text
+
+
+def wait_for_job(stack: Stack, job_id: str, timeout: float = 120) -> dict[str, Any]:
+    """Poll a job over HTTP until it has finished; it must succeed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = http.get(f"{stack.url}/v1/jobs/{job_id}").json()
+        if job["status"] in ("succeeded", "failed", "canceled"):
+            assert job["status"] == "succeeded", job
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} did not finish\nworker:\n{stack.log('worker')[-3000:]}")
