@@ -5,6 +5,7 @@ import socket
 
 from gpu_agent import app as agent
 from gpu_agent.app import STEP_CAP_FACTOR, app
+from gpu_agent.timing import Policy
 from shared import tasks
 from shared.settings import get_settings
 
@@ -12,9 +13,9 @@ log = logging.getLogger("gpu_agent")
 
 
 def longest_task_s() -> float:
-    """A rough bound on one task: the most batch sizes a job may ask for, each a whole step at its cap."""
-    s = get_settings()
-    return s.max_batch_sizes * s.bench_time_cap_s * STEP_CAP_FACTOR
+    """A rough bound on one task: the most batch sizes a job may ask for, each a whole step at its longest cap."""
+    policy = Policy.from_settings(STEP_CAP_FACTOR)
+    return get_settings().max_batch_sizes * policy.time_cap_s * policy.busy_cap_factor
 
 
 def main() -> None:

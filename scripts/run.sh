@@ -18,4 +18,4 @@ subprocess.run([sys.prefix + "/bin/traincast", "predict", "resnet18", "--machine
                 "--batch-sizes", "8,16,32", "--quiet"], check=True, stdout=subprocess.DEVNULL)
 print(f"the same job again, from stored benchmarks: {time.perf_counter() - started:.2f} s")
 PY
-echo "the stack is still running (make down stops it); web API docs: $TRAINCAST_API_URL/docs"
+echo "the stack is still running (make down stops it); the web page: $TRAINCAST_API_URL/ , API docs: $TRAINCAST_API_URL/docs"

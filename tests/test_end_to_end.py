@@ -58,7 +58,7 @@ def test_calibrate_predict_and_reuse(full_stack: Stack, clean_db: None) -> None:
         "300",
     )
     assert cal.returncode == 0, cal.stderr
-    assert "leave-one-CNN-out error" in cal.stdout
+    assert "leave-one-CNN-out MAPE: lightgbm" in cal.stdout
 
     r = http.post(f"{full_stack.url}/v1/jobs", json=JOB)
     assert r.status_code == 202
@@ -92,7 +92,7 @@ def test_job_for_an_uploaded_onnx_cnn(full_stack: Stack) -> None:
     body = {**JOB, "cnns": [name, "squeezenet1_1"], "batch_sizes": [2]}
     job = wait_for(full_stack, http.post(f"{full_stack.url}/v1/jobs", json=body).json()["id"])
     assert job["status"] == "succeeded", job
-    uploaded, builtin = job["result"]["predictions"]
+    uploaded, builtin = job["result"]["predictions"]  # in the order the request named them
     assert uploaded["cnn"] == name and uploaded["conv_ms"] == builtin["conv_ms"] > 0
 
 

@@ -11,7 +11,7 @@ from worker import features, predictor
 ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPU count × time (GPUs rarely draw full power)"
 
 
-def result(*, plan: dict[str, Any], request: JobRequest) -> dict[str, Any]:
+def result(*, request: JobRequest) -> dict[str, Any]:
     """The result document of a job whose layer benchmarks are all stored."""
     sizes = request.batch_size_list()
     predictions: list[dict[str, Any]] = []
@@ -21,8 +21,8 @@ def result(*, plan: dict[str, Any], request: JobRequest) -> dict[str, Any]:
         spec = machines.get_by_name(name=machine)
         model = predictor.latest(machine=machine)
         model_info[machine] = _model_summary(model, machine)
-        for cnn in plan["cnns"]:
-            key = {
+        for cnn in request.cnns:  # request order: the plan is jsonb, whose keys PostgreSQL reorders
+            key: dict[str, Any] = {
                 "name": cnn,
                 "image_size": request.image_size,
                 "num_classes": cnns.variant_classes(cnn, request.num_classes),

@@ -80,7 +80,7 @@ def finish_if_complete(job_id: uuid.UUID) -> bool:
             cur.execute(SET_PROGRESS, {"id": job_id, "progress": Json(progress)})
             return False
         try:
-            result = assemble.result(plan=job["plan"], request=request)
+            result = assemble.result(request=request)
             status, error = "succeeded", None
         except TraincastError as exc:
             result, status, error = None, "failed", exc.detail
