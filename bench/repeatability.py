@@ -182,7 +182,10 @@ def differences(
 def summary(runs: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """The table for docs/PERFORMANCE.md and the figures behind it."""
     a, b = runs[0]["points"], runs[1]["points"]
-    lines = ["| points | method | n | median abs. diff. | mean | 90th pct. | max |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| points | method | n | median abs. diff. | mean | 90th pct. | max | median run 2 ÷ run 1 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     stats: dict[str, Any] = {}
     for kind in ("layer", "step"):
         every = sorted(k for k in a.keys() & b.keys() if k.startswith(kind + "/") and len(a[k]) == len(b[k]) == 6)
@@ -194,9 +197,11 @@ def summary(runs: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                     continue
                 p90 = statistics.quantiles(d, n=10, method="inclusive")[-1] if len(d) >= 2 else d[0]
                 stats[f"{kind}/{subset}/{method}"] = {"median": statistics.median(d), "n": len(d)}
+                # A shift of the whole run (machine state) shows here; scatter of single points does not.
+                shift = statistics.median(b[k][method] / a[k][method] for k in keys)
                 lines.append(
                     f"| {kind}s, {subset} | {LABELS[method]} | {len(d)} | {statistics.median(d):.1f} % "
-                    f"| {statistics.mean(d):.1f} % | {p90:.1f} % | {max(d):.1f} % |"
+                    f"| {statistics.mean(d):.1f} % | {p90:.1f} % | {max(d):.1f} % | {shift:.2f} |"
                 )
     return "\n".join(lines), stats
 
@@ -219,15 +224,13 @@ def main() -> int:
         return 0
     started = time.perf_counter()
     runs = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for run in (1, 2):
-            out = Path(tmp) / f"run{run}.json"
-            cmd = [sys.executable, __file__, "--child", str(out), "--run", str(run)] + (
-                ["--quick"] if args.quick else []
-            )
-            print(f"run {run}: a separate process measuring the same points…", file=sys.stderr, flush=True)
-            subprocess.run(cmd, check=True)
-            runs.append(json.loads(out.read_text()))
+    tmp = tempfile.mkdtemp(prefix="traincast-repeatability-")  # kept: the raw figures of both runs
+    for run in (1, 2):
+        out = Path(tmp) / f"run{run}.json"
+        cmd = [sys.executable, __file__, "--child", str(out), "--run", str(run)] + (["--quick"] if args.quick else [])
+        print(f"run {run}: a separate process measuring the same points…", file=sys.stderr, flush=True)
+        subprocess.run(cmd, check=True)
+        runs.append(json.loads(out.read_text()))
     if runs[0]["environment"] != runs[1]["environment"]:
         print("error: the two runs measured in different environments; not comparing them", file=sys.stderr)
         return 1
@@ -266,6 +269,7 @@ timings waited for a CPU, median/90th percentile over points: {", ".join(waits(r
 baseline: {", ".join(f"{t:.2f}×" for t in time_ratio)} (run 1, run 2).
 """
     print(body)
+    print(f"raw figures: {tmp}/run1.json, {tmp}/run2.json", file=sys.stderr)
     write_section("Repeatability", body)
     return 0
 
