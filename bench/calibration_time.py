@@ -69,8 +69,9 @@ def main() -> int:
     ratio, loads = f"{took / BOUND_S:.2f}", f"{load[0]:.1f} / {load[1]:.1f}"
     plan, when = plan_line.removeprefix("calibrating local: "), f"{datetime.now(UTC):%Y-%m-%d %H:%M}"
     command = " ".join(["traincast calibrate --machine local", *options])
+    bench_command = " ".join(["python bench/calibration_time.py", *options])
     body = f"""`{command}` with one local agent (`python -m gpu_agent`), empty tables, timed by
-`python bench/calibration_time.py {" ".join(options)}`.
+`{bench_command}`.
 
 | run (UTC) | plan | layer rows | step rows | infeasible | wall time | ÷ 15-min bound | load 1 min start/end |
 |---|---|---|---|---|---|---|---|

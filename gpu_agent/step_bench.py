@@ -1,6 +1,7 @@
 """Whole training iterations of a CNN: zero_grad, forward, loss, backward, optimizer step."""
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -62,6 +63,11 @@ def measure(
         # a single value per channel); anything else is a failure of the task.
         infeasible=(ValueError,),
     )
+    # One untimed step before each block: a whole CNN at several batch sizes has more oneDNN
+    # primitives than its cache holds (densenet121: 120 convs × 3 phases × 4 batch sizes), so the
+    # first step after a switch rebuilds them (2.5× slower, measured; not with a 4096-entry cache),
+    # which training never does.
+    policy = replace(policy, rewarm=max(policy.rewarm, 1))
     return windows.run(
         batch_sizes, spec, device=device, policy=policy, window_points=window_points, save=save, stop=stop
     )

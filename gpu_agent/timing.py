@@ -33,6 +33,7 @@ class Policy:
     round_s: float = 0.01  # aim for this much time per operation per round (sets the reps)
     quiet_wait: float = 0.1  # a block is quiet when its threads waited for a CPU under this share of it
     busy_cap_factor: float = 2  # without enough quiet blocks, keep trying up to this many time caps
+    rewarm: int = 0  # untimed runs before each block, so a block starts from the state its op left
 
     @classmethod
     def from_settings(cls, factor: float = 1) -> "Policy":
@@ -71,6 +72,7 @@ class Timing:
     quiet_rounds: int
     wait: float  # median over blocks of the share of time spent waiting for a CPU
     reps: int  # runs per block after the first round
+    rewarm: int  # untimed runs before each block
     stable: bool  # stopped because every operation agreed, not at a cap, max rounds or a stop
 
     def to_json(self) -> dict[str, Any]:
@@ -103,7 +105,7 @@ def time_rounds(
     for r in range(policy.max_rounds):
         # Rotate the order so no operation always follows the same one (caches, clocks).
         for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
-            blocks[k].append(_block(k, ops[k], reps[k], device))
+            blocks[k].append(_block(k, ops[k], reps[k], device, policy.rewarm))
         if r == 0:
             reps = {k: _reps(blocks[k][0].runs[0], policy) for k in keys}
         if r + 1 < policy.min_rounds:
@@ -125,9 +127,12 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _block(key: Hashable, fn: Callable[[], object], reps: int, device: torch.device) -> _Block:
-    waited, t0 = schedstat.run_delay_s(), time.perf_counter()
+def _block(key: Hashable, fn: Callable[[], object], reps: int, device: torch.device, rewarm: int) -> _Block:
     try:
+        for _ in range(rewarm):
+            fn()
+        sync(device)
+        waited, t0 = schedstat.run_delay_s(), time.perf_counter()
         runs = [_once(fn, device) for _ in range(reps)]
     except Exception as exc:
         raise OpError(key, exc) from exc
@@ -185,5 +190,6 @@ def _timing(blocks: list[_Block], reps: int, stable: bool, policy: Policy) -> Ti
         quiet_rounds=len(quiet),
         wait=round(statistics.median(b.wait for b in blocks), 4),
         reps=reps,
+        rewarm=policy.rewarm,
         stable=stable,
     )

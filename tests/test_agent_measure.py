@@ -139,6 +139,7 @@ def test_whole_steps_of_a_task_are_interleaved_and_resumable(setting: Setter, mo
     # The window of two was finished and stored as a whole before the stop took effect.
     assert [r["batch_size"] for r in first] == [2, 3] and all(r["stats"]["window"] == [2, 3] for r in first)
     assert all(r["stats"]["step"]["rounds"] >= 3 and r["step_ms"] == r["stats"]["step"]["value_ms"] for r in first)
+    assert all(r["stats"]["step"]["rewarm"] == 1 for r in first)  # each block starts with an untimed step
     monkeypatch.undo()
     setting(bench_quiet_wait="inf")
     lifecycle.clear_stop()

@@ -120,8 +120,9 @@ def scripted_wait(monkeypatch: pytest.MonkeyPatch, calls: list[str], busy: Calla
     def op() -> None:
         calls.append("op")
         if busy():
+            started = time.perf_counter()
             time.sleep(0.012)
-            waited[0] += 0.008
+            waited[0] += (time.perf_counter() - started) * 2 / 3
         else:
             time.sleep(0.004)
 
@@ -167,3 +168,22 @@ def test_a_competing_process_shows_as_waiting() -> None:
         competitor.kill()
         competitor.wait()
     assert out["a"].wait > 0.3 and out["a"].quiet_rounds == 0
+
+
+def test_rewarm_discards_the_cost_of_switching_operations() -> None:
+    """An operation slow on its first call after another one ran is timed warm when blocks rewarm."""
+    last: list[str] = []
+
+    def op(name: str) -> Callable[[], None]:
+        def run() -> None:
+            # 12 ms right after a switch (caches rebuilt), 4 ms when it ran last too.
+            time.sleep(0.012 if last[-1:] != [name] else 0.004)
+            last.append(name)
+
+        return run
+
+    ops = {name: op(name) for name in "abc"}  # three: with two, rotation repeats one across rounds
+    policy = Policy(time_cap_s=10, target_spread=-1, min_rounds=4, max_rounds=4, max_reps=1, quiet_wait=ANY_WAIT)
+    cold = time_rounds(ops, CPU, policy)
+    warm = time_rounds(ops, CPU, replace(policy, rewarm=1))
+    assert all(cold[k].value_ms >= 12 and 4 <= warm[k].value_ms < 8 and warm[k].rewarm == 1 for k in ops)
