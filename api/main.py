@@ -6,7 +6,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api import problems
-from api.routers import agents, cnns, health, jobs, machines, web
+from api.routers import agents, cnns, fleet, health, jobs, machines, web
 from shared import cnn_zoo
 
 
@@ -24,5 +24,5 @@ app = FastAPI(
     lifespan=lifespan,
 )
 problems.install(app)
-for router in (jobs.router, cnns.router, machines.router, agents.router, health.router, web.router):
+for router in (jobs.router, cnns.router, machines.router, agents.router, fleet.router, health.router, web.router):
     app.include_router(router)

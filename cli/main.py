@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from cli import render
+from cli import catalog, fleet, render
 from cli.client import Api, CliError
 
 DEFAULT_API = "http://127.0.0.1:8000"
@@ -173,7 +173,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Fit a model from the stored measurements (talks to the database)."""
     from worker import predictor
 
-    _print_model(predictor.train(machine=args.machine))
+    _print_model(predictor.train(machine=args.machine, pool=args.pool))
     return 0
 
 
@@ -186,9 +186,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def _print_model(model: dict[str, Any]) -> None:
     ev = model["evaluation"]
+    pooled = ev.get("pooled_from", [])
     print(
         f"model {model['machine_type']} v{model['version']} ({model['kind']}) from {ev['rows']} measured steps "
         f"of {ev['cnns']} CNNs"
+        + (f", pooled from {', '.join(pooled)} ({ev['own_rows']} steps of its own)" if len(pooled) > 1 else "")
     )
     print(render.evaluation(ev))
 
@@ -230,7 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--json", action="store_true")
     tr = sub.add_parser("train", help="fit a model from stored measurements")
     tr.add_argument("--machine", required=True)
+    tr.add_argument(
+        "--pool", action=argparse.BooleanOptionalAction, default=None,
+        help="learn from every machine type's steps (default: when this type has steps of fewer than 5 CNNs)",
+    )  # fmt: skip
     sub.add_parser("migrate", help="apply database migrations")
+    fleet.add_parser(sub)
+    catalog.add_parser(sub)
     return p
 
 
@@ -247,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         handlers = {"status": cmd_status, "jobs": cmd_jobs, "cancel": cmd_cancel, "agents": cmd_agents}
         if args.command in handlers:
             return handlers[args.command](api, args)
+        if args.command == "fleet":
+            return fleet.run(api, args)
+        if args.command == "catalog":
+            return catalog.run(args)
         admin = {"calibrate": cmd_calibrate, "train": cmd_train, "migrate": cmd_migrate}
         return admin[args.command](args)
     except (CliError, TraincastError) as exc:

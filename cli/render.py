@@ -67,7 +67,7 @@ def result(job: dict[str, Any]) -> str:
 
 def evaluation(ev: dict[str, Any]) -> str:
     """Held-out error of the model beside its baselines, overall and per held-out CNN."""
-    names = ("lightgbm", "conv_scale", "flops_scale")
+    names = ("lightgbm", "base_only", "conv_scale", "flops_scale")
     lines = []
     for split, label in (("loco", "leave-one-CNN-out"), ("lofo", "leave-one-family-out")):
         parts = [f"{n} {ev[split][n]['mape']:.1f}%" for n in names if ev[split][n]["mape"] is not None]

@@ -2,11 +2,9 @@
 
 import logging
 import socket
+import sys
 
-from gpu_agent import app as agent
-from gpu_agent.app import STEP_CAP_FACTOR, app
-from gpu_agent.timing import Policy
-from shared import tasks
+from shared import secrets
 from shared.settings import get_settings
 
 log = logging.getLogger("gpu_agent")
@@ -14,12 +12,24 @@ log = logging.getLogger("gpu_agent")
 
 def longest_task_s() -> float:
     """A rough bound on one task: the most batch sizes a job may ask for, each a whole step at its longest cap."""
+    from gpu_agent.app import STEP_CAP_FACTOR
+    from gpu_agent.timing import Policy
+
     policy = Policy.from_settings(STEP_CAP_FACTOR)
     return get_settings().max_batch_sizes * policy.time_cap_s * policy.busy_cap_factor
 
 
 def main() -> None:
     """Run one Celery worker on bench.<machine type>, one measurement at a time."""
+    # First, before any setting is read: DATABASE_URL / REDIS_URL may come from SSM. Imported only
+    # afterwards, because gpu_agent.app builds its Celery app (the broker URL) at import.
+    if loaded := secrets.load_from_environment():
+        # Celery configures logging only later; names only, never values.
+        print(f"loaded {', '.join(loaded)} from SSM", file=sys.stderr)
+    from gpu_agent import app as agent
+    from gpu_agent.app import app
+    from shared import tasks
+
     settings = get_settings()
     machine = settings.agent_machine_type
     if settings.visibility_timeout_s < longest_task_s():

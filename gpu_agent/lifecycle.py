@@ -15,13 +15,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.db import Json, transaction
+from shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 
 # An upsert, so a heartbeat re-registers an agent whose row vanished (database restored, wiped).
 UPSERT_AGENT = """
-INSERT INTO agents (id, machine_type, host, pid, device, environment_id, started_at)
-VALUES (%(id)s, %(machine)s, %(host)s, %(pid)s, %(device)s, %(env)s, %(started_at)s)
+INSERT INTO agents (id, machine_type, host, pid, device, environment_id, started_at, instance_id)
+VALUES (%(id)s, %(machine)s, %(host)s, %(pid)s, %(device)s, %(env)s, %(started_at)s, %(instance)s)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()"""
 SET_WORK = "UPDATE agents SET current_work = %s, heartbeat_at = now() WHERE id = %s"
 SET_ERROR = "UPDATE agents SET last_error = %s, last_error_at = now() WHERE id = %s"
@@ -114,6 +115,8 @@ def _beat() -> None:
         "device": _me.device,
         "env": _me.environment_id,
         "started_at": _me.started_at,
+        # The fleet controller matches instances to heartbeats by this; empty outside the fleet.
+        "instance": get_settings().agent_instance_id or None,
     }
     _execute(UPSERT_AGENT, params)
 

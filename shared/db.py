@@ -9,6 +9,7 @@ import psycopg2.extensions
 import psycopg2.extras
 
 from shared.errors import ServiceUnavailable
+from shared.secrets import redact_url
 from shared.settings import get_settings
 
 psycopg2.extras.register_uuid()
@@ -42,12 +43,7 @@ def Json(value: Any) -> psycopg2.extras.Json:  # noqa: N802 - mirrors psycopg2's
 
 def _redact(dsn: str) -> str:
     """Hide a password in a connection URL before it reaches a message or a log."""
-    if "://" in dsn and "@" in dsn:
-        scheme, rest = dsn.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        user = creds.split(":", 1)[0]
-        return f"{scheme}://{user}@{host}"
-    return dsn
+    return redact_url(dsn)
 
 
 def one(cur: psycopg2.extras.RealDictCursor) -> dict[str, Any]:

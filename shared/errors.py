@@ -6,7 +6,10 @@ TraincastError                 base: every error we raise on purpose
 ├── InvalidRequest             input a person must correct (bad batch sizes, image size, …)
 │   └── ExtractionError        a CNN could not be read into conv layers
 ├── PayloadTooLarge            an upload over the configured size limit
-└── Conflict                   idempotency key reused with a different request; bad state change
+├── Conflict                   idempotency key reused with a different request; bad state change
+└── FleetError                 the AWS fleet could not do what it was asked
+    ├── CapacityShort          no subnet or market had capacity now: retried later, not fatal
+    └── LaunchRefused          AWS refused the launch request itself (permissions, AMI, settings)
 """
 
 from typing import Any
@@ -63,3 +66,23 @@ class PayloadTooLarge(TraincastError):
 
     status = 413
     title = "Upload too large"
+
+
+class FleetError(TraincastError):
+    """The AWS fleet could not do what it was asked."""
+
+    status = 502
+    title = "Fleet error"
+
+
+class CapacityShort(FleetError):
+    """Every subnet and market tried was short of capacity for the instance type."""
+
+    status = 503
+    title = "Capacity short"
+
+
+class LaunchRefused(FleetError):
+    """AWS refused a launch for a reason other than capacity; retrying will not help by itself."""
+
+    title = "Launch refused"

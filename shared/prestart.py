@@ -5,9 +5,10 @@ import time
 
 import redis
 
-from shared import migrate
+from shared import migrate, secrets
 from shared.db import connect
 from shared.errors import ServiceUnavailable
+from shared.secrets import redact_url
 from shared.settings import get_settings
 
 
@@ -22,7 +23,7 @@ def wait_for_services(timeout_s: float) -> None:
             try:
                 redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2).ping()
             except redis.RedisError as exc:
-                raise ServiceUnavailable(f"Redis at {settings.redis_url} is unreachable: {exc}") from exc
+                raise ServiceUnavailable(f"Redis at {redact_url(settings.redis_url)} is unreachable: {exc}") from exc
             return
         except ServiceUnavailable:
             if time.monotonic() >= deadline:
@@ -34,6 +35,8 @@ def main() -> int:
     """Wait (up to WAIT seconds, default 10), migrate, and say so in one line on failure."""
     timeout = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
     try:
+        # Before any setting is read: DATABASE_URL / REDIS_URL may come from SSM.
+        secrets.load_from_environment()
         wait_for_services(timeout)
     except ServiceUnavailable as exc:
         print(f"error: {exc.detail}. {migrate.START_HINT}.", file=sys.stderr)

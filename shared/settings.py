@@ -44,6 +44,39 @@ class Settings(BaseSettings):
     max_upload_bytes: int = 200 * 1024 * 1024
     max_batch_sizes: int = 1000
     max_batch_size: int = 4096
+    # A job that waits this long for an agent on a machine type with none alive fails, saying so.
+    agent_wait_timeout_s: float = 1800.0
+    # EC2 instance id of the agent's host (set by the fleet's user data from the instance metadata).
+    agent_instance_id: str = ""
+
+    # Fleet (issue 7): the controller (`python -m gpu_agent.fleet`) launches agents on AWS.
+    fleet_enabled: bool = False
+    fleet_name: str = "default"  # tag traincast:fleet; two deployments in one account keep apart
+    fleet_region: str = "us-east-1"
+    fleet_every_s: float = 30.0
+    # Where to launch: an EC2 launch template per machine type (JSON object type → name or id),
+    # else the AMI, subnets (tried in order on capacity errors), security groups and profile below.
+    fleet_launch_templates: dict[str, str] = {}
+    fleet_ami: str = ""
+    fleet_subnets: list[str] = []
+    fleet_security_groups: list[str] = []
+    fleet_instance_profile: str = ""
+    fleet_key_name: str = ""
+    fleet_spot: bool = True  # spot first, on-demand when spot capacity is short
+    # The agent reads its secrets from this SSM path; user data carries only the path.
+    fleet_ssm_path: str = "/traincast/agent/"
+    fleet_agent_command: str = "cd /opt/traincast && exec .venv/bin/python -m gpu_agent"
+    # Limits: instances per type, dollars per hour over the whole fleet (at on-demand prices,
+    # the most spot can cost), seconds an instance may live, idle seconds before it goes,
+    # seconds after launch before an instance without a heartbeat is an orphan.
+    fleet_max_per_type: int = 2
+    fleet_max_usd_per_hour: float = 10.0
+    fleet_max_lifetime_s: float = 6 * 3600
+    fleet_idle_s: float = 600.0
+    fleet_boot_grace_s: float = 900.0
+    # Queued benchmark tasks per agent before the controller wants another one.
+    fleet_tasks_per_agent: int = 200
+    fleet_capacity_retry_s: float = 300.0
 
 
 @lru_cache

@@ -16,6 +16,7 @@ import redis
 from shared import tasks
 from shared.db import transaction
 from shared.settings import get_settings
+from tests.agent_role import agent_url
 from tests.services import fresh_database, fresh_redis_db, servers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +25,7 @@ http = httpx.Client(timeout=30)
 
 TRUNCATE = """
 TRUNCATE jobs, predictor_models, step_measurements, layer_benchmarks,
-         cnn_layers, conv_signatures, cnns CASCADE"""
+         cnn_layers, conv_signatures, cnns, fleet_instances, fleet_targets, fleet_events CASCADE"""
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -79,8 +80,8 @@ class Stack:
         self.logs = logs
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str) -> None:
-        """Start one of api, worker, agent."""
+    def start(self, name: str, **extra_env: str) -> None:
+        """Start one of api, worker, agent, fleet (with settings of its own, if given)."""
         bindir = Path(sys.executable).parent
         commands = {
             "api": [str(bindir / "uvicorn"), "api.main:app", "--host", "127.0.0.1", "--port", str(self.port)],
@@ -100,9 +101,15 @@ class Stack:
                 str(self.logs / "beat-schedule"),
             ],
             "agent": [sys.executable, "-m", "gpu_agent"],
+            "fleet": [sys.executable, "-m", "gpu_agent.fleet"],
         }
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
-        self.procs[name] = subprocess.Popen(commands[name], cwd=ROOT, env=self.env, stdout=log, stderr=log)
+        env = {**self.env, **extra_env}
+        if name == "agent":
+            # The agent logs in with only the grants of its role (migrations/0007_agent_role.sql), as in
+            # production, so every end-to-end test proves those grants suffice (tests/agent_role.py).
+            env = {**env, "DATABASE_URL": agent_url(env["DATABASE_URL"])}
+        self.procs[name] = subprocess.Popen(commands[name], cwd=ROOT, env=env, stdout=log, stderr=log)
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         """Stop one process and return its exit code."""

@@ -37,8 +37,10 @@ def test_layer_benchmark_is_measured_and_stored_once(clean_db: None) -> None:
         assert not r["oom"] and r["forward_ms"] > 0 and r["backward_data_ms"] > 0 and r["backward_weight_ms"] > 0
         for phase in ("forward", "backward_data", "backward_weight"):
             t = r["stats"][phase]
-            # The stored figure is the minimum of the round medians: between the fastest run and the median.
-            assert t["value_ms"] == r[f"{phase}_ms"] and t["min_ms"] <= t["value_ms"] <= t["median_ms"] * (1 + 1e-9)
+            # The stored figure is the minimum of the quiet rounds' medians: not below the fastest run, and
+            # near the median of all runs (not always under it: busy rounds and the first, shorter round
+            # count in that median but not in the figure).
+            assert t["value_ms"] == r[f"{phase}_ms"] and t["min_ms"] <= t["value_ms"] <= t["median_ms"] * 1.5
             assert t["rounds"] >= 3 and t["runs"] >= t["rounds"] and t["spread"] is not None
         assert r["stats"]["window"] == [1, 2] and r["stats"]["method"] == "interleaved-rounds"
     env = rows("SELECT details FROM environments WHERE id = %s", stored[0]["environment_id"])[0]["details"]

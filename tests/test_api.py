@@ -65,7 +65,7 @@ def test_unknown_and_invalid_job_ids(api_only: Stack) -> None:
     assert route.status_code == 404 and route.headers["content-type"] == "application/problem+json"
 
 
-def test_submit_poll_cancel(api_only: Stack) -> None:
+def test_submit_poll_cancel(api_only: Stack, clean_db: None) -> None:
     """A job is accepted with Location, polled with Retry-After, cancelled once, then 409."""
     r = http.post(f"{api_only.url}/v1/jobs", json=GOOD)
     assert r.status_code == 202

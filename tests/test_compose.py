@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 SEED_SQL = (ROOT / "migrations" / "0002_seed_machine_types.sql").read_text()
-PYTHON_SERVICES = ("migrate", "api", "worker", "agent", "gpu-agent")
-APP_SERVICES = ("api", "worker", "agent", "gpu-agent")
+PYTHON_SERVICES = ("migrate", "api", "worker", "agent", "gpu-agent", "fleet")
+APP_SERVICES = ("api", "worker", "agent", "gpu-agent", "fleet")
 NEEDED_DEPS = {"postgres": "service_healthy", "redis": "service_healthy", "migrate": "service_completed_successfully"}
 COPIED_FOR_COMMANDS = {"api", "worker", "gpu_agent", "shared", "migrations", "pyproject.toml"}
 
@@ -165,11 +165,12 @@ CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
 
 
 def test_services_and_gpu_profile() -> None:
-    """All services exist; only gpu-agent is in the gpu profile, with an NVIDIA device reserved."""
+    """All services exist; gpu-agent (NVIDIA device) and fleet only in their profiles; agents have time to drain."""
     services = COMPOSE["services"]
     assert set(services) == {"postgres", "redis", *PYTHON_SERVICES}
-    assert services["gpu-agent"]["profiles"] == ["gpu"]
-    assert all("profiles" not in s for n, s in services.items() if n != "gpu-agent")
+    assert services["gpu-agent"]["profiles"] == ["gpu"] and services["fleet"]["profiles"] == ["fleet"]
+    assert all("profiles" not in s for n, s in services.items() if n not in ("gpu-agent", "fleet"))
+    assert all(services[n]["stop_grace_period"] == "10m" for n in ("agent", "gpu-agent"))
     devices = services["gpu-agent"]["deploy"]["resources"]["reservations"]["devices"]
     assert any(d["driver"] == "nvidia" and "gpu" in d["capabilities"] for d in devices)
     assert "--appendonly" in argv_of(services["redis"])

@@ -8,6 +8,7 @@ import pytest
 from shared import jobs, machines
 from shared.errors import InvalidRequest
 from shared.schemas import JobRequest
+from shared.settings import get_settings
 from tests.jobflow import drain_agent_queue, submit
 from worker import assemble, calibrate, features, models, planning, predictor
 
@@ -28,17 +29,42 @@ def test_train_store_load_predict_and_version(clean_db: None) -> None:
     points = predictor.dataset("local")
     assert len(points) == 6 and all(p.conv_ms > 0 and p.step_ms > 0 for p in points)
     first = predictor.train(machine="local")
-    assert first["version"] == 1 and first["kind"] == "lightgbm_ratio"
+    assert first["version"] == 1 and first["kind"] == "lightgbm_base_ratio"
+    assert len(first["params"]["base"]) == len(models.BASE_TERMS) and min(first["params"]["base"]) >= 0
     assert sorted(first["training_rows"]) == sorted(p.id for p in points)
     ev = first["evaluation"]
     assert set(ev["loco"]["lightgbm"]["groups"]) == set(cnns)
     assert set(ev["lofo"]["lightgbm"]["groups"]) == {"resnet", "squeezenet", "mobilenet_v2"}
-    assert {"conv_scale", "flops_scale"} <= set(ev["loco"]) and ev["loco_mape"] == ev["loco"]["lightgbm"]["mape"]
+    assert {"base_only", "conv_scale", "flops_scale"} <= set(ev["loco"])
+    assert ev["loco_mape"] == ev["loco"]["lightgbm"]["mape"]
     low, mid, high = predictor.predict_ms(first, points[0].x, points[0].conv_ms)
     assert 0 < low <= mid <= high
     second = predictor.train(machine="local")
     latest = predictor.latest(machine="local")
     assert second["version"] == 2 and latest is not None and latest["id"] == second["id"]
+
+
+def test_base_finds_the_per_parameter_cost_a_conv_scale_cannot() -> None:
+    """Steps = 2 × conv + 3 ms per million parameters: the base recovers both; conv × k cannot."""
+    rng = random.Random(3)
+    points = []
+    at = features.NAMES.index("mparameters")
+    for i in range(40):
+        conv, mparams = 5 + 100 * rng.random(), 60 * rng.random()
+        x = [0.0] * len(features.NAMES)
+        x[at] = mparams
+        points.append(models.Point(i, f"cnn{i % 8}", "fam", x, conv, conv, 2 * conv + 3 * mparams))
+    coef = dict(zip(models.BASE_TERMS, models.fit_base(points), strict=True))
+    assert coef["conv_ms"] == pytest.approx(2, rel=1e-6) and coef["mparameters"] == pytest.approx(3, rel=1e-6)
+    ev = models.evaluate(points)
+    assert ev["loco"]["base_only"]["mape"] < 1e-6 < ev["loco"]["conv_scale"]["mape"]
+
+
+def test_an_older_kind_of_model_is_not_used(clean_db: None) -> None:
+    """A stored model of another kind gives a clear error (assembly then reports no number), not a wrong one."""
+    model = {"id": -1, "version": 7, "kind": "lightgbm_ratio", "params": {"features": list(features.NAMES)}}
+    with pytest.raises(InvalidRequest, match="older kind; retrain"):
+        predictor.predict_ms(model, [0.0] * len(features.NAMES), 1.0)
 
 
 def test_held_out_group_is_excluded_from_its_fit() -> None:
@@ -104,10 +130,36 @@ def test_job_result_names_the_model_version(clean_db: None) -> None:
     planning.plan_job(job["id"])
     result = jobs.get(job_id=job["id"])["result"]
     assert result["models"]["local"] == {
-        "status": "ok", "version": model["version"], "kind": "lightgbm_ratio",
-        "loco_mape": model["evaluation"]["loco_mape"],
+        "status": "ok", "version": model["version"], "kind": "lightgbm_base_ratio",
+        "loco_mape": model["evaluation"]["loco_mape"], "pooled_from": ["local"],
     }  # fmt: skip
     (point,) = result["predictions"]
     assert point["iteration_seconds_p10"] <= point["iteration_seconds"] <= point["iteration_seconds_p90"]
     assert point["cost_usd"] == 0.0 and point["energy_kwh"] is None  # local: free, board power unknown
     assert result["best"][0]["min_time"]["batch_size"] == 2
+
+
+def test_a_type_with_few_steps_pools_every_types_steps(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One CNN stepped on g4dn.xlarge: its model learns from local's steps too, and says so; --no-pool refuses."""
+    measure(calibrate.Plan(machine="local", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(2,), image_size=32))
+    # The same agent code, registered for another machine type (the rows carry this CPU's environment).
+    monkeypatch.setenv("AGENT_MACHINE_TYPE", "g4dn.xlarge")
+    get_settings.cache_clear()
+    try:
+        plan = calibrate.Plan(machine="g4dn.xlarge", cnns=("mobilenet_v2",), batch_sizes=(2,), image_size=32)
+        calibrate.send(plan)
+        drain_agent_queue("g4dn.xlarge")
+    finally:
+        monkeypatch.delenv("AGENT_MACHINE_TYPE")
+        get_settings.cache_clear()
+    with pytest.raises(InvalidRequest, match="at least 2 CNNs on g4dn.xlarge"):
+        predictor.train(machine="g4dn.xlarge", pool=False)
+    model = predictor.train(machine="g4dn.xlarge")
+    ev = model["evaluation"]
+    assert ev["pooled_from"] == ["g4dn.xlarge", "local"] and ev["own_rows"] == 1 and ev["cnns"] == 3
+    local_ids = {p.id for p in predictor.dataset("local")}
+    assert local_ids < set(model["training_rows"])
+    [own] = predictor.dataset("g4dn.xlarge")
+    low, mid, high = predictor.predict_ms(model, own.x, own.conv_ms)
+    assert 0 < low <= mid <= high
+    assert predictor.train(machine="local", pool=False)["evaluation"]["pooled_from"] == ["local"]

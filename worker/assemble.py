@@ -105,4 +105,6 @@ def _model_summary(model: dict[str, Any] | None, machine: str) -> dict[str, Any]
         "version": model["version"],
         "kind": model["kind"],
         "loco_mape": model["evaluation"].get("loco_mape"),
+        # More than this machine type: the model also learnt from other types' steps (few of its own).
+        "pooled_from": model["evaluation"].get("pooled_from", [machine]),
     }

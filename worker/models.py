@@ -1,9 +1,13 @@
 """Whole-step models and their honest evaluation; no database here, only numbers.
 
 Every model maps a point (features, summed conv time, FLOPs) to an iteration time in ms.
-The LightGBM model learns the ratio of the measured step to the summed conv time (in log
-space): the ratio transfers across CNNs better than the time itself, and the conv time keeps
-the steps at particular batch sizes that the layer benchmarks show.
+The model has two stages. A base with one non-negative coefficient per cost that every step
+pays: the measured conv time, the parameters (the optimizer and the weight gradients read and
+write each one, however small the batch: this is most of an AlexNet or VGG step), the bytes
+the other layers move, and a cost per operation. Then LightGBM learns the ratio of the
+measured step to that base (in log space). Both transfer across CNNs better than a model of
+the time itself, and the measured conv time keeps the steps at particular batch sizes that
+the layer benchmarks show.
 """
 
 import math
@@ -15,6 +19,9 @@ from typing import Any
 
 import lightgbm as lgb
 import numpy as np
+from scipy.optimize import nnls
+
+from worker import features
 
 QUANTILES = {"p10": 0.1, "p90": 0.9}
 
@@ -30,6 +37,7 @@ class Point:
     conv_ms: float
     flops: float
     step_ms: float
+    machine: str = ""
 
 
 Predictor = Callable[[Point], float]
@@ -68,33 +76,75 @@ def _params(alpha: float | None, rows: int) -> dict[str, Any]:
     return params
 
 
-def fit_lgbm(points: list[Point], rounds: int = 300) -> dict[str, str]:
-    """Median (L2 on the log ratio) and P10/P90 quantile boosters, as LightGBM model text."""
-    x = np.array([p.x for p in points], dtype=float)
-    y = np.array([math.log(p.step_ms / p.conv_ms) for p in points])
+BASE_TERMS = ("conv_ms", "mparameters", "other_mbytes", "operations", "constant")
+_AT = {name: i for i, name in enumerate(features.NAMES)}
+
+
+def base_terms(x: list[float], conv_ms: float) -> list[float]:
+    """The costs of the base, in BASE_TERMS order."""
+    operations = sum(x[_AT[f"{k}_convs"]] for k in features.LAYER_KINDS) + sum(
+        x[_AT[f"{k}_ops"]] for k in features.WORK_KINDS
+    )
+    other_mbytes = sum(x[_AT[f"{k}_mbytes"]] for k in features.WORK_KINDS)
+    return [conv_ms, x[_AT["mparameters"]], other_mbytes, operations, 1.0]
+
+
+def fit_base(points: list[Point]) -> list[float]:
+    """Non-negative coefficients of the base terms, minimising the squared relative error."""
+    a = np.array([[t / p.step_ms for t in base_terms(p.x, p.conv_ms)] for p in points])
+    coef, _residual = nnls(a, np.ones(len(points)))
+    return [float(c) for c in coef]
+
+
+def base_ms(coef: list[float], x: list[float], conv_ms: float) -> float:
+    """The base's step time; never zero, so the ratio stays defined."""
+    return max(1e-3, float(np.dot(coef, base_terms(x, conv_ms))))
+
+
+def fit_lgbm(points: list[Point], rounds: int = 300) -> dict[str, Any]:
+    """The base coefficients, and median (L2 on the log ratio) and P10/P90 boosters as LightGBM model text."""
+    coef = fit_base(points)
+    x = np.array([[*p.x, base_ms(coef, p.x, p.conv_ms)] for p in points], dtype=float)
+    y = np.array([math.log(p.step_ms / base_ms(coef, p.x, p.conv_ms)) for p in points])
     boosters = {"p50": lgb.train(_params(None, len(points)), lgb.Dataset(x, y), rounds)}
     for name, alpha in QUANTILES.items():
         boosters[name] = lgb.train(_params(alpha, len(points)), lgb.Dataset(x, y), rounds)
-    return {name: b.model_to_string() for name, b in boosters.items()}
+    return {"base": coef, "boosters": {name: b.model_to_string() for name, b in boosters.items()}}
 
 
-def load(texts: dict[str, str]) -> dict[str, lgb.Booster]:
-    """Boosters from their model text (plain text, never a pickle)."""
-    return {name: lgb.Booster(model_str=text) for name, text in texts.items()}
+@dataclass(frozen=True)
+class Fitted:
+    """A loaded model: base coefficients and boosters."""
+
+    base: list[float]
+    boosters: dict[str, lgb.Booster]
 
 
-def predict(boosters: dict[str, lgb.Booster], x: list[float], conv_ms: float) -> tuple[float, float, float]:
+def load(params: dict[str, Any]) -> Fitted:
+    """A model from its stored parameters (LightGBM model text, never a pickle)."""
+    boosters = {name: lgb.Booster(model_str=text) for name, text in params["boosters"].items()}
+    return Fitted(list(params["base"]), boosters)
+
+
+def predict(model: Fitted, x: list[float], conv_ms: float) -> tuple[float, float, float]:
     """(P10, median, P90) iteration time in ms; quantiles sorted so they never cross."""
-    row = np.array([x], dtype=float)
-    p10, p50, p90 = (conv_ms * math.exp(float(boosters[n].predict(row)[0])) for n in ("p10", "p50", "p90"))
+    base = base_ms(model.base, x, conv_ms)
+    row = np.array([[*x, base]], dtype=float)
+    p10, p50, p90 = (base * math.exp(float(model.boosters[n].predict(row)[0])) for n in ("p10", "p50", "p90"))
     low, mid, high = sorted((p10, p50, p90))
     return low, mid, high
 
 
 def lgbm_predictor(points: list[Point]) -> Predictor:
-    """Fit LightGBM on points; return its median prediction."""
-    boosters = load(fit_lgbm(points))
-    return lambda p: predict(boosters, p.x, p.conv_ms)[1]
+    """Fit the base and LightGBM on points; return the median prediction."""
+    model = load(fit_lgbm(points))
+    return lambda p: predict(model, p.x, p.conv_ms)[1]
+
+
+def base_predictor(points: list[Point]) -> Predictor:
+    """The base alone (reported beside the full model, so the boosters must earn their place)."""
+    coef = fit_base(points)
+    return lambda p: base_ms(coef, p.x, p.conv_ms)
 
 
 def held_out(
@@ -131,6 +181,7 @@ def evaluate(points: list[Point]) -> dict[str, Any]:
     """LightGBM and both baselines, leave-one-CNN-out and leave-one-family-out."""
     fits: dict[str, Callable[[list[Point]], Predictor]] = {
         "lightgbm": lgbm_predictor,
+        "base_only": base_predictor,
         "conv_scale": lambda pts: fit_scale(pts, lambda p: p.conv_ms),
         "flops_scale": lambda pts: fit_scale(pts, lambda p: p.flops),
     }

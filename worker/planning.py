@@ -3,9 +3,10 @@
 import logging
 import uuid
 from collections import defaultdict
+from datetime import UTC, datetime
 from typing import Any
 
-from shared import agents, layers, tasks
+from shared import agents, fleet, layers, tasks
 from shared.db import Json, transaction
 from shared.errors import TraincastError
 from shared.schemas import JobRequest
@@ -75,15 +76,19 @@ def finish_if_complete(job_id: uuid.UUID) -> bool:
             return False
         request = JobRequest.model_validate(job["request"])
         missing = _missing(job["plan"], request)
-        progress = _progress(job["plan"], request, missing)
-        if missing:
+        progress = _progress(job["plan"], request, missing, previous=job["progress"])
+        expired = _waited_too_long(progress)
+        if missing and not expired:
             cur.execute(SET_PROGRESS, {"id": job_id, "progress": Json(progress)})
             return False
-        try:
-            result = assemble.result(request=request)
-            status, error = "succeeded", None
-        except TraincastError as exc:
-            result, status, error = None, "failed", exc.detail
+        if expired:
+            result, status, error = None, "failed", expired
+        else:
+            try:
+                result = assemble.result(request=request)
+                status, error = "succeeded", None
+            except TraincastError as exc:
+                result, status, error = None, "failed", exc.detail
         cur.execute(
             FINISH_JOB,
             {
@@ -103,13 +108,10 @@ def resend_missing(job_id: uuid.UUID) -> None:
     with transaction() as cur:
         cur.execute("SELECT * FROM jobs WHERE id = %s AND status = 'running'", (job_id,))
         job = cur.fetchone()
-    if job is None:
-        return
+    if job is None or finish_if_complete(job_id):
+        return  # finished (complete, or failed after waiting too long for an agent)
     request = JobRequest.model_validate(job["request"])
-    missing = _missing(job["plan"], request)
-    send_work(missing, request.precision)
-    if not missing:
-        finish_if_complete(job_id)
+    send_work(_missing(job["plan"], request), request.precision)
 
 
 def _signature_ids(plan: dict[str, Any]) -> list[int]:
@@ -126,7 +128,12 @@ def _missing(plan: dict[str, Any], request: JobRequest) -> set[tuple[int, str, i
     return wanted - done
 
 
-def _progress(plan: dict[str, Any], request: JobRequest, missing: set[tuple[int, str, int]]) -> dict[str, Any]:
+def _progress(
+    plan: dict[str, Any],
+    request: JobRequest,
+    missing: set[tuple[int, str, int]],
+    previous: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     per_machine = len(_signature_ids(plan)) * len(request.batch_size_list())
     pending: dict[str, int] = defaultdict(int)
     for _sig, machine, _bs in missing:
@@ -137,11 +144,17 @@ def _progress(plan: dict[str, Any], request: JobRequest, missing: set[tuple[int,
     if missing:
         alive_after = get_settings().agent_alive_after_s
         alive = {a["machine_type"] for a in agents.list_all(alive_after_s=alive_after, limit=500) if a["alive"]}
+        booting = fleet.booting()
+        before = (previous or {}).get("machines", {})
         for m, counts in machines.items():
             counts["agent_alive"] = m in alive
             if counts["pending"] and m not in alive:
                 # Said in the job, so nobody waits on a machine type no agent serves without knowing.
-                counts["waiting_for"] = f"waiting for an agent on {m}"
+                counts["waiting_for"] = f"waiting for an agent on {m}" + (
+                    f" (the fleet launched {booting[m]}; it is booting)" if m in booting else ""
+                )
+                # Kept across updates: the clock of the agent-wait timeout starts once.
+                counts["waiting_since"] = before.get(m, {}).get("waiting_since") or datetime.now(UTC).isoformat()
     return {
         "layer_benchmarks": {
             "needed": per_machine * len(request.machines),
@@ -150,6 +163,20 @@ def _progress(plan: dict[str, Any], request: JobRequest, missing: set[tuple[int,
         },
         "machines": machines,
     }
+
+
+def _waited_too_long(progress: dict[str, Any]) -> str | None:
+    """The failure reason when a machine type has had no agent for AGENT_WAIT_TIMEOUT_S, else None."""
+    timeout = get_settings().agent_wait_timeout_s
+    for m, counts in progress["machines"].items():
+        since = counts.get("waiting_since")
+        if since and (datetime.now(UTC) - datetime.fromisoformat(since)).total_seconds() > timeout:
+            return (
+                f"no agent on {m} came up within {timeout:.0f} s ({counts['pending']} layer benchmarks waiting "
+                f"for it); start one (AGENT_MACHINE_TYPE={m} python -m gpu_agent) or enable the fleet, then "
+                "submit the job again"
+            )
+    return None
 
 
 def send_work(missing: set[tuple[int, str, int]], precision: str) -> None:

@@ -12,7 +12,7 @@ from shared.db import Json, one, transaction
 from shared.errors import InvalidRequest
 from worker import features, models
 
-KIND = "lightgbm_ratio"
+KIND = "lightgbm_base_ratio"
 BUILTIN_CLASSES = 1000  # whole steps are measured with torchvision's default classes
 
 SELECT_STEPS = """
@@ -24,6 +24,9 @@ SELECT_LAYERS = """
 SELECT signature_id, oom, forward_ms, backward_data_ms, backward_weight_ms FROM layer_benchmarks
 WHERE machine_type = %s AND batch_size = %s AND precision = %s AND environment_id = %s
   AND signature_id = ANY(%s)"""
+SELECT_MEASURED_TYPES = "SELECT DISTINCT machine_type FROM step_measurements WHERE NOT oom AND machine_type <> %s"
+# Below this many CNNs with whole steps of its own, a machine type's model pools every type's steps.
+MIN_OWN_CNNS = 5
 SELECT_LATEST = """
 SELECT * FROM predictor_models WHERE machine_type = %s ORDER BY version DESC LIMIT 1"""
 INSERT_MODEL = """
@@ -63,23 +66,43 @@ def dataset(machine: str) -> list[models.Point]:
         f = dict(zip(features.NAMES, x, strict=True))
         flops = f["conv_gflops"] * 1e9 + sum(f[f"{k}_mflops"] * 1e6 for k in features.WORK_KINDS)
         cnn = s["cnn_name"]
-        points.append(models.Point(s["id"], cnn, features.family(cnn), x, f["conv_ms"], flops, s["step_ms"]))
+        points.append(
+            models.Point(s["id"], cnn, features.family(cnn), x, f["conv_ms"], flops, s["step_ms"], machine=machine)
+        )
     return points
 
 
-def train(*, machine: str) -> dict[str, Any]:
-    """Fit, evaluate (held-out CNNs and families, baselines beside) and store a new model version."""
+def train(*, machine: str, pool: bool | None = None) -> dict[str, Any]:
+    """Fit, evaluate (held-out CNNs and families, baselines beside) and store a new model version.
+
+    pool: learn from the whole steps of every machine type (their specs are features), for a type
+    with few of its own; None: pool when the type has whole steps of fewer than MIN_OWN_CNNS CNNs.
+    """
     points = dataset(machine)
+    if pool is None:
+        pool = len({p.cnn for p in points}) < MIN_OWN_CNNS
+    sources = [machine]
+    if pool:
+        with transaction() as cur:
+            cur.execute(SELECT_MEASURED_TYPES, (machine,))
+            others = [r["machine_type"] for r in cur.fetchall()]
+        for other in others:
+            theirs = dataset(other)
+            points += theirs
+            sources += [other] if theirs else []
     cnns = {p.cnn for p in points}
     if len(cnns) < 2:
+        where = "on any machine type" if pool else f"on {machine}"
         raise InvalidRequest(
-            f"need whole-step measurements of at least 2 CNNs on {machine} (with their layer benchmarks), "
+            f"need whole-step measurements of at least 2 CNNs {where} (with their layer benchmarks), "
             f"found {len(cnns)}; run `traincast calibrate --machine {machine}` first",
             machine=machine,
         )
     evaluation = models.evaluate(points)
     evaluation["loco_mape"] = evaluation["loco"]["lightgbm"]["mape"]
-    params = {"features": list(features.NAMES), "boosters": models.fit_lgbm(points)}
+    evaluation["pooled_from"] = sorted(sources)
+    evaluation["own_rows"] = sum(1 for p in points if p.machine == machine)
+    params = {"features": list(features.NAMES), "base_terms": list(models.BASE_TERMS), **models.fit_lgbm(points)}
     with transaction() as cur:
         cur.execute(
             INSERT_MODEL,
@@ -103,14 +126,14 @@ def latest(*, machine: str) -> dict[str, Any] | None:
 
 
 @lru_cache(maxsize=32)
-def _boosters(model_id: int) -> dict[str, Any]:
+def _fitted(model_id: int) -> models.Fitted:
     with transaction() as cur:
         cur.execute("SELECT params FROM predictor_models WHERE id = %s", (model_id,))
-        return models.load(one(cur)["params"]["boosters"])
+        return models.load(one(cur)["params"])
 
 
 def predict_ms(model: dict[str, Any], x: list[float], conv_ms: float) -> tuple[float, float, float]:
     """(P10, median, P90) iteration time in milliseconds."""
-    if model["params"].get("features") != list(features.NAMES):
-        raise InvalidRequest(f"model v{model['version']} was trained on other features; retrain it")
-    return models.predict(_boosters(model["id"]), x, conv_ms)
+    if model["kind"] != KIND or model["params"].get("features") != list(features.NAMES):
+        raise InvalidRequest(f"model v{model['version']} ({model['kind']}) is of an older kind; retrain it")
+    return models.predict(_fitted(model["id"]), x, conv_ms)

@@ -1,0 +1,99 @@
+"""The fleet as the API and CLI see it: status from PostgreSQL, held counts and drains."""
+
+from typing import Any
+
+from shared import machines
+from shared.db import transaction
+from shared.errors import InvalidRequest
+from shared.settings import get_settings
+
+SELECT_TARGETS = "SELECT * FROM fleet_targets ORDER BY machine_type"
+SELECT_INSTANCES = """
+SELECT f.instance_id, f.machine_type, f.market, f.subnet_id, f.price_usd_per_hour, f.launched_at, f.idle_since,
+       EXISTS (SELECT 1 FROM agents a WHERE a.instance_id = f.instance_id AND a.stopped_at IS NULL
+               AND a.heartbeat_at > now() - make_interval(secs => %s)) AS agent_alive
+FROM fleet_instances f WHERE f.state = 'running' ORDER BY f.machine_type, f.launched_at"""
+SELECT_EVENTS = "SELECT at, machine_type, instance_id, action, detail FROM fleet_events ORDER BY id DESC LIMIT %s"
+HOLD = """
+INSERT INTO fleet_targets (machine_type, held, drain, updated_at) VALUES (%(type)s, %(held)s, %(drain)s, now())
+ON CONFLICT (machine_type) DO UPDATE SET held = EXCLUDED.held, drain = EXCLUDED.drain, updated_at = now()
+RETURNING *"""
+INSERT_EVENT = "INSERT INTO fleet_events (machine_type, action, detail) VALUES (%s, %s, %s)"
+
+
+def status(*, events: int = 20) -> dict[str, Any]:
+    """Limits, per-type targets and decisions, running instances, recent events, spend rate."""
+    s = get_settings()
+    with transaction() as cur:
+        cur.execute(SELECT_TARGETS)
+        targets = [_plain(r) for r in cur.fetchall()]
+        cur.execute(SELECT_INSTANCES, (s.agent_alive_after_s,))
+        instances = [_plain(r) for r in cur.fetchall()]
+        cur.execute(SELECT_EVENTS, (events,))
+        recent = [_plain(r) for r in cur.fetchall()]
+    return {
+        "enabled": s.fleet_enabled,
+        "fleet": s.fleet_name,
+        "region": s.fleet_region,
+        "limits": {
+            "max_per_type": s.fleet_max_per_type,
+            "max_usd_per_hour": s.fleet_max_usd_per_hour,
+            "max_lifetime_s": s.fleet_max_lifetime_s,
+            "idle_s": s.fleet_idle_s,
+            "boot_grace_s": s.fleet_boot_grace_s,
+        },
+        "usd_per_hour": round(sum(i["price_usd_per_hour"] for i in instances), 4),
+        "types": targets,
+        "instances": instances,
+        "events": recent,
+    }
+
+
+def hold(*, machine_type: str, count: int | None) -> dict[str, Any]:
+    """Hold a type at `count` agents (None: follow the work again); ends a drain."""
+    return _set(machine_type, held=count, drain=False, detail=f"held at {count}" if count is not None else "automatic")
+
+
+def drain(*, machine_type: str) -> dict[str, Any]:
+    """Terminate every instance of a type now (agents finish their window and requeue the rest) and hold it at 0."""
+    return _set(machine_type, held=0, drain=True, detail="drain: terminate all, hold at 0")
+
+
+def _set(machine_type: str, *, held: int | None, drain: bool, detail: str) -> dict[str, Any]:
+    machine = machines.get_by_name(name=machine_type)
+    if machine["provider"] != "aws":
+        raise InvalidRequest(
+            f"{machine_type} is not an AWS machine type: the fleet only starts AWS instances", machine=machine_type
+        )
+    if held is not None and held > get_settings().fleet_max_per_type:
+        raise InvalidRequest(
+            f"{held} agents is over FLEET_MAX_PER_TYPE={get_settings().fleet_max_per_type}", machine=machine_type
+        )
+    with transaction() as cur:
+        cur.execute(HOLD, {"type": machine_type, "held": held, "drain": drain})
+        row = _plain(cur.fetchone() or {})
+        cur.execute(INSERT_EVENT, (machine_type, "held", detail))
+    return row
+
+
+def _plain(row: Any) -> dict[str, Any]:
+    out = {}
+    for k, v in dict(row).items():
+        if type(v).__name__ == "Decimal":
+            v = float(v)
+        elif hasattr(v, "isoformat"):
+            v = v.isoformat()
+        out[k] = v
+    return out
+
+
+SELECT_BOOTING = """
+SELECT DISTINCT ON (machine_type) machine_type, instance_id FROM fleet_instances
+WHERE state = 'running' ORDER BY machine_type, launched_at DESC"""
+
+
+def booting() -> dict[str, str]:
+    """Per machine type, the newest running fleet instance (for 'waiting for an agent' messages)."""
+    with transaction() as cur:
+        cur.execute(SELECT_BOOTING)
+        return {r["machine_type"]: r["instance_id"] for r in cur.fetchall()}

@@ -1,0 +1,135 @@
+"""A real agent under its own Redis ACL user: it works with only the keys and channels below, nothing else."""
+
+import secrets
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import redis
+
+from shared import layers, tasks
+from shared.db import transaction
+from tests.conftest import Stack, queued_tasks
+
+# What a Celery 5 worker (kombu's Redis transport) consuming bench.local and sending to jobs
+# touches. docs/FLEET.md has the production line; keep the two alike.
+ACL_RULES = [
+    "resetkeys",
+    "resetchannels",
+    "-@all",
+    # Commands kombu and Celery use; no KEYS, SCAN, FLUSH*, CONFIG, DEBUG, CLIENT KILL …
+    "+@connection",
+    "+select",
+    "+@transaction",
+    "+@list",
+    "+@hash",
+    "+@set",
+    "+@sortedset",
+    "+@string",
+    "+@pubsub",
+    "+del",
+    "+exists",
+    "+expire",
+    "+pexpire",
+    "+time",
+    # kombu 5.7 keeps the binding tables of expiring queues (Celery's reply queues) with Lua scripts.
+    "+evalsha",
+    "+eval",
+    "+script|load",
+    "+script|exists",
+    "-@dangerous",
+    # Its queue (with kombu's priority variants), and the jobs queue to send to: write only.
+    "~bench.local*",
+    "%W~jobs",
+    # A selector: declaring jobs when sending reads its length (and its priority lists') and nothing else.
+    "(~jobs* +llen)",
+    # Exchange binding tables (with kombu's deadlines and permanent sets), the shared table of
+    # unacknowledged messages and its lock, and the reply lists of Celery's worker handshake
+    # (mingle) and remote control.
+    "~_kombu.binding*",
+    "~unacked",
+    "~unacked_index",
+    "~unacked_mutex",
+    "~*.reply.celery.pidbox*",
+    # Its own remote-control queue (the --hostname gpu_agent/__main__.py gives it) and the
+    # event queues Celery's gossip declares: their sizes are read when declared.
+    "~agent-local@*.celery.pidbox*",
+    "~celeryev.*",
+]
+
+
+def channel_rules(db: int) -> list[str]:
+    """Broadcast channels: remote control and events, under kombu's fanout prefix /<db>.
+
+    PSUBSCRIBE patterns must equal an ACL channel pattern literally, so the db number is spelt out.
+    """
+    return [f"&/{db}.celery.pidbox", f"&/{db}.celeryev/worker.*"]
+
+
+SELECT_ROWS = "SELECT count(*) AS n FROM layer_benchmarks WHERE signature_id = %s"
+
+
+@pytest.fixture
+def acl_user(service_env: dict[str, str]) -> Iterator[tuple[str, str]]:
+    """A Redis ACL user for this test (the server is shared: a name of its own); yields (name, password)."""
+    admin = redis.Redis.from_url(service_env["REDIS_URL"])
+    name, password = f"traincast-agent-test-{secrets.token_hex(4)}", secrets.token_hex(16)
+    db = int(urlsplit(service_env["REDIS_URL"]).path.lstrip("/") or 0)
+    admin.execute_command("ACL", "SETUSER", name, "on", f">{password}", *ACL_RULES, *channel_rules(db))
+    try:
+        yield name, password
+    finally:
+        admin.execute_command("ACL", "DELUSER", name)
+
+
+def denials(admin: redis.Redis, user: str) -> list[str]:
+    """What the ACL refused this user, from the server's ACL log."""
+    entries: list[dict[str, object]] = admin.acl_log(128)  # type: ignore[assignment]
+    return [f"{e.get('reason')} {e.get('object')}" for e in entries if _text(e.get("username")) == user]
+
+
+def test_agent_runs_as_its_redis_acl_user(
+    service_env: dict[str, str], clean_db: None, acl_user: tuple[str, str], tmp_path: Path
+) -> None:
+    """Consume bench.local, store rows, send to jobs, stop cleanly: with no ACL denial and no password in the log."""
+    name, password = acl_user
+    parts = urlsplit(service_env["REDIS_URL"])
+    agent_redis = urlunsplit(parts._replace(netloc=f"{name}:{password}@{parts.netloc}"))
+    admin = redis.Redis.from_url(service_env["REDIS_URL"])
+    stack = Stack({**service_env, "REDIS_URL": agent_redis}, tmp_path)
+    sig_id = layers.register_builtin(name="resnet18", image_size=32)[0][0]
+    item = {"signature_id": sig_id, **layers.specs(signature_ids=[sig_id])[sig_id], "batch_sizes": [1, 2]}
+    tasks.send(
+        tasks.BENCH_LAYERS, queue=tasks.bench_queue("local"), machine_type="local", precision="fp32", items=[item]
+    )
+    stack.start("agent")
+    try:
+        deadline = time.monotonic() + 120
+        while tasks.ADVANCE_JOBS not in queued_tasks("jobs"):
+            assert time.monotonic() < deadline, f"{denials(admin, name)}\n{stack.log('agent')[-3000:]}"
+            time.sleep(0.2)
+        with transaction() as cur:
+            cur.execute(SELECT_ROWS, (sig_id,))
+            assert cur.fetchone()["n"] == 2
+        assert stack.stop("agent") == 0
+    finally:
+        for proc in list(stack.procs):
+            stack.stop(proc, signal.SIGKILL)
+    assert denials(admin, name) == []
+    assert password not in stack.log("agent") and f"{name}:**@" in stack.log("agent")  # masked, not absent
+
+    agent = redis.Redis.from_url(agent_redis)
+    for command in (("KEYS", "*"), ("SCAN", "0"), ("LRANGE", "jobs", "0", "-1"), ("GET", "other")):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            agent.execute_command(*command)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        agent.execute_command("FLUSHDB")
+    with pytest.raises(redis.exceptions.NoPermissionError):  # another run's database claim, in db 0
+        redis.Redis.from_url(urlunsplit(urlsplit(agent_redis)._replace(path="/0"))).get("traincast:test-db-claim:1")
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
