@@ -7,7 +7,10 @@ from fastapi import FastAPI
 
 from api import problems
 from api.routers import agents, cnns, fleet, health, jobs, machines, web
-from shared import cnn_zoo
+from shared import cnn_zoo, secrets
+
+# With TRAINCAST_SSM_PATH set, DATABASE_URL and REDIS_URL come from SSM (before any request reads them).
+secrets.load_from_environment()
 
 
 @asynccontextmanager

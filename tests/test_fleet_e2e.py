@@ -107,3 +107,26 @@ def test_fleet_launches_an_agent_the_job_completes_and_the_idle_instance_goes(
     finally:
         for name in list(stack.procs):
             stack.stop(name)
+
+
+def test_api_reads_its_database_url_from_ssm(clean_db: None, service_env: dict[str, str], moto_url: str,
+                                            tmp_path: Path) -> None:  # fmt: skip
+    """With only TRAINCAST_SSM_PATH set, the API process takes DATABASE_URL from SSM: its job lands in this run's
+    database (not the default one), and the URL is not printed."""
+    ssm = boto3.client("ssm", endpoint_url=moto_url, region_name="us-east-1",
+                       aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    path = f"/traincast/{uuid.uuid4().hex[:8]}/"
+    ssm.put_parameter(Name=f"{path}database_url", Value=service_env["DATABASE_URL"], Type="SecureString")
+    stack = Stack({**AWS, "AWS_ENDPOINT_URL": moto_url, "TRAINCAST_SSM_PATH": path}, tmp_path)
+    del stack.env["DATABASE_URL"]  # the default would reach another database on this server
+    stack.start("api")
+    try:
+        stack.wait_ready()
+        body = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [1], "image_size": 32}
+        job = http.post(f"{stack.url}/v1/jobs", json=body).json()
+        from shared import jobs
+
+        assert jobs.get(job_id=job["id"])["status"] == "queued"
+        assert service_env["DATABASE_URL"] not in stack.log("api")
+    finally:
+        stack.stop("api")

@@ -2,10 +2,12 @@
 
 import uuid
 
-from shared import tasks
+from shared import secrets, tasks
 from shared.settings import get_settings
 from worker import planning, reconcile
 
+# Before the broker URL is read: with TRAINCAST_SSM_PATH set, DATABASE_URL and REDIS_URL come from SSM.
+secrets.load_from_environment()
 app = tasks.make_app("traincast-worker")
 app.conf.beat_schedule = {
     "reconcile": {"task": tasks.RECONCILE, "schedule": get_settings().reconcile_every_s},
