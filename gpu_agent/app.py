@@ -66,16 +66,25 @@ def bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]])
                 )
                 written.append(bs)
 
-            left = layer_bench.measure(
-                ConvSignature.from_json(item["spec"]),
-                todo,
-                precision,
-                dev,
-                policy=Policy.from_settings(),
-                window_points=get_settings().bench_window_points,
-                save=save,
-                stop=lifecycle.stop_requested,
-            )
+            try:
+                left = layer_bench.measure(
+                    ConvSignature.from_json(item["spec"]),
+                    todo,
+                    precision,
+                    dev,
+                    policy=Policy.from_settings(),
+                    window_points=get_settings().bench_window_points,
+                    save=save,
+                    stop=lifecycle.stop_requested,
+                )
+            except Exception as exc:
+                # Kept as data: jobs waiting for this signature fail after a few such failures
+                # instead of waiting for ever (worker/planning.py).
+                store.save_layer_failure(
+                    signature_id=sig_id, machine=machine_type, precision=precision, environment_id=env_id,
+                    batch_sizes=todo, error=f"{type(exc).__name__}: {exc}",
+                )  # fmt: skip
+                raise
             # Tell the worker after each signature, so job progress moves while we measure.
             tasks.send(tasks.ADVANCE_JOBS, machine_type=machine_type)
             if left:

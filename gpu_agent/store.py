@@ -36,6 +36,10 @@ INSERT INTO step_failures (cnn_name, machine_type, batch_size, image_size, optim
 VALUES (%(cnn)s, %(machine)s, %(batch_size)s, %(image_size)s, %(optimizer)s, %(precision)s, %(env)s, %(reason)s)
 ON CONFLICT (cnn_name, machine_type, batch_size, image_size, optimizer, precision, environment_id) DO NOTHING"""
 
+INSERT_LAYER_FAILURE = """
+INSERT INTO layer_failures (signature_id, machine_type, precision, environment_id, batch_sizes, error)
+VALUES (%s, %s, %s, %s, %s, %s)"""
+
 
 def stats(outcome: Outcome) -> dict[str, Any]:
     """The stats column: every phase's statistics and what it was timed with, or the reason it has none."""
@@ -116,3 +120,11 @@ def save_step(
             return
         step_ms = outcome.timings["step"].value_ms if outcome.timings else None
         cur.execute(INSERT_STEP, {**params, "oom": outcome.oom, "step_ms": step_ms, "stats": Json(stats(outcome))})
+
+
+def save_layer_failure(
+    *, signature_id: int, machine: str, precision: str, environment_id: int, batch_sizes: list[int], error: str
+) -> None:
+    """Record that measuring a signature raised, so the worker can fail the jobs waiting for it."""
+    with transaction() as cur:
+        cur.execute(INSERT_LAYER_FAILURE, (signature_id, machine, precision, environment_id, batch_sizes, error[:2000]))

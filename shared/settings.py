@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     max_batch_size: int = 4096
     # A job that waits this long for an agent on a machine type with none alive fails, saying so.
     agent_wait_timeout_s: float = 1800.0
+    # A job fails when one of its missing layer benchmarks raised this many times since it started.
+    bench_max_failures: int = 3
     # EC2 instance id of the agent's host (set by the fleet's user data from the instance metadata).
     agent_instance_id: str = ""
 

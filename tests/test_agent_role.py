@@ -16,7 +16,7 @@ from shared.db import Json, transaction
 from shared.settings import get_settings
 from tests.agent_role import AGENT_LOGIN, agent_url
 
-GRANTED_TABLES = {"environments", "layer_benchmarks", "step_measurements", "step_failures", "agents"}
+GRANTED_TABLES = {"environments", "layer_benchmarks", "step_measurements", "step_failures", "agents", "layer_failures"}
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 PUBLIC_TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
 HAS_TABLE_PRIVILEGE = "SELECT has_table_privilege(%s, %s, %s) AS granted"
@@ -106,6 +106,10 @@ def test_the_agent_stores_measurements_and_keeps_its_row(
     store.save_layer(**layer, batch_size=4, outcome=Outcome(oom=True, reason="out of memory"))
     store.save_layer(**layer, batch_size=2, outcome=Outcome(timings=phases))  # redelivered: nothing new
     assert store.layer_batch_sizes_done(**layer) == {2, 4}
+    store.save_layer_failure(**layer, batch_sizes=[8], error="RuntimeError: role-test")
+    with transaction(owner) as cur:
+        cur.execute("SELECT error FROM layer_failures WHERE signature_id = %s", (sig_id,))
+        assert cur.fetchone()["error"] == "RuntimeError: role-test"
 
     step: dict[str, Any] = {"cnn": "role-test-cnn", "machine": "local", "image_size": 32, "optimizer": "sgd"}
     step |= {"precision": "fp32", "environment_id": env_id}

@@ -1,5 +1,7 @@
 """Planning, fan-in, reconciliation and the no-model path, driven through the database and Redis."""
 
+import base64
+
 from shared import cnn_zoo, jobs
 from shared.db import transaction
 from tests.conftest import broker, queued_tasks
@@ -104,3 +106,28 @@ def test_job_says_which_machine_has_no_agent(clean_db: None) -> None:
     assert progress["pending"] > 0 and progress["agent_alive"] is False
     assert progress["waiting_for"] == "waiting for an agent on g5.xlarge"
     assert broker().llen("bench.g5.xlarge") > 0  # the work waits in that machine type's queue
+
+
+def test_a_benchmark_that_keeps_failing_fails_the_job(clean_db: None) -> None:
+    """The agent records each failure of a layer task; the third one since the job started fails the job."""
+    import json
+
+    import pytest
+
+    from gpu_agent import app as agent
+
+    job = submit()
+    planning.plan_job(job["id"])
+    message = json.loads(broker().lpop("bench.local"))
+    _args, kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+    item = kwargs["items"][0]
+    # A spec torch refuses (channels not divisible by the groups), under the planned signature's id.
+    item["spec"] = item["spec"] | {"groups": 7}
+    for attempt in (1, 2, 3):
+        with pytest.raises(RuntimeError, match="divisible by 7"):
+            agent.bench_layers(**kwargs)
+        assert planning.finish_if_complete(job["id"]) is (attempt == 3)
+    failed = jobs.get(job_id=job["id"])
+    assert failed["status"] == "failed"
+    expected = f"the layer benchmark of signature {item['signature_id']} failed 3 times on local: RuntimeError"
+    assert failed["error"].startswith(expected) and "divisible by 7" in failed["error"]

@@ -27,6 +27,16 @@ FINISH_JOB = """
 UPDATE jobs SET status = %(status)s, result = %(result)s, error = %(error)s, progress = %(progress)s,
        finished_at = now(), updated_at = now()
 WHERE id = %(id)s"""
+# Failures of this job's missing work since it started: re-sent work that fails the same way each time.
+SELECT_FAILED_TOO_OFTEN = """
+SELECT signature_id, machine_type, count(*) AS n, (array_agg(error ORDER BY failed_at DESC))[1] AS error
+FROM layer_failures
+WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s) AND precision = %(precision)s
+  AND failed_at >= %(since)s
+GROUP BY signature_id, machine_type
+HAVING count(*) >= %(limit)s
+ORDER BY signature_id, machine_type
+LIMIT 1"""
 SELECT_RUNNING = "SELECT id FROM jobs WHERE status = 'running' AND request->'machines' ? %s"
 
 
@@ -77,7 +87,7 @@ def finish_if_complete(job_id: uuid.UUID) -> bool:
         request = JobRequest.model_validate(job["request"])
         missing = _missing(job["plan"], request)
         progress = _progress(job["plan"], request, missing, previous=job["progress"])
-        expired = _waited_too_long(progress)
+        expired = _waited_too_long(progress) or _failed_too_often(job, request, missing)
         if missing and not expired:
             cur.execute(SET_PROGRESS, {"id": job_id, "progress": Json(progress)})
             return False
@@ -163,6 +173,28 @@ def _progress(
         },
         "machines": machines,
     }
+
+
+def _failed_too_often(job: dict[str, Any], request: JobRequest, missing: set[tuple[int, str, int]]) -> str | None:
+    """The failure reason when a missing benchmark raised BENCH_MAX_FAILURES times since the job started."""
+    if not missing:
+        return None
+    params = {
+        "sigs": sorted({s for s, _m, _b in missing}),
+        "machines": sorted({m for _s, m, _b in missing}),
+        "precision": request.precision,
+        "since": job["started_at"],
+        "limit": get_settings().bench_max_failures,
+    }
+    with transaction() as cur:
+        cur.execute(SELECT_FAILED_TOO_OFTEN, params)
+        row = cur.fetchone()
+    if row is None:
+        return None
+    return (
+        f"the layer benchmark of signature {row['signature_id']} failed {row['n']} times on {row['machine_type']}: "
+        f"{row['error']}"
+    )
 
 
 def _waited_too_long(progress: dict[str, Any]) -> str | None:
