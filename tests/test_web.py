@@ -15,6 +15,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from api.routers import web
+from shared.db import transaction
 from tests.browser import CHROMEDRIVER, CHROMIUM, INSTALL_HINT, LAPTOP, Page, chromium, png_size, wait_until
 from tests.conftest import ROOT, Stack, http
 
@@ -25,6 +26,9 @@ UNIT_SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 # Tiny on purpose: image size 32 and two batch sizes keep the CPU agent's work to seconds.
 CNNS = ["resnet18", "squeezenet1_1"]
 SIZES = [2, 4]
+FLEET_LAUNCHED = """
+INSERT INTO fleet_instances (instance_id, machine_type, market, price_usd_per_hour)
+VALUES (%s, 'g5.xlarge', 'spot', 1)"""
 
 
 @pytest.fixture(scope="module")
@@ -256,19 +260,28 @@ def test_api_error_is_shown_in_plain_words(page: Page) -> None:
 
 
 def test_progress_names_the_machine_type_waiting_for_an_agent(calibrated: Stack, page: Page) -> None:
-    """local has its agent, g4dn.xlarge has none: the page says g4dn.xlarge is waiting; Cancel cancels the job."""
+    """local has its agent, g4dn.xlarge has none, g5.xlarge has a fleet instance booting: the page says which is
+    waiting and for what; Cancel cancels the job."""
+    instance = f"i-web{uuid.uuid4().hex[:12]}"
+    with transaction() as cur:  # what the fleet controller records when it launches an instance
+        cur.execute(FLEET_LAUNCHED, (instance,))
     page.open()
     page.choose("cnn-picker", "squeezenet1_1")
     page.choose("machine-picker", "local")
     page.choose("machine-picker", "g4dn.xlarge")
+    page.choose("machine-picker", "g5.xlarge")
     page.type_into("#image-size", "32")
     page.type_into("#batch-list", ",".join(map(str, SIZES)))
     page.find("#search").click()
-    waiting = wait_until(
-        lambda: page.js("return document.querySelector('#machine-progress li.waiting')"), 60, "a waiting machine"
+    wait_until(
+        lambda: page.js("return document.querySelectorAll('#machine-progress li.waiting').length === 2"),
+        60,
+        "two waiting machines",
     )
-    assert waiting.get_attribute("data-machine") == "g4dn.xlarge"
-    assert "waiting for an agent" in waiting.text
+    waiting = page.find('#machine-progress li.waiting[data-machine="g4dn.xlarge"]')
+    assert "waiting for an agent: no benchmark agent for g4dn.xlarge is running" in waiting.text
+    booting = page.find('#machine-progress li.waiting[data-machine="g5.xlarge"]')
+    assert f"waiting for an agent on g5.xlarge (the fleet launched {instance}; it is booting)" in booting.text
     local = page.find('#machine-progress li[data-machine="local"]')
     assert "waiting" not in (local.get_attribute("class") or "")
     job = job_of(page)
@@ -279,6 +292,8 @@ def test_progress_names_the_machine_type_waiting_for_an_agent(calibrated: Stack,
     page.find("#cancel").click()
     wait_until(lambda: job_of(page)["status"] == "canceled", 20, "the job to be canceled")
     wait_until(lambda: "canceled" in page.find("#error").text, 10, "the page to say the job was canceled")
+    with transaction() as cur:
+        cur.execute("DELETE FROM fleet_instances WHERE instance_id = %s", (instance,))
 
 
 def test_upload_a_cnn_from_the_page(page: Page, tmp_path: Path) -> None:

@@ -430,7 +430,10 @@
       let text = `${machine}: ${p.done} of ${p.needed} measured`;
       if (p.pending > 0 && agents && agents.waiting.has(machine)) {
         li.className = "waiting";
-        text += ` — waiting for an agent: no benchmark agent for ${machine} is running`;
+        // The worker names the instance when the AWS fleet has launched one for this machine type.
+        text += p.waiting_for && p.waiting_for.includes("fleet")
+          ? ` — ${p.waiting_for}`
+          : ` — waiting for an agent: no benchmark agent for ${machine} is running`;
       } else if (p.pending > 0 && agents) {
         const n = agents.alive[machine];
         text += `, ${p.pending} pending (${n} agent${n === 1 ? "" : "s"} measuring)`;
