@@ -26,13 +26,12 @@ SELECT DISTINCT signature_id, machine_type, batch_size FROM layer_benchmarks
 WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
   AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s"""
 # The newest row per key: rows of another environment are never averaged in.
-SELECT_NEWEST = """
-SELECT DISTINCT ON (signature_id, batch_size)
-       signature_id, batch_size, oom, forward_ms, backward_data_ms, backward_weight_ms, environment_id
+SELECT_BENCHMARKS = """
+SELECT signature_id, batch_size, oom, forward_ms, backward_data_ms, backward_weight_ms, environment_id
 FROM layer_benchmarks
 WHERE signature_id = ANY(%(sigs)s) AND machine_type = %(machine)s
   AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s
-ORDER BY signature_id, batch_size, measured_at DESC, id DESC"""
+ORDER BY measured_at DESC, id DESC"""
 
 
 def register(*, name: str, image_size: int, num_classes: int | None = None) -> list[tuple[int, int]]:
@@ -77,11 +76,27 @@ def measured(
 def newest(
     *, signature_ids: list[int], machine: str, batch_sizes: list[int], precision: str
 ) -> dict[tuple[int, int], dict[str, Any]]:
-    """(signature, batch size) → its newest benchmark row on a machine."""
+    """(signature, batch size) → its benchmark row on a machine, from one environment where possible.
+
+    The environment holding most of the points (the newest of equals) supplies every point it has;
+    only points it lacks come from another environment, newest first. So a CNN's layers are timed
+    in one software and driver set-up whenever one has them all, and each row says which it is.
+    """
     params = {"sigs": signature_ids, "machine": machine, "batch_sizes": batch_sizes, "precision": precision}
     with transaction() as cur:
-        cur.execute(SELECT_NEWEST, params)
-        return {(r["signature_id"], r["batch_size"]): dict(r) for r in cur.fetchall()}
+        cur.execute(SELECT_BENCHMARKS, params)
+        rows = [dict(r) for r in cur.fetchall()]  # newest first
+    cover: dict[int, set[tuple[int, int]]] = {}
+    for r in rows:
+        cover.setdefault(r["environment_id"], set()).add((r["signature_id"], r["batch_size"]))
+    # dicts keep insertion order, which is newest first: max() keeps the first of equals.
+    preferred = max(cover, key=lambda env: len(cover[env]), default=None)
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    for r in rows:
+        key = (r["signature_id"], r["batch_size"])
+        if key not in out or (r["environment_id"] == preferred and out[key]["environment_id"] != preferred):
+            out[key] = r
+    return out
 
 
 SELECT_MEMBERS = """

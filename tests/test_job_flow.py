@@ -9,6 +9,13 @@ from tests.jobflow import drain_agent_queue, submit
 from worker import planning, reconcile
 
 STALE = "UPDATE jobs SET updated_at = now() - interval '1 hour' WHERE id = %s"
+NEW_ENVIRONMENT = 'INSERT INTO environments (hash, details) VALUES (%s, \'{"device": "test"}\') RETURNING id'
+COPY_ROW = """
+INSERT INTO layer_benchmarks (signature_id, machine_type, batch_size, precision, environment_id, oom,
+                              forward_ms, backward_data_ms, backward_weight_ms, stats, measured_at)
+SELECT signature_id, machine_type, batch_size, precision, %s, oom, forward_ms * 2, backward_data_ms * 2,
+       backward_weight_ms * 2, stats, measured_at + interval '1 hour'
+FROM layer_benchmarks WHERE id = %s"""
 
 
 def benchmark_rows() -> int:
@@ -131,3 +138,27 @@ def test_a_benchmark_that_keeps_failing_fails_the_job(clean_db: None) -> None:
     assert failed["status"] == "failed"
     expected = f"the layer benchmark of signature {item['signature_id']} failed 3 times on local: RuntimeError"
     assert failed["error"].startswith(expected) and "divisible by 7" in failed["error"]
+
+
+def test_layer_timings_come_from_one_environment_when_one_has_them_all(clean_db: None) -> None:
+    """A newer environment holding one point does not mix into a CNN whose points another one holds; the
+    result names the environment, and names both only where a point exists in the newer one alone."""
+    job = submit(batch_sizes=[1])
+    planning.plan_job(job["id"])
+    drain_agent_queue()
+    with transaction() as cur:
+        cur.execute("SELECT * FROM layer_benchmarks ORDER BY signature_id LIMIT 1")
+        first = cur.fetchone()
+        cur.execute(NEW_ENVIRONMENT, (f"test-{first['id']}",))
+        newer = cur.fetchone()["id"]
+        cur.execute(COPY_ROW, (newer, first["id"]))  # the same point again, newer, another environment
+    assert planning.finish_if_complete(job["id"])
+    [point] = jobs.get(job_id=job["id"])["result"]["predictions"]
+    assert point["layer_environments"] == [first["environment_id"]]
+
+    again = submit(batch_sizes=[1], epochs=2)
+    with transaction() as cur:  # now a point only the newer environment has
+        cur.execute("DELETE FROM layer_benchmarks WHERE id = %s", (first["id"],))
+    planning.plan_job(again["id"])
+    [point] = jobs.get(job_id=again["id"])["result"]["predictions"]
+    assert point["layer_environments"] == sorted([first["environment_id"], newer])

@@ -38,7 +38,10 @@ def result(*, request: JobRequest) -> dict[str, Any]:
                     members=members, rows={sig: rows[(sig, bs)] for sig, _, _ in members}, workload=work,
                     batch_size=bs, image_size=request.image_size, optimizer=request.optimizer, machine=spec,
                 )  # fmt: skip
-                points.append(_point(cnn, machine, bs, x, model, spec, request))
+                point = _point(cnn, machine, bs, x, model, spec, request)
+                # Where this point's layer timings were measured (one environment unless some were missing).
+                point["layer_environments"] = sorted({rows[(sig, bs)]["environment_id"] for sig, _, _ in members})
+                points.append(point)
             predictions.extend(points)
             best.append(_best(cnn, machine, points))
     return {"predictions": predictions, "best": best, "models": model_info, "energy_note": ENERGY_NOTE}
