@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ca = sub.add_parser("calibrate", help="measure whole steps on a machine type and fit its model")
     ca.add_argument("--machine", required=True)
-    ca.add_argument("--set", choices=["default", "full"], default="default", help="CNN set (full: 18 CNNs)")
+    ca.add_argument("--set", choices=["default", "full"], default="default", help="CNN set (full: 29 CNNs)")
     ca.add_argument("--cnns", action="append", default=None, help="CNN names instead of a set")
     ca.add_argument("--batch-sizes", default="4,8")
     ca.add_argument("--image-size", type=int, default=None, help="default: 112 on a CPU machine type, else 224")

@@ -36,6 +36,18 @@ FULL_CNNS = (
     "regnet_x_400mf",
     "regnet_y_400mf",
     "googlenet",
+    # A second member of each family, sized apart, so a held-out CNN always has relatives.
+    "vgg13",
+    "vgg19",
+    "resnet34",
+    "resnet101",
+    "wide_resnet50_2",
+    "densenet201",
+    "mnasnet0_5",
+    "shufflenet_v2_x0_5",
+    "regnet_x_800mf",
+    "efficientnet_b1",
+    "squeezenet1_0",
 )
 SETS = {"default": DEFAULT_CNNS, "full": FULL_CNNS}
 DEFAULT_BATCH_SIZES = (4, 8)
