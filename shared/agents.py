@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from shared.db import transaction
+from shared.db import jsonable, transaction
 
 # Alive: beat recently and did not say it stopped. Live agents first, then the most recent.
 SELECT_AGENTS = """
@@ -25,7 +25,7 @@ def list_all(*, alive_after_s: float, machine: str | None = None, limit: int = 1
 
 
 def _plain(row: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items()}
+    out = jsonable(row)
     out["id"] = str(row["id"])
     out["heartbeat_age_s"] = round(float(row["heartbeat_age_s"]), 1)
     return out

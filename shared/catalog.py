@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-from shared.db import one, transaction
+from shared.db import floats, one, transaction
 from shared.errors import InvalidRequest, NotFound, ServiceUnavailable, TraincastError
 
 # The Pricing API is served from a few regions only; us-east-1 answers for every region's prices.
@@ -221,9 +221,9 @@ def _store(*, readings: list[dict[str, Any]], region: str) -> list[dict[str, Any
             before = old.get(reading["name"], {})
             row = _merged(reading=reading, before=before, region=region, known_power=known_power)
             cur.execute(UPSERT, row)
-            old_prices = {f"old_{k}": _plain(before).get(k) for k in ("price_usd_per_hour", "spot_price_usd_per_hour")}
+            old_prices = {f"old_{k}": floats(before).get(k) for k in ("price_usd_per_hour", "spot_price_usd_per_hour")}
             missing = {f"{k}_usd_per_hour": reading[k].missing for k in ("price", "spot_price") if reading[k].missing}
-            results.append({**_plain(one(cur)), "added": not before, **old_prices, "not_refreshed": missing})
+            results.append({**floats(one(cur)), "added": not before, **old_prices, "not_refreshed": missing})
     return results
 
 
@@ -289,8 +289,3 @@ def _failure(exc: Exception, *, call: str, region: str) -> TraincastError:
         detail = f"AWS refused {call} in {region}: {exc} (docs/FLEET.md lists the IAM actions needed)"
         return InvalidRequest(detail, call=call, region=region)
     return ServiceUnavailable(f"AWS {call} failed in {region}: {exc}", call=call, region=region)
-
-
-def _plain(row: dict[str, Any]) -> dict[str, Any]:
-    # numeric columns arrive as Decimal; callers print or serialise floats.
-    return {k: float(v) if isinstance(v, Decimal) else v for k, v in row.items()}

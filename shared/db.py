@@ -2,6 +2,8 @@
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import date
+from decimal import Decimal
 from typing import Any
 
 import psycopg2
@@ -44,6 +46,16 @@ def Json(value: Any) -> psycopg2.extras.Json:  # noqa: N802 - mirrors psycopg2's
 def _redact(dsn: str) -> str:
     """Hide a password in a connection URL before it reaches a message or a log."""
     return redact_url(dsn)
+
+
+def floats(row: Any) -> dict[str, Any]:
+    """A row with its numeric (Decimal) columns as floats, which JSON and arithmetic want."""
+    return {k: float(v) if isinstance(v, Decimal) else v for k, v in dict(row).items()}
+
+
+def jsonable(row: Any) -> dict[str, Any]:
+    """A row as plain JSON values: numerics as floats, dates and times as ISO 8601 text."""
+    return {k: v.isoformat() if isinstance(v, date) else v for k, v in floats(row).items()}
 
 
 def one(cur: psycopg2.extras.RealDictCursor) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from typing import Any
 
 from shared import machines
-from shared.db import transaction
+from shared.db import jsonable, transaction
 from shared.errors import InvalidRequest
 from shared.settings import get_settings
 
@@ -26,11 +26,11 @@ def status(*, events: int = 20) -> dict[str, Any]:
     s = get_settings()
     with transaction() as cur:
         cur.execute(SELECT_TARGETS)
-        targets = [_plain(r) for r in cur.fetchall()]
+        targets = [jsonable(r) for r in cur.fetchall()]
         cur.execute(SELECT_INSTANCES, (s.agent_alive_after_s,))
-        instances = [_plain(r) for r in cur.fetchall()]
+        instances = [jsonable(r) for r in cur.fetchall()]
         cur.execute(SELECT_EVENTS, (events,))
-        recent = [_plain(r) for r in cur.fetchall()]
+        recent = [jsonable(r) for r in cur.fetchall()]
     return {
         "enabled": s.fleet_enabled,
         "fleet": s.fleet_name,
@@ -71,20 +71,9 @@ def _set(machine_type: str, *, held: int | None, drain: bool, detail: str) -> di
         )
     with transaction() as cur:
         cur.execute(HOLD, {"type": machine_type, "held": held, "drain": drain})
-        row = _plain(cur.fetchone() or {})
+        row = jsonable(cur.fetchone() or {})
         cur.execute(INSERT_EVENT, (machine_type, "held", detail))
     return row
-
-
-def _plain(row: Any) -> dict[str, Any]:
-    out = {}
-    for k, v in dict(row).items():
-        if type(v).__name__ == "Decimal":
-            v = float(v)
-        elif hasattr(v, "isoformat"):
-            v = v.isoformat()
-        out[k] = v
-    return out
 
 
 SELECT_BOOTING = """

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from shared.db import transaction
+from shared.db import floats, transaction
 from shared.errors import NotFound
 
 SELECT_ALL = "SELECT * FROM machine_types ORDER BY provider DESC, price_usd_per_hour, name"
@@ -14,7 +14,7 @@ def list_all() -> list[dict[str, Any]]:
     """Every machine type with its specs and price."""
     with transaction() as cur:
         cur.execute(SELECT_ALL)
-        return [_plain(r) for r in cur.fetchall()]
+        return [floats(r) for r in cur.fetchall()]
 
 
 def get_by_name(*, name: str) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def get_by_name(*, name: str) -> dict[str, Any]:
         row = cur.fetchone()
     if row is None:
         raise NotFound(f"unknown machine type {name!r}", machine=name)
-    return _plain(row)
+    return floats(row)
 
 
 def missing(*, names: list[str]) -> list[str]:
@@ -33,8 +33,3 @@ def missing(*, names: list[str]) -> list[str]:
         cur.execute(SELECT_NAMES, (names,))
         known = {r["name"] for r in cur.fetchall()}
     return [n for n in names if n not in known]
-
-
-def _plain(row: dict[str, Any]) -> dict[str, Any]:
-    # numeric columns arrive as Decimal; JSON wants floats.
-    return {k: float(v) if v is not None and type(v).__name__ == "Decimal" else v for k, v in row.items()}

@@ -6,6 +6,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import boto3
+import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
@@ -23,7 +24,9 @@ INSERT_ENV = """
 INSERT INTO environments (hash, details) VALUES (%s, '{"device": "test"}') RETURNING id"""
 INSERT_AGENT = """
 INSERT INTO agents (id, machine_type, host, pid, device, environment_id, started_at, instance_id, current_work)
-VALUES (%s, %s, 'test', 1, 'cuda', %s, now(), %s, %s)"""
+VALUES (%s, %s, 'fleet-test', 1, 'cuda', %s, now(), %s, %s)"""
+# Those agents must not look alive to the next test (a job there would not wait for an agent).
+STOP_TEST_AGENTS = "UPDATE agents SET stopped_at = now() WHERE host = 'fleet-test' AND stopped_at IS NULL"
 
 
 @contextmanager
@@ -68,6 +71,14 @@ def agent_on(instance_id: str, machine_type: str, *, busy: bool = False) -> None
         env = cur.fetchone()["id"]
         work = '{"task": "gpu_agent.bench_layers"}' if busy else None
         cur.execute(INSERT_AGENT, (uuid.uuid4(), machine_type, env, instance_id, work))
+
+
+@pytest.fixture(autouse=True)
+def stop_test_agents() -> Iterator[None]:
+    """After each test, the agent rows it wrote are stopped."""
+    yield
+    with transaction() as cur:
+        cur.execute(STOP_TEST_AGENTS)
 
 
 def events(action: str | None = None) -> list[dict[str, Any]]:

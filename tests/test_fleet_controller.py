@@ -4,7 +4,16 @@ from datetime import UTC, datetime, timedelta
 
 from gpu_agent.fleet import ec2
 from shared import fleet, jobs
-from tests.fleetkit import ShortOfCapacity, agent_on, aws, controller, events, fleet_row, instances
+from tests.fleetkit import (  # noqa: F401 - stop_test_agents is an autouse fixture
+    ShortOfCapacity,
+    agent_on,
+    aws,
+    controller,
+    events,
+    fleet_row,
+    instances,
+    stop_test_agents,
+)
 from tests.jobflow import submit
 from worker import planning
 

@@ -154,8 +154,9 @@ def _progress(
     if missing:
         alive_after = get_settings().agent_alive_after_s
         alive = {a["machine_type"] for a in agents.list_all(alive_after_s=alive_after, limit=500) if a["alive"]}
-        booting = fleet.booting()
         before = (previous or {}).get("machines", {})
+        # Asked only when some machine type waits: this runs after every stored signature.
+        booting = fleet.booting() if any(c["pending"] and m not in alive for m, c in machines.items()) else {}
         for m, counts in machines.items():
             counts["agent_alive"] = m in alive
             if counts["pending"] and m not in alive:

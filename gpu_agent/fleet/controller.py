@@ -44,8 +44,8 @@ class Controller:
         now = now or datetime.now(UTC)
         prices = store.aws_types()
         live = {i.instance_id: i for i in ec2.list_live(self.ec2_client, self.cfg.fleet)}
-        self._sync(live, prices)
-        states = self._observe(live, prices, now)
+        rows = self._sync(live, prices)
+        states = self._observe(rows, live, prices, now)
         decisions = decide(states, self.limits, now)
         by_type = {s.machine_type: s for s in states}
         for machine_type, d in decisions.items():
@@ -59,7 +59,8 @@ class Controller:
                 store.save_decision(machine_type, wanted=d.wanted, queued=st.queued, waiting=st.waiting_jobs, note=note)
         return decisions
 
-    def _sync(self, live: dict[str, ec2.LiveInstance], prices: dict[str, float]) -> None:
+    def _sync(self, live: dict[str, ec2.LiveInstance], prices: dict[str, float]) -> dict[str, dict[str, Any]]:
+        """Make the database agree with EC2; returns the running instances' rows after that."""
         known = store.running()
         for iid, inst in live.items():
             if iid not in known and inst.machine_type in prices:
@@ -72,9 +73,15 @@ class Controller:
                 reason = "gone from EC2 (spot interruption, or terminated outside Traincast)"
                 store.terminated(iid, reason=reason)
                 store.event(row["machine_type"], "gone", reason, instance_id=iid)
+        return store.running() if known.keys() != live.keys() else known
 
-    def _observe(self, live: dict[str, ec2.LiveInstance], prices: dict[str, float], now: datetime) -> list[TypeState]:
-        rows = store.running()
+    def _observe(
+        self,
+        rows: dict[str, dict[str, Any]],
+        live: dict[str, ec2.LiveInstance],
+        prices: dict[str, float],
+        now: datetime,
+    ) -> list[TypeState]:
         agents = store.agents_by_instance(list(rows), alive_after_s=get_settings().agent_alive_after_s)
         waiting = store.waiting_jobs()
         targets = store.targets()
@@ -85,8 +92,8 @@ class Controller:
                 if row["machine_type"] != machine_type:
                     continue
                 alive, busy = agents.get(iid, (False, False))
-                store.set_idle(iid, idle=alive and not busy)
-                idle_since = row["idle_since"] if alive and not busy else None
+                idle = alive and not busy
+                store.set_idle(iid, idle=idle)
                 instances.append(
                     Instance(
                         instance_id=iid,
@@ -94,7 +101,7 @@ class Controller:
                         price=float(row["price_usd_per_hour"]),
                         agent_alive=alive,
                         agent_busy=busy,
-                        idle_since=(idle_since or now) if alive and not busy else None,
+                        idle_since=(row["idle_since"] or now) if idle else None,
                     )
                 )
             target = targets.get(machine_type, {})

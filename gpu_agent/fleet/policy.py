@@ -107,19 +107,19 @@ def decide(states: list[TypeState], limits: Limits, now: datetime) -> dict[str, 
         if surplus > 0:
             # An instance still booting counts as idle since its launch: work that vanished
             # should not keep it alive for a full idle period after it comes up.
-            idle = sorted(
-                (i for i in remaining if not i.agent_busy),
-                key=lambda i: (i.idle_since if i.agent_alive else i.launched_at) or now,
-            )
+            idle = sorted((i for i in remaining if not i.agent_busy), key=lambda i: _idle_since(i, now))
             for inst in idle[:surplus]:
-                since = (inst.idle_since if inst.agent_alive else inst.launched_at) or now
-                if (now - since).total_seconds() >= limits.idle_s:
+                if (now - _idle_since(inst, now)).total_seconds() >= limits.idle_s:
                     d.terminate.append((inst.instance_id, f"idle for {limits.idle_s:.0f} s with no work"))
                     remaining.remove(inst)
         keep[st.machine_type] = remaining
         decisions[st.machine_type] = d
     _launches(states, decisions, keep, limits)
     return decisions
+
+
+def _idle_since(inst: Instance, now: datetime) -> datetime:
+    return (inst.idle_since if inst.agent_alive else inst.launched_at) or now
 
 
 def _launches(

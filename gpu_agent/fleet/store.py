@@ -9,6 +9,9 @@ from gpu_agent.fleet.ec2 import LiveInstance
 from shared import tasks
 from shared.db import transaction
 
+# kombu's Redis transport: a message of priority > 0 waits in "<queue>\x06\x16<step>".
+PRIORITY_SEP = "\x06\x16"
+PRIORITY_STEPS = (3, 6, 9)
 SELECT_AWS_TYPES = "SELECT name, price_usd_per_hour FROM machine_types WHERE provider = 'aws'"
 # A job waits on a type while its progress counts benchmarks pending there (see worker/planning.py).
 SELECT_WAITING_JOBS = """
@@ -55,10 +58,12 @@ def aws_types() -> dict[str, float]:
 
 
 def queued(broker: redis.Redis, machine_type: str) -> int:
-    """Benchmark tasks waiting in bench.<type> (kombu keeps a list per queue and priority)."""
+    """Benchmark tasks waiting in bench.<type> (kombu keeps a list per queue and priority step)."""
     name = tasks.bench_queue(machine_type)
-    keys = [name] + [f"{name}\x06\x16{p}" for p in range(1, 10)]
-    return sum(int(broker.llen(k)) for k in keys)
+    pipe = broker.pipeline(transaction=False)
+    for key in [name] + [f"{name}{PRIORITY_SEP}{step}" for step in PRIORITY_STEPS]:
+        pipe.llen(key)
+    return sum(int(n) for n in pipe.execute())
 
 
 def waiting_jobs() -> dict[str, int]:
