@@ -26,6 +26,7 @@ COPY gpu_agent/ gpu_agent/
 COPY shared/ shared/
 COPY cli/ cli/
 COPY migrations/ migrations/
+COPY data/ data/
 RUN pip install --no-deps -e . \
     && chown -R traincast:traincast /app
 

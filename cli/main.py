@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from cli import catalog, fleet, render
+from cli import catalog, fleet, machines, render
 from cli.client import Api, CliError
 
 DEFAULT_API = "http://127.0.0.1:8000"
@@ -39,6 +39,7 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
         "dataset_size": args.dataset_size,
         "image_size": args.image_size,
         "optimizer": args.optimizer,
+        "wait_for_benchmarks": args.wait_for_benchmarks,
     }
     job = api.call("POST", "/v1/jobs", json=body)
     if not args.quiet:
@@ -209,6 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--dataset-size", type=int, default=1_281_167)
     pr.add_argument("--image-size", type=int, default=224)
     pr.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    pr.add_argument(
+        "--wait-for-benchmarks",
+        action="store_true",
+        help="wait for layer benchmarks on every machine type instead of answering GPUs with no agent by reference",
+    )
     pr.add_argument("--json", action="store_true", help="print the job as JSON")
     pr.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
@@ -238,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     sub.add_parser("migrate", help="apply database migrations")
     fleet.add_parser(sub)
+    machines.add_parser(sub)
     catalog.add_parser(sub)
     return p
 
@@ -257,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
             return handlers[args.command](api, args)
         if args.command == "fleet":
             return fleet.run(api, args)
+        if args.command == "machines":
+            return machines.run(api, args)
         if args.command == "catalog":
             return catalog.run(args)
         admin = {"calibrate": cmd_calibrate, "train": cmd_train, "migrate": cmd_migrate}

@@ -39,14 +39,15 @@ def result(job: dict[str, Any]) -> str:
             p["cnn"],
             p["machine"],
             str(p["batch_size"]),
-            duration(p["iteration_seconds"]) if p["fits_in_memory"] else "out of memory",
+            duration(p["iteration_seconds"]) if p["fits_in_memory"] is not False else "out of memory",
             duration(p["epoch_seconds"]),
             duration(p["total_seconds"]),
             money(p["cost_usd"]),
+            _source(p),
         ]
         for p in res["predictions"]
     ]
-    out = [table(rows, ["cnn", "machine", "batch", "iteration", "epoch", "total", "cost"])]
+    out = [table(rows, ["cnn", "machine", "batch", "iteration", "epoch", "total", "cost", "source"])]
     for b in res["best"]:
         if b["min_time"]:
             t, c = b["min_time"], b["min_cost"]
@@ -54,15 +55,25 @@ def result(job: dict[str, Any]) -> str:
                 f"{b['cnn']} on {b['machine']}: fastest at batch {t['batch_size']} "
                 f"({duration(t['total_seconds'])}, {money(t['cost_usd'])}); "
                 f"cheapest at batch {c['batch_size']} ({duration(c['total_seconds'])}, {money(c['cost_usd'])})"
+                + (" [reference]" if t.get("source") == "reference" else "")
             )
     for machine, model in res["models"].items():
         if model["status"] == "ok":
             mape = model.get("loco_mape")
             err = f", leave-one-CNN-out error {mape:.1f}%" if mape is not None else ""
-            out.append(f"model for {machine}: version {model['version']} ({model['kind']}{err})")
+            on = f", measured on {model['measured_on']}" if model.get("measured_on") else ""
+            out.append(f"model for {machine}: version {model['version']} ({model['kind']}{err}{on})")
         else:
             out.append(f"{machine}: {model['detail']}")
     return "\n".join(out)
+
+
+def _source(point: dict[str, Any]) -> str:
+    """'benchmarked' (with the machine type measured on, when another), or 'reference ±N%'."""
+    if point.get("source") == "reference":
+        return f"reference ±{point['reference_error_pct']:.0f}%"
+    others = [m for m in point.get("measured_on") or [] if m != point["machine"]]
+    return "benchmarked" + (f" on {', '.join(others)}" if others else "")
 
 
 def evaluation(ev: dict[str, Any]) -> str:

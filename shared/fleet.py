@@ -86,3 +86,20 @@ def booting() -> dict[str, str]:
     with transaction() as cur:
         cur.execute(SELECT_BOOTING)
         return {r["machine_type"]: r["instance_id"] for r in cur.fetchall()}
+
+
+# The controller writes decided_at on every pass (gpu_agent/fleet/store.py); a recent one means it runs.
+SELECT_CONTROLLER_LIVE = (
+    "SELECT EXISTS (SELECT 1 FROM fleet_targets WHERE decided_at > now() - make_interval(secs => %s))"
+)
+
+
+def enabled() -> bool:
+    """Whether queued benchmarks of an AWS type get an agent: FLEET_ENABLED here, or a controller passing."""
+    s = get_settings()
+    if s.fleet_enabled:
+        return True
+    with transaction() as cur:
+        cur.execute(SELECT_CONTROLLER_LIVE, (max(s.fleet_every_s * 4, 120.0),))
+        row = cur.fetchone()
+    return bool(row and row["exists"])

@@ -27,9 +27,9 @@ WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
   AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s"""
 # The newest row per key: rows of another environment are never averaged in.
 SELECT_BENCHMARKS = """
-SELECT signature_id, batch_size, oom, forward_ms, backward_data_ms, backward_weight_ms, environment_id
+SELECT signature_id, batch_size, oom, forward_ms, backward_data_ms, backward_weight_ms, environment_id, machine_type
 FROM layer_benchmarks
-WHERE signature_id = ANY(%(sigs)s) AND machine_type = %(machine)s
+WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
   AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s
 ORDER BY measured_at DESC, id DESC"""
 
@@ -74,15 +74,18 @@ def measured(
 
 
 def newest(
-    *, signature_ids: list[int], machine: str, batch_sizes: list[int], precision: str
+    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], precision: str
 ) -> dict[tuple[int, int], dict[str, Any]]:
-    """(signature, batch size) → its benchmark row on a machine, from one environment where possible.
+    """(signature, batch size) → its benchmark row on machine types of one GPU, from one environment where possible.
+
+    machines: the machine type and those with the same GPU model (machines.peers_of); an environment
+    names the device, so rows of one environment come from one kind of GPU whichever type measured them.
 
     The environment holding most of the points (the newest of equals) supplies every point it has;
     only points it lacks come from another environment, newest first. So a CNN's layers are timed
     in one software and driver set-up whenever one has them all, and each row says which it is.
     """
-    params = {"sigs": signature_ids, "machine": machine, "batch_sizes": batch_sizes, "precision": precision}
+    params = {"sigs": signature_ids, "machines": machines, "batch_sizes": batch_sizes, "precision": precision}
     with transaction() as cur:
         cur.execute(SELECT_BENCHMARKS, params)
         rows = [dict(r) for r in cur.fetchall()]  # newest first

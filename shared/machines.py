@@ -1,13 +1,68 @@
-"""The machine type catalog."""
+"""The machine type catalog: cloud GPU machine types from data/, and those users register by their specs."""
 
+import csv
+from datetime import date
+from pathlib import Path
 from typing import Any
 
-from shared.db import floats, transaction
-from shared.errors import NotFound
+import psycopg2.errors
+import psycopg2.extras
 
-SELECT_ALL = "SELECT * FROM machine_types ORDER BY provider DESC, price_usd_per_hour, name"
+from shared.db import floats, one, transaction
+from shared.errors import Conflict, NotFound
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+GPUS_CSV = DATA / "gpus.csv"
+MACHINES_CSV = DATA / "cloud_gpu_machines.csv"
+# The numeric GPU figures a machine type row carries, as named in data/gpus.csv → machine_types column.
+GPU_COLUMNS = {
+    "memory_gib": "gpu_memory_gib", "fp32_tflops": "gpu_fp32_tflops", "tf32_tflops": "gpu_tf32_tflops",
+    "fp16_tflops": "gpu_fp16_tflops", "mem_bandwidth_gbs": "gpu_mem_bandwidth_gbs", "sm_count": "gpu_sm_count",
+    "l2_mib": "gpu_l2_mib", "tdp_watts": "gpu_tdp_watts",
+}  # fmt: skip
+
+SELECT_ALL = "SELECT * FROM machine_types ORDER BY provider = 'local' DESC, provider, price_usd_per_hour, name"
 SELECT_NAMES = "SELECT name FROM machine_types WHERE name = ANY(%s)"
 SELECT_ONE = "SELECT * FROM machine_types WHERE name = %s"
+# Machine types with the same GPU model: measurements of one serve the others. Itself first, then AWS
+# types (the fleet can start those), then by name.
+SELECT_PEERS = """
+SELECT m.name, m.gpu,
+       array_agg(p.name ORDER BY p.name = m.name DESC, p.provider = 'aws' DESC, p.name)
+           FILTER (WHERE p.name IS NOT NULL) AS peers
+FROM machine_types m LEFT JOIN machine_types p ON p.gpu = m.gpu
+WHERE m.name = ANY(%s)
+GROUP BY m.name, m.gpu"""
+# New catalog rows are added; a row that exists keeps its prices (`catalog refresh` may have read newer
+# ones) and only gains GPU figures it lacks, so seeding again never undoes a refresh or a user's edit.
+SEED = """
+INSERT INTO machine_types AS m (name, provider, gpu, gpu_count, gpu_memory_gib, vcpus, memory_gib,
+    price_usd_per_hour, spot_price_usd_per_hour, gpu_fp32_tflops, gpu_tf32_tflops, gpu_fp16_tflops,
+    gpu_mem_bandwidth_gbs, gpu_sm_count, gpu_l2_mib, gpu_compute_capability, gpu_bf16, gpu_tdp_watts, region,
+    source, specs_source, price_source, spot_price_source, figures_read_on)
+VALUES (%(name)s, %(provider)s, %(gpu)s, %(gpu_count)s, %(gpu_memory_gib_total)s, %(vcpus)s, %(memory_gib)s,
+    %(price)s, %(spot_price)s, %(gpu_fp32_tflops)s, %(gpu_tf32_tflops)s, %(gpu_fp16_tflops)s,
+    %(gpu_mem_bandwidth_gbs)s, %(gpu_sm_count)s, %(gpu_l2_mib)s, %(gpu_compute_capability)s, %(gpu_bf16)s,
+    %(gpu_tdp_watts)s, %(region)s, %(source)s, %(specs_source)s, %(price_source)s, %(spot_price_source)s,
+    %(read_on)s)
+ON CONFLICT (name) DO UPDATE SET
+    gpu_tf32_tflops = COALESCE(m.gpu_tf32_tflops, EXCLUDED.gpu_tf32_tflops),
+    gpu_sm_count = COALESCE(m.gpu_sm_count, EXCLUDED.gpu_sm_count),
+    gpu_l2_mib = COALESCE(m.gpu_l2_mib, EXCLUDED.gpu_l2_mib),
+    gpu_compute_capability = COALESCE(m.gpu_compute_capability, EXCLUDED.gpu_compute_capability),
+    gpu_bf16 = COALESCE(m.gpu_bf16, EXCLUDED.gpu_bf16),
+    region = COALESCE(m.region, EXCLUDED.region),
+    spot_price_usd_per_hour = COALESCE(m.spot_price_usd_per_hour, EXCLUDED.spot_price_usd_per_hour),
+    spot_price_source = COALESCE(m.spot_price_source, EXCLUDED.spot_price_source)"""
+INSERT_REGISTERED = """
+INSERT INTO machine_types (name, provider, gpu, gpu_count, gpu_memory_gib, vcpus, memory_gib, price_usd_per_hour,
+    gpu_fp32_tflops, gpu_tf32_tflops, gpu_fp16_tflops, gpu_mem_bandwidth_gbs, gpu_sm_count, gpu_l2_mib,
+    gpu_compute_capability, gpu_tdp_watts, source, specs_source, price_source, registered_at)
+VALUES (%(name)s, %(provider)s, %(gpu)s, %(gpu_count)s, %(gpu_memory_gib_total)s, %(vcpus)s, %(memory_gib)s,
+    %(price_usd_per_hour)s, %(gpu_fp32_tflops)s, %(gpu_tf32_tflops)s, %(gpu_fp16_tflops)s,
+    %(gpu_mem_bandwidth_gbs)s, %(gpu_sm_count)s, %(gpu_l2_mib)s, %(gpu_compute_capability)s, %(gpu_tdp_watts)s,
+    'registered by its specs (POST /v1/machines)', 'given by the user', 'given by the user', now())
+RETURNING *"""
 
 
 def list_all() -> list[dict[str, Any]]:
@@ -33,3 +88,71 @@ def missing(*, names: list[str]) -> list[str]:
         cur.execute(SELECT_NAMES, (names,))
         known = {r["name"] for r in cur.fetchall()}
     return [n for n in names if n not in known]
+
+
+def peers_of(*, names: list[str]) -> dict[str, list[str]]:
+    """Per machine type, those with its GPU model (itself first, AWS next); just itself without a GPU."""
+    with transaction() as cur:
+        cur.execute(SELECT_PEERS, (names,))
+        found = {r["name"]: list(r["peers"] or []) for r in cur.fetchall()}
+    return {n: found.get(n) or [n] for n in names}
+
+
+def create(*, figures: dict[str, Any]) -> dict[str, Any]:
+    """Register a machine type from its GPU's figures (names as in POST /v1/machines)."""
+    row = {**figures, "gpu_memory_gib_total": figures["gpu_memory_gib"] * figures["gpu_count"]}
+    row["provider"] = row.get("provider") or "own"
+    try:
+        with transaction() as cur:
+            cur.execute(INSERT_REGISTERED, row)
+            return floats(one(cur))
+    except psycopg2.errors.UniqueViolation as exc:
+        raise Conflict(f"machine type {figures['name']!r} exists already", machine=figures["name"]) from exc
+
+
+def seed_catalog(cur: psycopg2.extras.RealDictCursor) -> int:
+    """Add the machine types of data/cloud_gpu_machines.csv with their GPU's figures; returns rows seen."""
+    gpus = {r["gpu"]: r for r in _csv(GPUS_CSV)}
+    rows = _csv(MACHINES_CSV)
+    for r in rows:
+        cur.execute(SEED, _seed_row(r, gpus[r["gpu"]]))
+    return len(rows)
+
+
+def _seed_row(machine: dict[str, str], gpu: dict[str, str]) -> dict[str, Any]:
+    count = int(machine["gpu_count"])
+    figures = {column: _value(gpu.get(key, "")) for key, column in GPU_COLUMNS.items()}
+    figures["gpu_bf16"] = gpu["bf16"].lower() == "true" if gpu.get("bf16") else None
+    figures["gpu_compute_capability"] = gpu.get("compute_capability") or None
+    per_gpu = figures.pop("gpu_memory_gib")
+    total = _value(machine.get("gpu_memory_gib", "")) or (per_gpu * count if per_gpu else None)
+    region = machine.get("region") or None
+    price_source = machine.get("price_source") or "data/cloud_gpu_machines.csv"
+    return {
+        **figures,
+        "name": machine["name"],
+        "provider": machine["provider"],
+        "gpu": machine["gpu"],
+        "gpu_count": count,
+        "gpu_memory_gib_total": total,
+        "vcpus": _value(machine.get("vcpus", "")),
+        "memory_gib": _value(machine.get("memory_gib", "")),
+        "price": _value(machine["on_demand_usd_per_hour"]) or 0,
+        "spot_price": _value(machine.get("spot_usd_per_hour", "")),
+        "region": region,
+        "source": f"data/cloud_gpu_machines.csv ({machine['provider']}{', ' + region if region else ''})",
+        "specs_source": f"data/gpus.csv: {gpu.get('source', '')}".strip(),
+        "price_source": price_source,
+        "spot_price_source": price_source if machine.get("spot_usd_per_hour") else None,
+        "read_on": date.fromisoformat(machine["price_read_on"]) if machine.get("price_read_on") else None,
+    }
+
+
+def _value(text: str) -> float | None:
+    text = (text or "").strip()
+    return float(text) if text else None
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return [{k: (v or "").strip() for k, v in r.items()} for r in csv.DictReader(f)]

@@ -1,4 +1,5 @@
-"""Apply migrations/*.sql in order, once each, under an advisory lock: `python -m shared.migrate`."""
+"""Apply migrations/*.sql in order, once each, under an advisory lock, then seed the machine catalog from data/:
+`python -m shared.migrate`."""
 
 import sys
 from pathlib import Path
@@ -6,8 +7,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg2
 import psycopg2.extensions
+import psycopg2.extras
 import psycopg2.sql
 
+from shared import machines
 from shared.db import connect
 from shared.errors import ServiceUnavailable
 from shared.settings import get_settings
@@ -63,6 +66,11 @@ def migrate(url: str | None = None) -> list[str]:
                 cur.execute(INSERT_APPLIED, (version,))
                 conn.commit()
                 applied_now.append(version)
+        with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as dict_cur:
+            # Rows, not schema: new catalog entries from data/ (existing rows keep their prices).
+            machines.seed_catalog(dict_cur)
+            conn.commit()
+        with conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
             conn.commit()
     finally:

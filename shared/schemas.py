@@ -37,6 +37,9 @@ class JobRequest(BaseModel):
     num_classes: int | None = Field(default=None, ge=1, le=1_000_000)
     optimizer: Literal["sgd", "adam"] = "sgd"
     precision: Literal["fp32"] = "fp32"
+    # False: a GPU machine type with no benchmarks of its own is answered at once by the reference
+    # predictor (its layer benchmarks are still queued where an agent or the fleet can measure them).
+    wait_for_benchmarks: bool = False
 
     @model_validator(mode="after")
     def _batch_sizes_in_bounds(self) -> "JobRequest":
@@ -61,3 +64,38 @@ class JobRequest(BaseModel):
             stop = min(r.max, r.min + r.step * (get_settings().max_batch_sizes + 1))
             return list(range(r.min, stop + 1, r.step))
         return sorted(set(self.batch_sizes))
+
+
+# A machine type's name is also its benchmark queue's name (`bench.<name>`) and a URL segment.
+MACHINE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
+
+
+class MachineCreate(BaseModel):
+    """A machine type registered by its GPU's figures (POST /v1/machines)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=MACHINE_NAME)
+    gpu: str = Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f]+$")
+    gpu_count: int = Field(ge=1, le=64)
+    gpu_memory_gib: float = Field(gt=0, le=4096, description="memory of one GPU")
+    gpu_fp32_tflops: float = Field(gt=0, le=10_000)
+    gpu_fp16_tflops: float = Field(gt=0, le=100_000, description="dense tensor-core FP16, FP32 accumulate")
+    gpu_mem_bandwidth_gbs: float = Field(gt=0, le=1_000_000)
+    gpu_sm_count: int = Field(ge=1, le=10_000)
+    gpu_l2_mib: float = Field(gt=0, le=100_000)
+    gpu_tdp_watts: float = Field(gt=0, le=10_000)
+    price_usd_per_hour: float = Field(ge=0, le=100_000)
+    gpu_compute_capability: str | None = Field(default=None, pattern=r"^\d{1,2}\.\d{1,2}$")
+    gpu_tf32_tflops: float | None = Field(default=None, gt=0, le=100_000)
+    vcpus: int | None = Field(default=None, ge=1, le=100_000)
+    memory_gib: float | None = Field(default=None, gt=0, le=1_000_000)
+    provider: str | None = Field(default=None, min_length=1, max_length=32, pattern=r"^[a-z0-9][a-z0-9_-]*$")
+
+    @model_validator(mode="after")
+    def _reserved_provider(self) -> "MachineCreate":
+        if self.provider in {"local", "aws", "gcp", "azure"}:
+            raise ValueError(f"provider {self.provider!r} is the catalog's own; name your own (default 'own')")
+        if self.gpu_fp16_tflops < self.gpu_fp32_tflops / 64:
+            raise ValueError("gpu_fp16_tflops is below 1/64 of gpu_fp32_tflops: check the figures")
+        return self

@@ -157,7 +157,9 @@ def test_refresh_stores_aws_figures_and_keeps_gpu_peak_figures(saved: dict, aws:
 
     assert [r["name"] for r in result] == ["g4dn.xlarge", "g5.xlarge"]
     assert result[0]["old_price_usd_per_hour"] == 0.526 and result[0]["price_usd_per_hour"] == 0.61
-    assert result[0]["old_spot_price_usd_per_hour"] is None and result[0]["not_refreshed"] == {}
+    # The seeded spot price (data/cloud_gpu_machines.csv) is what the refresh replaced.
+    assert result[0]["old_spot_price_usd_per_hour"] == float(saved["g4dn.xlarge"]["spot_price_usd_per_hour"])
+    assert result[0]["not_refreshed"] == {}
     assert not result[0]["added"]
 
 
@@ -185,7 +187,8 @@ def test_missing_prices_keep_what_was_read_before(saved: dict, aws: tuple[Ec2, S
 
     # The seed's price stays, never read from AWS; AWS's "A100" keeps the seed's more precise name.
     assert p4["price_usd_per_hour"] == saved["p4d.24xlarge"]["price_usd_per_hour"] == Decimal("21.9576")
-    assert p4["price_read_at"] is None and p4["figures_read_on"] is None and p4["spot_price_usd_per_hour"] is None
+    assert p4["price_read_at"] is None and p4["figures_read_on"] is None
+    assert p4["spot_price_usd_per_hour"] == saved["p4d.24xlarge"]["spot_price_usd_per_hour"]  # the seed's, kept
     assert p4["specs_read_at"] is not None and p4["gpu"] == "A100-SXM4-40GB" and p4["gpu_count"] == 8
     assert "several different prices" in result["p4d.24xlarge"]["not_refreshed"]["price_usd_per_hour"]
     assert "2025 snapshot" in p4["price_source"] and "EC2 DescribeInstanceTypes" in p4["specs_source"]
@@ -267,7 +270,9 @@ def test_cli_prints_what_changed_and_errors_in_one_line(
     out = capsys.readouterr().out
     assert made == [("ec2", REGION), ("pricing", "us-east-1")]
     line = next(x for x in out.splitlines() if x.startswith("g4dn.xlarge "))
-    assert "0.5260 → 0.6100" in line and " - " in line and line.endswith("UTC")
+    # No spot price read: the seeded one is kept and shown unchanged.
+    seeded_spot = f" {float(saved['g4dn.xlarge']['spot_price_usd_per_hour']):.4f} "
+    assert "0.5260 → 0.6100" in line and seeded_spot in line and line.endswith("UTC")
     assert "g4dn.xlarge: spot_price_usd_per_hour kept: no Linux/UNIX spot price in us-east-1" in out
 
     assert cli_catalog.run(parse("--types", "g4dn.xlarge,g9q.nope")) == 1

@@ -20,7 +20,7 @@ from worker import planning
 
 def waiting_job(machine: str = "g5.xlarge") -> str:
     """A job whose benchmarks wait in bench.<machine>."""
-    job = submit(machines=[machine])
+    job = submit(machines=[machine], wait_for_benchmarks=True)
     planning.plan_job(job["id"])
     return str(job["id"])
 

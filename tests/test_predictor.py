@@ -108,7 +108,8 @@ def test_assembly_time_cost_energy_and_out_of_memory(clean_db: None) -> None:
     point = predictor.dataset("local")[0]
     g5 = machines.get_by_name(name="g5.xlarge")
     request = JobRequest(cnns=["x"], machines=["g5.xlarge"], batch_sizes=[8], epochs=3, dataset_size=100)
-    p = assemble._point("x", "g5.xlarge", 8, point.x, model, g5, request)
+    p = assemble._blank("x", "g5.xlarge", 8, g5, source="benchmarked", fits=True, conv_ms=point.conv_ms)
+    assemble._fill(p, predictor.predict_ms(model, point.x, point.conv_ms), g5, request)
     low, mid, high = predictor.predict_ms(model, point.x, point.conv_ms)
     assert p["iteration_seconds"] == pytest.approx(mid / 1000)
     assert p["total_seconds"] == pytest.approx(mid / 1000 * math.ceil(100 / 8) * 3)
@@ -116,7 +117,8 @@ def test_assembly_time_cost_energy_and_out_of_memory(clean_db: None) -> None:
     assert p["cost_usd"] == pytest.approx(g5["price_usd_per_hour"] * p["total_seconds"] / 3600)
     assert p["energy_kwh"] == pytest.approx(g5["gpu_tdp_watts"] * g5["gpu_count"] * p["total_seconds"] / 3.6e6)
     assert p["total_seconds_p10"] <= p["total_seconds"] <= p["total_seconds_p90"]
-    oom = assemble._point("x", "g5.xlarge", 16, None, model, g5, request)
+    assert p["cost_per_gpu_usd"] == pytest.approx(p["cost_usd"] / g5["gpu_count"]) and p["gpus_used"] == 1
+    oom = assemble._blank("x", "g5.xlarge", 16, g5, source="benchmarked", fits=False, conv_ms=None)
     assert oom["fits_in_memory"] is False and oom["total_seconds"] is None
     best = assemble._best("x", "g5.xlarge", [p, oom])
     assert best["min_time"]["batch_size"] == 8 and best["min_cost"]["batch_size"] == 8
@@ -130,7 +132,7 @@ def test_job_result_names_the_model_version(clean_db: None) -> None:
     planning.plan_job(job["id"])
     result = jobs.get(job_id=job["id"])["result"]
     assert result["models"]["local"] == {
-        "status": "ok", "version": model["version"], "kind": "lightgbm_base_ratio",
+        "status": "ok", "source": "benchmarked", "version": model["version"], "kind": "lightgbm_base_ratio",
         "loco_mape": model["evaluation"]["loco_mape"], "pooled_from": ["local"],
     }  # fmt: skip
     (point,) = result["predictions"]

@@ -1,92 +1,197 @@
-"""Assemble a job's result: per CNN × machine × batch size time, cost and energy, and the best choices."""
+"""Assemble a job's result: per CNN × machine × batch size time, cost and energy, and the best choices.
 
+Each machine type is answered one of three ways, said in every point's `source`:
+- "benchmarked": its layer benchmarks (or those of a machine type with the same GPU model) and a
+  whole-step model fitted on its measurements;
+- "reference": a GPU with no such benchmarks yet gets the reference predictor, learnt from public
+  measurements only (worker/reference), with the error it showed on held-out public data;
+- a machine type with neither (a CPU with no model yet) gets null times and `no_model`.
+"""
+
+import contextlib
 import math
 from typing import Any
 
 from shared import cnns, layers, machines
 from shared.errors import TraincastError
 from shared.schemas import JobRequest
-from worker import features, predictor
+from worker import features, predictor, reference
 
 ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPU count × time (GPUs rarely draw full power)"
+GPU_NOTE = (
+    "a point is training on one GPU of the machine (gpus_used); cost_usd is the machine's price for that time, "
+    "cost_per_gpu_usd its share per GPU"
+)
+TIMES = ("iteration_seconds", "epoch_seconds", "total_seconds", "cost_usd", "energy_kwh")
 
 
-def result(*, request: JobRequest) -> dict[str, Any]:
-    """The result document of a job whose layer benchmarks are all stored."""
+def result(
+    *, request: JobRequest, plan: dict[str, Any] | None = None, missing: set[tuple[int, str, int]] | None = None
+) -> dict[str, Any]:
+    """The result document of a job: every machine type it names, by its best source."""
     sizes = request.batch_size_list()
+    peers: dict[str, list[str]] = (plan or {}).get("peers") or {m: [m] for m in request.machines}
+    incomplete = {m for _s, m, _b in missing or set()}
+    specs = {m["name"]: m for m in machines.list_all()}
+    variants = {cnn: _variant(cnn, request) for cnn in request.cnns}
     predictions: list[dict[str, Any]] = []
     best: list[dict[str, Any]] = []
     model_info: dict[str, Any] = {}
     for machine in request.machines:
-        spec = machines.get_by_name(name=machine)
-        model = predictor.latest(machine=machine)
-        model_info[machine] = _model_summary(model, machine)
+        spec = specs[machine]
+        model, fitted_on = _model(peers[machine])
+        measured = machine not in incomplete and (model is not None or spec["gpu"] is None)
+        if measured:
+            model_info[machine] = _model_summary(model, machine, fitted_on)
+        else:
+            model_info[machine] = _reference_summary(machine, spec)
         for cnn in request.cnns:  # request order: the plan is jsonb, whose keys PostgreSQL reorders
-            key: dict[str, Any] = {
-                "name": cnn,
-                "image_size": request.image_size,
-                "num_classes": cnns.variant_classes(cnn, request.num_classes),
-            }
-            members = layers.members(**key)
-            work = layers.workload(**key)
-            rows = layers.newest(
-                signature_ids=[m[0] for m in members], machine=machine, batch_sizes=sizes, precision=request.precision
-            )
-            points = []
-            for bs in sizes:
-                x = features.vector(
-                    members=members, rows={sig: rows[(sig, bs)] for sig, _, _ in members}, workload=work,
-                    batch_size=bs, image_size=request.image_size, optimizer=request.optimizer, machine=spec,
-                )  # fmt: skip
-                point = _point(cnn, machine, bs, x, model, spec, request)
-                # Where this point's layer timings were measured (one environment unless some were missing).
-                point["layer_environments"] = sorted({rows[(sig, bs)]["environment_id"] for sig, _, _ in members})
-                points.append(point)
+            members, work = variants[cnn]
+            if measured:
+                points = _measured(cnn, machine, peers[machine], members, work, model, spec, request, sizes)
+            else:
+                points = _reference(cnn, machine, members, work, spec, request, sizes)
             predictions.extend(points)
             best.append(_best(cnn, machine, points))
-    return {"predictions": predictions, "best": best, "models": model_info, "energy_note": ENERGY_NOTE}
+    return {
+        "predictions": predictions,
+        "best": best,
+        "models": model_info,
+        "energy_note": ENERGY_NOTE,
+        "gpu_note": GPU_NOTE,
+    }
 
 
-def _point(
+def _variant(cnn: str, request: JobRequest) -> tuple[list[tuple[int, dict[str, Any], int]], dict[str, Any]]:
+    key: dict[str, Any] = {
+        "name": cnn,
+        "image_size": request.image_size,
+        "num_classes": cnns.variant_classes(cnn, request.num_classes),
+    }
+    return layers.members(**key), layers.workload(**key)
+
+
+def _model(peers: list[str]) -> tuple[dict[str, Any] | None, str | None]:
+    """The newest model of the machine type, else of the first type with its GPU model that has one."""
+    for peer in peers:
+        model = predictor.latest(machine=peer)
+        if model is not None:
+            return model, peer
+    return None, None
+
+
+def _measured(
     cnn: str,
     machine: str,
-    bs: int,
-    x: list[float] | None,
+    peers: list[str],
+    members: list[tuple[int, dict[str, Any], int]],
+    work: dict[str, Any],
     model: dict[str, Any] | None,
     spec: dict[str, Any],
     request: JobRequest,
+    sizes: list[int],
+) -> list[dict[str, Any]]:
+    rows = layers.newest(
+        signature_ids=[m[0] for m in members], machines=peers, batch_sizes=sizes, precision=request.precision
+    )
+    points = []
+    for bs in sizes:
+        x = features.vector(
+            members=members, rows={sig: rows[(sig, bs)] for sig, _, _ in members}, workload=work,
+            batch_size=bs, image_size=request.image_size, optimizer=request.optimizer, machine=spec,
+        )  # fmt: skip
+        conv = x[features.NAMES.index("conv_ms")] if x is not None else None
+        point = _blank(cnn, machine, bs, spec, source="benchmarked", fits=x is not None, conv_ms=conv)
+        if x is not None and conv is not None and model is not None:
+            # A model of an older kind raises: the point stays without times, the summary says to retrain it.
+            with contextlib.suppress(TraincastError):
+                _fill(point, predictor.predict_ms(model, x, conv), spec, request)
+        used = [rows[(sig, bs)] for sig, _, _ in members]
+        # Where this point's layer timings were measured (one environment unless some were missing).
+        point["layer_environments"] = sorted({r["environment_id"] for r in used})
+        point["measured_on"] = sorted({r["machine_type"] for r in used})
+        points.append(point)
+    return points
+
+
+def _reference(
+    cnn: str,
+    machine: str,
+    members: list[tuple[int, dict[str, Any], int]],
+    work: dict[str, Any],
+    spec: dict[str, Any],
+    request: JobRequest,
+    sizes: list[int],
+) -> list[dict[str, Any]]:
+    model = reference.load()
+    estimates = model.predict_steps(
+        convs=[(layer, count) for _sig, layer, count in members], workload=work, batch_sizes=sizes,
+        gpu=reference.GpuSpecs.from_row(spec), optimizer=request.optimizer, precision=request.precision,
+    )  # fmt: skip
+    low = math.exp(model.accuracy["whole_step_log_ratio_p10"])
+    high = math.exp(model.accuracy["whole_step_log_ratio_p90"])
+    points = []
+    for e in estimates:
+        conv = e.conv_forward_ms + e.conv_backward_data_ms + e.conv_backward_weight_ms
+        # Memory is not modelled yet: whether a batch fits is unknown (null), not assumed.
+        point = _blank(cnn, machine, e.batch_size, spec, source="reference", fits=None, conv_ms=conv)
+        point["reference_error_pct"] = model.accuracy["whole_step_mape"]
+        point["launch_bound"] = e.launch_bound
+        _fill(point, (e.step_ms * low, e.step_ms, e.step_ms * high), spec, request)
+        points.append(point)
+    return points
+
+
+def _blank(
+    cnn: str, machine: str, bs: int, spec: dict[str, Any], *, source: str, fits: bool | None, conv_ms: float | None
 ) -> dict[str, Any]:
-    conv = x[features.NAMES.index("conv_ms")] if x is not None else None
-    point: dict[str, Any] = {"cnn": cnn, "machine": machine, "batch_size": bs, "fits_in_memory": x is not None}
-    point["conv_ms"] = conv
-    for name in ("iteration_seconds", "epoch_seconds", "total_seconds", "cost_usd", "energy_kwh"):
+    point: dict[str, Any] = {
+        "cnn": cnn,
+        "machine": machine,
+        "batch_size": bs,
+        "source": source,
+        "fits_in_memory": fits,
+        "conv_ms": conv_ms,
+        "gpus_used": 1 if spec.get("gpu_count") else 0,
+        "layer_environments": [],
+        "measured_on": [],
+        "cost_per_gpu_usd": None,
+    }
+    for name in TIMES:
         point[name] = point[f"{name}_p10"] = point[f"{name}_p90"] = None
-    if x is None or conv is None or model is None:
-        return point
-    try:
-        low, mid, high = predictor.predict_ms(model, x, conv)
-    except TraincastError:
-        return point
-    iterations = math.ceil(request.dataset_size / bs) * request.epochs
-    power_kw = (spec.get("gpu_tdp_watts") or 0) * spec.get("gpu_count", 0) / 1000
-    for suffix, ms in (("_p10", low), ("", mid), ("_p90", high)):
-        total = ms / 1000 * iterations
-        point[f"iteration_seconds{suffix}"] = ms / 1000
+    return point
+
+
+def _fill(point: dict[str, Any], ms: tuple[float, float, float], spec: dict[str, Any], request: JobRequest) -> None:
+    """Times, cost and energy of a point from its (P10, median, P90) iteration time in ms."""
+    iterations = math.ceil(request.dataset_size / point["batch_size"]) * request.epochs
+    gpus = spec.get("gpu_count") or 0
+    power_kw = (spec.get("gpu_tdp_watts") or 0) * gpus / 1000
+    for suffix, value in zip(("_p10", "", "_p90"), ms, strict=True):
+        total = value / 1000 * iterations
+        point[f"iteration_seconds{suffix}"] = value / 1000
         point[f"epoch_seconds{suffix}"] = total / request.epochs
         point[f"total_seconds{suffix}"] = total
         point[f"cost_usd{suffix}"] = spec["price_usd_per_hour"] * total / 3600
         point[f"energy_kwh{suffix}"] = power_kw * total / 3600 if power_kw else None
-    return point
+    if gpus:
+        point["cost_per_gpu_usd"] = point["cost_usd"] / gpus
 
 
 def _best(cnn: str, machine: str, points: list[dict[str, Any]]) -> dict[str, Any]:
-    usable = [p for p in points if p["total_seconds"] is not None]
+    # A point that does not fit is never best; one whose fit is unknown (reference) may be.
+    usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
 
     def pick(key: Any) -> dict[str, Any] | None:
         if not usable:
             return None
         p = min(usable, key=key)
-        return {"batch_size": p["batch_size"], "total_seconds": p["total_seconds"], "cost_usd": p["cost_usd"]}
+        return {
+            "batch_size": p["batch_size"],
+            "total_seconds": p["total_seconds"],
+            "cost_usd": p["cost_usd"],
+            "source": p["source"],
+        }
 
     return {
         "cnn": cnn,
@@ -97,17 +202,39 @@ def _best(cnn: str, machine: str, points: list[dict[str, Any]]) -> dict[str, Any
     }
 
 
-def _model_summary(model: dict[str, Any] | None, machine: str) -> dict[str, Any]:
+def _model_summary(model: dict[str, Any] | None, machine: str, fitted_on: str | None) -> dict[str, Any]:
     if model is None:
         return {
             "status": "no_model",
+            "source": "benchmarked",
             "detail": f"no predictor model for {machine} yet: run `traincast calibrate --machine {machine}`",
         }
-    return {
+    summary = {
         "status": "ok",
+        "source": "benchmarked",
         "version": model["version"],
         "kind": model["kind"],
         "loco_mape": model["evaluation"].get("loco_mape"),
         # More than this machine type: the model also learnt from other types' steps (few of its own).
         "pooled_from": model["evaluation"].get("pooled_from", [machine]),
+    }
+    if fitted_on != machine:
+        summary["measured_on"] = fitted_on  # another machine type with the same GPU model
+    return summary
+
+
+def _reference_summary(machine: str, spec: dict[str, Any]) -> dict[str, Any]:
+    model = reference.load()
+    mape = model.accuracy["whole_step_mape"]
+    return {
+        "status": "reference",
+        "source": "reference",
+        "kind": "reference",
+        "version": model.version,
+        "whole_step_mape": mape,
+        "evaluated_on": model.accuracy.get("evaluated_on"),
+        "detail": (
+            f"{machine} ({spec['gpu']}) has no benchmarks of its own yet: reference prediction from public "
+            f"measurements of other GPUs, {mape:.1f}% mean error on held-out public whole training steps"
+        ),
     }

@@ -6,7 +6,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import agents, fleet, layers, tasks
+from shared import agents, fleet, layers, machines, tasks
 from shared.db import Json, transaction
 from shared.errors import TraincastError
 from shared.schemas import JobRequest
@@ -37,11 +37,11 @@ GROUP BY signature_id, machine_type
 HAVING count(*) >= %(limit)s
 ORDER BY signature_id, machine_type
 LIMIT 1"""
-SELECT_RUNNING = "SELECT id FROM jobs WHERE status = 'running' AND request->'machines' ? %s"
+SELECT_RUNNING = "SELECT id FROM jobs WHERE status = 'running' AND request->'machines' ?| %s"
 
 
 def plan_job(job_id: uuid.UUID) -> None:
-    """Resolve signatures, send what is missing to the agents; finish at once if nothing is."""
+    """Resolve signatures, send what is missing to the agents; finish at once if nothing is waited for."""
     with transaction() as cur:
         cur.execute(LOCK_OPEN_JOB, (job_id,))
         job = cur.fetchone()
@@ -49,7 +49,7 @@ def plan_job(job_id: uuid.UUID) -> None:
         return  # finished or canceled meanwhile: nothing to do
     request = JobRequest.model_validate(job["request"])
     try:
-        plan = {
+        plan: dict[str, Any] = {
             "cnns": {
                 name: layers.register(name=name, image_size=request.image_size, num_classes=request.num_classes)
                 for name in request.cnns
@@ -58,19 +58,37 @@ def plan_job(job_id: uuid.UUID) -> None:
     except TraincastError as exc:
         _finish(job_id, status="failed", error=exc.detail, progress=job["progress"])
         return
+    # Fixed once, so the job's answer does not change source while it runs.
+    plan["peers"] = machines.peers_of(names=request.machines)
+    plan["waits_on"] = _waits_on(request)
     missing = _missing(plan, request)
     progress = _progress(plan, request, missing)
     with transaction() as cur:
         cur.execute(START_JOB, {"id": job_id, "plan": Json(plan), "progress": Json(progress)})
-    send_work(missing, request.precision)
-    if not missing:
+    send_work(_routed(missing, plan), request.precision)
+    if not _waited_for(missing, plan):
         finish_if_complete(job_id)
+
+
+def _waits_on(request: JobRequest) -> list[str]:
+    """Machine types the job waits for benchmarks on: all if asked, else those the reference cannot answer."""
+    if request.wait_for_benchmarks:
+        return list(request.machines)
+    gpu = {m["name"]: m["gpu"] for m in machines.list_all() if m["name"] in request.machines}
+    return [m for m in request.machines if gpu.get(m) is None]
+
+
+def _waited_for(missing: set[tuple[int, str, int]], plan: dict[str, Any]) -> set[tuple[int, str, int]]:
+    """The missing benchmarks the job waits for (all of them for a job planned before reference answers)."""
+    waits_on = plan.get("waits_on")
+    return missing if waits_on is None else {t for t in missing if t[1] in waits_on}
 
 
 def advance_jobs(machine: str) -> None:
     """Update the progress of running jobs that wait on a machine type; finish complete ones."""
+    # Benchmarks stored for one type serve every type with its GPU model.
     with transaction() as cur:
-        cur.execute(SELECT_RUNNING, (machine,))
+        cur.execute(SELECT_RUNNING, (machines.peers_of(names=[machine])[machine],))
         ids = [r["id"] for r in cur.fetchall()]
     for job_id in ids:
         finish_if_complete(job_id)
@@ -87,15 +105,16 @@ def finish_if_complete(job_id: uuid.UUID) -> bool:
         request = JobRequest.model_validate(job["request"])
         missing = _missing(job["plan"], request)
         progress = _progress(job["plan"], request, missing, previous=job["progress"])
-        expired = _waited_too_long(progress) or _failed_too_often(job, request, missing)
-        if missing and not expired:
+        waited = _waited_for(missing, job["plan"])
+        expired = _waited_too_long(progress) or _failed_too_often(job, request, waited)
+        if waited and not expired:
             cur.execute(SET_PROGRESS, {"id": job_id, "progress": Json(progress)})
             return False
         if expired:
             result, status, error = None, "failed", expired
         else:
             try:
-                result = assemble.result(request=request)
+                result = assemble.result(request=request, plan=job["plan"], missing=missing)
                 status, error = "succeeded", None
             except TraincastError as exc:
                 result, status, error = None, "failed", exc.detail
@@ -121,7 +140,7 @@ def resend_missing(job_id: uuid.UUID) -> None:
     if job is None or finish_if_complete(job_id):
         return  # finished (complete, or failed after waiting too long for an agent)
     request = JobRequest.model_validate(job["request"])
-    send_work(_missing(job["plan"], request), request.precision)
+    send_work(_waited_for(_missing(job["plan"], request), job["plan"]), request.precision)
 
 
 def _signature_ids(plan: dict[str, Any]) -> list[int]:
@@ -129,13 +148,21 @@ def _signature_ids(plan: dict[str, Any]) -> list[int]:
 
 
 def _missing(plan: dict[str, Any], request: JobRequest) -> set[tuple[int, str, int]]:
+    """(signature, machine type, batch size) with no benchmark on the machine type or one of its GPU's."""
     sigs = _signature_ids(plan)
     sizes = request.batch_size_list()
-    wanted = {(s, m, b) for s in sigs for m in request.machines for b in sizes}
-    done = layers.measured(
-        signature_ids=sigs, machines=request.machines, batch_sizes=sizes, precision=request.precision
-    )
-    return wanted - done
+    peers: dict[str, list[str]] = plan.get("peers") or {m: [m] for m in request.machines}
+    everyone = sorted({p for m in request.machines for p in peers[m]})
+    done = layers.measured(signature_ids=sigs, machines=everyone, batch_sizes=sizes, precision=request.precision)
+    by_type: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for sig, machine, bs in done:
+        by_type[machine].add((sig, bs))
+    wanted = {(s, b) for s in sigs for b in sizes}
+    missing: set[tuple[int, str, int]] = set()
+    for m in request.machines:
+        have = set().union(*(by_type[p] for p in peers[m]))
+        missing.update((s, m, b) for s, b in wanted - have)
+    return missing
 
 
 def _progress(
@@ -148,7 +175,7 @@ def _progress(
     pending: dict[str, int] = defaultdict(int)
     for _sig, machine, _bs in missing:
         pending[machine] += 1
-    machines: dict[str, dict[str, Any]] = {
+    counts_by_type: dict[str, dict[str, Any]] = {
         m: {"needed": per_machine, "done": per_machine - pending[m], "pending": pending[m]} for m in request.machines
     }
     if missing:
@@ -156,10 +183,13 @@ def _progress(
         alive = {a["machine_type"] for a in agents.list_all(alive_after_s=alive_after, limit=500) if a["alive"]}
         before = (previous or {}).get("machines", {})
         # Asked only when some machine type waits: this runs after every stored signature.
-        booting = fleet.booting() if any(c["pending"] and m not in alive for m, c in machines.items()) else {}
-        for m, counts in machines.items():
+        booting = fleet.booting() if any(c["pending"] and m not in alive for m, c in counts_by_type.items()) else {}
+        waits_on = plan.get("waits_on", request.machines)
+        for m, counts in counts_by_type.items():
             counts["agent_alive"] = m in alive
-            if counts["pending"] and m not in alive:
+            if counts["pending"] and m not in waits_on:
+                counts["answered_by"] = "reference"  # measured later where an agent or the fleet can
+            elif counts["pending"] and m not in alive:
                 # Said in the job, so nobody waits on a machine type no agent serves without knowing.
                 counts["waiting_for"] = f"waiting for an agent on {m}" + (
                     f" (the fleet launched {booting[m]}; it is booting)" if m in booting else ""
@@ -172,7 +202,7 @@ def _progress(
             "done": per_machine * len(request.machines) - len(missing),
             "pending": len(missing),
         },
-        "machines": machines,
+        "machines": counts_by_type,
     }
 
 
@@ -210,6 +240,27 @@ def _waited_too_long(progress: dict[str, Any]) -> str | None:
                 "submit the job again"
             )
     return None
+
+
+def _routed(missing: set[tuple[int, str, int]], plan: dict[str, Any]) -> set[tuple[int, str, int]]:
+    """Where each missing benchmark is sent: its own type's queue if the job waits on it; for a type answered
+    by the reference, the queue of a type with its GPU model that a live agent or the AWS fleet serves, or none."""
+    waits_on = plan.get("waits_on")
+    if waits_on is None or not (missing - _waited_for(missing, plan)):
+        return missing
+    listed = agents.list_all(alive_after_s=get_settings().agent_alive_after_s, limit=500)
+    alive = {a["machine_type"] for a in listed if a["alive"]}
+    fleet_types = {m["name"] for m in machines.list_all() if m["provider"] == "aws"} if fleet.enabled() else set()
+    routed: set[tuple[int, str, int]] = set()
+    for sig, machine, bs in missing:
+        if machine in waits_on:
+            routed.add((sig, machine, bs))
+            continue
+        peers = plan["peers"][machine]
+        target = next((p for p in peers if p in alive), None) or next((p for p in peers if p in fleet_types), None)
+        if target is not None:
+            routed.add((sig, target, bs))
+    return routed
 
 
 def send_work(missing: set[tuple[int, str, int]], precision: str) -> None:

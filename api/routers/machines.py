@@ -1,15 +1,36 @@
-"""Machine types: specs and prices."""
+"""Machine types: the catalog of cloud GPU machine types, and your own GPUs registered by their specs."""
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from shared import machines
+from shared.schemas import MachineCreate
 
 router = APIRouter(prefix="/v1/machines", tags=["machines"])
 
 
 @router.get("")
 def list_machines() -> dict[str, Any]:
-    """Every machine type with GPU, memory, vCPUs and price per hour."""
-    return {"machines": machines.list_all()}
+    """Every machine type with GPU figures, memory, vCPUs, prices and where they come from."""
+    return {"machines": [_view(m) for m in machines.list_all()]}
+
+
+@router.post("", status_code=201)
+def create_machine(figures: MachineCreate, response: Response) -> dict[str, Any]:
+    """Register a machine type by its GPU's figures; jobs can name it at once (reference predictions)."""
+    created = machines.create(figures=figures.model_dump())
+    response.headers["Location"] = f"/v1/machines/{created['name']}"
+    return _view(created)
+
+
+@router.get("/{name}")
+def get_machine(name: str) -> dict[str, Any]:
+    """One machine type."""
+    return _view(machines.get_by_name(name=name))
+
+
+def _view(row: dict[str, Any]) -> dict[str, Any]:
+    view = {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items()}
+    view["registered"] = row.get("registered_at") is not None
+    return view

@@ -1,0 +1,61 @@
+"""`traincast machines [list] | add`: the machine type catalog, and your own GPUs by their specs (over HTTP)."""
+
+import argparse
+import json
+from typing import Any
+
+from cli import render
+from cli.client import Api
+
+# `machines add` flags → POST /v1/machines fields; the API validates them (one place).
+FIGURES = {
+    "gpu": str, "gpu_count": int, "gpu_memory_gib": float, "gpu_fp32_tflops": float, "gpu_fp16_tflops": float,
+    "gpu_mem_bandwidth_gbs": float, "gpu_sm_count": int, "gpu_l2_mib": float, "gpu_tdp_watts": float,
+    "price_usd_per_hour": float,
+}  # fmt: skip
+OPTIONAL = {"gpu_compute_capability": str, "gpu_tf32_tflops": float, "vcpus": int, "memory_gib": float, "provider": str}
+
+
+def add_parser(sub: Any) -> None:
+    """Add the `machines` command and its sub-commands."""
+    ma = sub.add_parser("machines", help="machine types (aws, gcp, azure, your own): list, add")
+    msub = ma.add_subparsers(dest="machines_command")
+    ls = msub.add_parser("list", help="every machine type with its GPU and prices (the default)")
+    ls.add_argument("--provider", default=None, help="only this provider: aws, gcp, azure, local, own, …")
+    ls.add_argument("--json", action="store_true")
+    ad = msub.add_parser("add", help="register a machine type by its GPU's figures; predicted at once")
+    ad.add_argument("name")
+    for flag, kind in {**FIGURES, **OPTIONAL}.items():
+        ad.add_argument(f"--{flag.replace('_', '-')}", type=kind, required=flag in FIGURES, dest=flag)
+
+
+def run(api: Api, args: argparse.Namespace) -> int:
+    """Dispatch a `machines` sub-command."""
+    if args.machines_command == "add":
+        body = {
+            "name": args.name,
+            **{k: getattr(args, k) for k in (*FIGURES, *OPTIONAL) if getattr(args, k) is not None},
+        }
+        row = api.call("POST", "/v1/machines", json=body)
+        print(f"{row['name']}: registered ({row['gpu_count']} x {row['gpu']}, ${row['price_usd_per_hour']:.2f}/h)")
+        return 0
+    rows = api.call("GET", "/v1/machines")["machines"]
+    provider = getattr(args, "provider", None)
+    rows = [r for r in rows if provider is None or r["provider"] == provider]
+    if getattr(args, "json", False):
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(render.table([_row(r) for r in rows], ["machine type", "provider", "gpus", "gpu", "$/h", "spot $/h"]))
+    return 0
+
+
+def _row(r: dict[str, Any]) -> list[str]:
+    spot = r.get("spot_price_usd_per_hour")
+    return [
+        r["name"],
+        r["provider"],
+        str(r["gpu_count"]),
+        r["gpu"] or "-",
+        f"{r['price_usd_per_hour']:.3f}",
+        "-" if spot is None else f"{spot:.3f}",
+    ]
