@@ -10,6 +10,7 @@ import psycopg2.extras
 
 from shared.db import floats, one, transaction
 from shared.errors import Conflict, NotFound
+from shared.schemas import MachineCreate
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 GPUS_CSV = DATA / "gpus.csv"
@@ -98,16 +99,17 @@ def peers_of(*, names: list[str]) -> dict[str, list[str]]:
     return {n: found.get(n) or [n] for n in names}
 
 
-def create(*, figures: dict[str, Any]) -> dict[str, Any]:
-    """Register a machine type from its GPU's figures (names as in POST /v1/machines)."""
-    row = {**figures, "gpu_memory_gib_total": figures["gpu_memory_gib"] * figures["gpu_count"]}
-    row["provider"] = row.get("provider") or "own"
+def create(*, figures: MachineCreate) -> dict[str, Any]:
+    """Register a machine type from its GPU's figures (POST /v1/machines)."""
+    row = figures.model_dump()
+    row["gpu_memory_gib_total"] = figures.gpu_memory_gib * figures.gpu_count
+    row["provider"] = figures.provider or "own"
     try:
         with transaction() as cur:
             cur.execute(INSERT_REGISTERED, row)
             return floats(one(cur))
     except psycopg2.errors.UniqueViolation as exc:
-        raise Conflict(f"machine type {figures['name']!r} exists already", machine=figures["name"]) from exc
+        raise Conflict(f"machine type {figures.name!r} exists already", machine=figures.name) from exc
 
 
 def seed_catalog(cur: psycopg2.extras.RealDictCursor) -> int:
@@ -121,7 +123,7 @@ def seed_catalog(cur: psycopg2.extras.RealDictCursor) -> int:
 
 def _seed_row(machine: dict[str, str], gpu: dict[str, str]) -> dict[str, Any]:
     count = int(machine["gpu_count"])
-    figures = {column: _value(gpu.get(key, "")) for key, column in GPU_COLUMNS.items()}
+    figures: dict[str, Any] = {column: _value(gpu.get(key, "")) for key, column in GPU_COLUMNS.items()}
     figures["gpu_bf16"] = gpu["bf16"].lower() == "true" if gpu.get("bf16") else None
     figures["gpu_compute_capability"] = gpu.get("compute_capability") or None
     per_gpu = figures.pop("gpu_memory_gib")

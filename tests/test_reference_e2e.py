@@ -52,7 +52,10 @@ def test_cli_labels_reference_answers_and_registers_a_gpu(no_agent: Stack, clean
     assert listed.returncode == 0 and "cli-lab-box" in listed.stdout and "g4dn.xlarge" not in listed.stdout
     predicted = cli(no_agent, "predict", "resnet18", "--machine", "cli-lab-box,g4dn.xlarge", "--batch-sizes", "8,16")
     assert predicted.returncode == 0, predicted.stderr
-    rows = [line for line in predicted.stdout.splitlines() if line.startswith("resnet18 ")]
+    lines = predicted.stdout.splitlines()
+    rows = [line for line in lines if line.startswith("resnet18 ") and " on " not in line]
     assert len(rows) == 4 and all("reference ±" in line for line in rows)
+    best = [line for line in lines if line.startswith("resnet18 on ")]
+    assert len(best) == 2 and all(line.endswith("[reference]") for line in best)
     bad = cli(no_agent, "machines", "add", "cli-bad", *flags[:-1], "--gpu-l2-mib=-3")
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "gpu_l2_mib" in bad.stderr

@@ -7,6 +7,7 @@ import pytest
 
 from shared import jobs, machines
 from shared.db import transaction
+from shared.schemas import MachineCreate
 from shared.settings import get_settings
 from tests.conftest import broker
 from tests.jobflow import drain_agent_queue, submit
@@ -109,9 +110,10 @@ def test_benchmarks_of_a_gpu_model_win_for_every_type_that_carries_it(
 
 def test_a_gpu_registered_by_its_specs_is_predicted_at_once(clean_db: None) -> None:
     """A user's own GPU machine type gets reference predictions; more bandwidth and compute → faster."""
-    machines.create(figures=OWN_GPU | {"provider": None})
+    machines.create(figures=MachineCreate(**OWN_GPU))
     slower = OWN_GPU | {"name": "lab-slow", "gpu": "slow-gpu", "gpu_fp32_tflops": 9.1, "gpu_tf32_tflops": 18.2}
-    machines.create(figures=slower | {"gpu_fp16_tflops": 36.4, "gpu_mem_bandwidth_gbs": 96, "provider": "lab"})
+    slower |= {"gpu_fp16_tflops": 36.4, "gpu_mem_bandwidth_gbs": 96, "provider": "lab"}
+    machines.create(figures=MachineCreate(**slower))
     job = run(cnns=["resnet50"], machines=["lab-rtx-box", "lab-slow"], batch_sizes=[128], image_size=224)
     fast, slow = job["result"]["predictions"]
     assert fast["source"] == slow["source"] == "reference"

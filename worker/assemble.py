@@ -10,6 +10,7 @@ Each machine type is answered one of three ways, said in every point's `source`:
 
 import contextlib
 import math
+from collections.abc import Collection
 from typing import Any
 
 from shared import cnns, layers, machines
@@ -26,20 +27,26 @@ TIMES = ("iteration_seconds", "epoch_seconds", "total_seconds", "cost_usd", "ene
 
 
 def result(
-    *, request: JobRequest, plan: dict[str, Any] | None = None, missing: set[tuple[int, str, int]] | None = None
+    *, request: JobRequest, plan: dict[str, Any] | None = None, incomplete: Collection[str] = ()
 ) -> dict[str, Any]:
-    """The result document of a job: every machine type it names, by its best source."""
+    """The result document of a job: every machine type it names, by its best source.
+
+    incomplete: machine types some of whose layer benchmarks are missing (they get reference answers).
+    """
     sizes = request.batch_size_list()
     peers: dict[str, list[str]] = (plan or {}).get("peers") or {m: [m] for m in request.machines}
-    incomplete = {m for _s, m, _b in missing or set()}
     specs = {m["name"]: m for m in machines.list_all()}
     variants = {cnn: _variant(cnn, request) for cnn in request.cnns}
+    models = predictor.latest_of(machines=sorted({p for m in request.machines for p in peers[m]}))
+    # Machine types with the same GPU figures get the same reference answer: computed once per CNN.
+    reference_cache: dict[tuple[Any, str], list[Any]] = {}
     predictions: list[dict[str, Any]] = []
     best: list[dict[str, Any]] = []
     model_info: dict[str, Any] = {}
     for machine in request.machines:
         spec = specs[machine]
-        model, fitted_on = _model(peers[machine])
+        fitted_on = next((p for p in peers[machine] if p in models), None)
+        model = models.get(fitted_on) if fitted_on else None
         measured = machine not in incomplete and (model is not None or spec["gpu"] is None)
         if measured:
             model_info[machine] = _model_summary(model, machine, fitted_on)
@@ -50,7 +57,7 @@ def result(
             if measured:
                 points = _measured(cnn, machine, peers[machine], members, work, model, spec, request, sizes)
             else:
-                points = _reference(cnn, machine, members, work, spec, request, sizes)
+                points = _reference(cnn, machine, members, work, spec, request, sizes, reference_cache)
             predictions.extend(points)
             best.append(_best(cnn, machine, points))
     return {
@@ -69,15 +76,6 @@ def _variant(cnn: str, request: JobRequest) -> tuple[list[tuple[int, dict[str, A
         "num_classes": cnns.variant_classes(cnn, request.num_classes),
     }
     return layers.members(**key), layers.workload(**key)
-
-
-def _model(peers: list[str]) -> tuple[dict[str, Any] | None, str | None]:
-    """The newest model of the machine type, else of the first type with its GPU model that has one."""
-    for peer in peers:
-        model = predictor.latest(machine=peer)
-        if model is not None:
-            return model, peer
-    return None, None
 
 
 def _measured(
@@ -122,12 +120,16 @@ def _reference(
     spec: dict[str, Any],
     request: JobRequest,
     sizes: list[int],
+    cache: dict[tuple[Any, str], list[Any]],
 ) -> list[dict[str, Any]]:
     model = reference.load()
-    estimates = model.predict_steps(
-        convs=[(layer, count) for _sig, layer, count in members], workload=work, batch_sizes=sizes,
-        gpu=reference.GpuSpecs.from_row(spec), optimizer=request.optimizer, precision=request.precision,
-    )  # fmt: skip
+    gpu = reference.GpuSpecs.from_row(spec)
+    if (gpu, cnn) not in cache:
+        cache[(gpu, cnn)] = model.predict_steps(
+            convs=[(layer, count) for _sig, layer, count in members], workload=work, batch_sizes=sizes,
+            gpu=gpu, optimizer=request.optimizer, precision=request.precision,
+        )  # fmt: skip
+    estimates = cache[(gpu, cnn)]
     low = math.exp(model.accuracy["whole_step_log_ratio_p10"])
     high = math.exp(model.accuracy["whole_step_log_ratio_p90"])
     points = []

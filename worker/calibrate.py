@@ -9,7 +9,7 @@ from shared import agents, layers, machines, tasks
 from shared.db import transaction
 from shared.errors import TraincastError
 from shared.settings import get_settings
-from worker import planning, predictor
+from worker import coverage, predictor
 
 # Families that behave differently: plain (alexnet, vgg), residual (resnet), dense (densenet),
 # inverted residual (mobilenet_v2), depthwise with channel shuffle (shufflenet), fire (squeezenet).
@@ -120,8 +120,7 @@ def send(plan: Plan) -> tuple[list[int], int]:
     for cnn in plan.cnns:
         sig_ids.update(s for s, _ in layers.register_builtin(name=cnn, image_size=plan.image_size))
     # Everything, not just what some environment has: the agent skips what its own has stored.
-    work = {(s, plan.machine, b) for s in sig_ids for b in plan.batch_sizes}
-    planning.send_work(work, plan.precision)
+    coverage.send_work({plan.machine: {(s, b) for s in sig_ids for b in plan.batch_sizes}}, plan.precision)
     for cnn in plan.cnns:
         tasks.send(
             tasks.MEASURE_STEPS,

@@ -2,16 +2,15 @@
 
 import logging
 import uuid
-from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import agents, fleet, layers, machines, tasks
+from shared import agents, fleet, layers, machines
 from shared.db import Json, transaction
 from shared.errors import TraincastError
 from shared.schemas import JobRequest
 from shared.settings import get_settings
-from worker import assemble
+from worker import assemble, coverage
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +60,12 @@ def plan_job(job_id: uuid.UUID) -> None:
     # Fixed once, so the job's answer does not change source while it runs.
     plan["peers"] = machines.peers_of(names=request.machines)
     plan["waits_on"] = _waits_on(request)
-    missing = _missing(plan, request)
-    progress = _progress(plan, request, missing)
+    gaps = coverage.missing(plan, request)
+    progress = _progress(plan, request, gaps)
     with transaction() as cur:
         cur.execute(START_JOB, {"id": job_id, "plan": Json(plan), "progress": Json(progress)})
-    send_work(_routed(missing, plan), request.precision)
-    if not _waited_for(missing, plan):
+    coverage.send_work(coverage.routed(gaps, plan), request.precision)
+    if not coverage.waited_for(gaps, plan):
         finish_if_complete(job_id)
 
 
@@ -76,12 +75,6 @@ def _waits_on(request: JobRequest) -> list[str]:
         return list(request.machines)
     gpu = {m["name"]: m["gpu"] for m in machines.list_all() if m["name"] in request.machines}
     return [m for m in request.machines if gpu.get(m) is None]
-
-
-def _waited_for(missing: set[tuple[int, str, int]], plan: dict[str, Any]) -> set[tuple[int, str, int]]:
-    """The missing benchmarks the job waits for (all of them for a job planned before reference answers)."""
-    waits_on = plan.get("waits_on")
-    return missing if waits_on is None else {t for t in missing if t[1] in waits_on}
 
 
 def advance_jobs(machine: str) -> None:
@@ -103,9 +96,9 @@ def finish_if_complete(job_id: uuid.UUID) -> bool:
         if job is None or job["status"] != "running":
             return False
         request = JobRequest.model_validate(job["request"])
-        missing = _missing(job["plan"], request)
-        progress = _progress(job["plan"], request, missing, previous=job["progress"])
-        waited = _waited_for(missing, job["plan"])
+        gaps = coverage.missing(job["plan"], request)
+        progress = _progress(job["plan"], request, gaps, previous=job["progress"])
+        waited = coverage.waited_for(gaps, job["plan"])
         expired = _waited_too_long(progress) or _failed_too_often(job, request, waited)
         if waited and not expired:
             cur.execute(SET_PROGRESS, {"id": job_id, "progress": Json(progress)})
@@ -114,7 +107,7 @@ def finish_if_complete(job_id: uuid.UUID) -> bool:
             result, status, error = None, "failed", expired
         else:
             try:
-                result = assemble.result(request=request, plan=job["plan"], missing=missing)
+                result = assemble.result(request=request, plan=job["plan"], incomplete=set(gaps))
                 status, error = "succeeded", None
             except TraincastError as exc:
                 result, status, error = None, "failed", exc.detail
@@ -140,45 +133,21 @@ def resend_missing(job_id: uuid.UUID) -> None:
     if job is None or finish_if_complete(job_id):
         return  # finished (complete, or failed after waiting too long for an agent)
     request = JobRequest.model_validate(job["request"])
-    send_work(_waited_for(_missing(job["plan"], request), job["plan"]), request.precision)
-
-
-def _signature_ids(plan: dict[str, Any]) -> list[int]:
-    return sorted({sig for pairs in plan["cnns"].values() for sig, _count in pairs})
-
-
-def _missing(plan: dict[str, Any], request: JobRequest) -> set[tuple[int, str, int]]:
-    """(signature, machine type, batch size) with no benchmark on the machine type or one of its GPU's."""
-    sigs = _signature_ids(plan)
-    sizes = request.batch_size_list()
-    peers: dict[str, list[str]] = plan.get("peers") or {m: [m] for m in request.machines}
-    everyone = sorted({p for m in request.machines for p in peers[m]})
-    done = layers.measured(signature_ids=sigs, machines=everyone, batch_sizes=sizes, precision=request.precision)
-    by_type: dict[str, set[tuple[int, int]]] = defaultdict(set)
-    for sig, machine, bs in done:
-        by_type[machine].add((sig, bs))
-    wanted = {(s, b) for s in sigs for b in sizes}
-    missing: set[tuple[int, str, int]] = set()
-    for m in request.machines:
-        have = set().union(*(by_type[p] for p in peers[m]))
-        missing.update((s, m, b) for s, b in wanted - have)
-    return missing
+    coverage.send_work(coverage.waited_for(coverage.missing(job["plan"], request), job["plan"]), request.precision)
 
 
 def _progress(
     plan: dict[str, Any],
     request: JobRequest,
-    missing: set[tuple[int, str, int]],
+    gaps: coverage.Missing,
     previous: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    per_machine = len(_signature_ids(plan)) * len(request.batch_size_list())
-    pending: dict[str, int] = defaultdict(int)
-    for _sig, machine, _bs in missing:
-        pending[machine] += 1
+    per_machine = len(coverage.signature_ids(plan)) * len(request.batch_size_list())
+    pending = {m: len(gaps.get(m, ())) for m in request.machines}
     counts_by_type: dict[str, dict[str, Any]] = {
         m: {"needed": per_machine, "done": per_machine - pending[m], "pending": pending[m]} for m in request.machines
     }
-    if missing:
+    if gaps:
         alive_after = get_settings().agent_alive_after_s
         alive = {a["machine_type"] for a in agents.list_all(alive_after_s=alive_after, limit=500) if a["alive"]}
         before = (previous or {}).get("machines", {})
@@ -199,20 +168,20 @@ def _progress(
     return {
         "layer_benchmarks": {
             "needed": per_machine * len(request.machines),
-            "done": per_machine * len(request.machines) - len(missing),
-            "pending": len(missing),
+            "done": per_machine * len(request.machines) - sum(pending.values()),
+            "pending": sum(pending.values()),
         },
         "machines": counts_by_type,
     }
 
 
-def _failed_too_often(job: dict[str, Any], request: JobRequest, missing: set[tuple[int, str, int]]) -> str | None:
+def _failed_too_often(job: dict[str, Any], request: JobRequest, waited: coverage.Missing) -> str | None:
     """The failure reason when a missing benchmark raised BENCH_MAX_FAILURES times since the job started."""
-    if not missing:
+    if not waited:
         return None
     params = {
-        "sigs": sorted({s for s, _m, _b in missing}),
-        "machines": sorted({m for _s, m, _b in missing}),
+        "sigs": sorted({s for gap in waited.values() for s, _b in gap}),
+        "machines": sorted(waited),
         "precision": request.precision,
         "since": job["started_at"],
         "limit": get_settings().bench_max_failures,
@@ -240,46 +209,6 @@ def _waited_too_long(progress: dict[str, Any]) -> str | None:
                 "submit the job again"
             )
     return None
-
-
-def _routed(missing: set[tuple[int, str, int]], plan: dict[str, Any]) -> set[tuple[int, str, int]]:
-    """Where each missing benchmark is sent: its own type's queue if the job waits on it; for a type answered
-    by the reference, the queue of a type with its GPU model that a live agent or the AWS fleet serves, or none."""
-    waits_on = plan.get("waits_on")
-    if waits_on is None or not (missing - _waited_for(missing, plan)):
-        return missing
-    listed = agents.list_all(alive_after_s=get_settings().agent_alive_after_s, limit=500)
-    alive = {a["machine_type"] for a in listed if a["alive"]}
-    fleet_types = {m["name"] for m in machines.list_all() if m["provider"] == "aws"} if fleet.enabled() else set()
-    routed: set[tuple[int, str, int]] = set()
-    for sig, machine, bs in missing:
-        if machine in waits_on:
-            routed.add((sig, machine, bs))
-            continue
-        peers = plan["peers"][machine]
-        target = next((p for p in peers if p in alive), None) or next((p for p in peers if p in fleet_types), None)
-        if target is not None:
-            routed.add((sig, target, bs))
-    return routed
-
-
-def send_work(missing: set[tuple[int, str, int]], precision: str) -> None:
-    """One task per (machine, signature) with all its batch sizes, so a CNN costs few round-trips."""
-    grouped: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for sig, machine, bs in missing:
-        grouped[(machine, sig)].append(bs)
-    if not grouped:
-        return
-    spec_by_id = layers.specs(signature_ids=sorted({sig for _m, sig in grouped}))
-    for (machine, sig), sizes in sorted(grouped.items()):
-        item = {"signature_id": sig, **spec_by_id[sig], "batch_sizes": sorted(sizes)}
-        tasks.send(
-            tasks.BENCH_LAYERS,
-            queue=tasks.bench_queue(machine),
-            machine_type=machine,
-            precision=precision,
-            items=[item],
-        )
 
 
 def _finish(job_id: uuid.UUID, *, status: str, error: str | None, progress: dict[str, Any]) -> None:

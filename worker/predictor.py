@@ -29,6 +29,9 @@ SELECT_MEASURED_TYPES = "SELECT DISTINCT machine_type FROM step_measurements WHE
 MIN_OWN_CNNS = 5
 SELECT_LATEST = """
 SELECT * FROM predictor_models WHERE machine_type = %s ORDER BY version DESC LIMIT 1"""
+SELECT_LATEST_OF = """
+SELECT DISTINCT ON (machine_type) * FROM predictor_models WHERE machine_type = ANY(%s)
+ORDER BY machine_type, version DESC"""
 INSERT_MODEL = """
 INSERT INTO predictor_models (machine_type, version, kind, params, training_rows, evaluation)
 SELECT %(machine)s, COALESCE(MAX(version), 0) + 1, %(kind)s, %(params)s, %(rows)s, %(evaluation)s
@@ -123,6 +126,13 @@ def latest(*, machine: str) -> dict[str, Any] | None:
         cur.execute(SELECT_LATEST, (machine,))
         row = cur.fetchone()
     return dict(row) if row else None
+
+
+def latest_of(*, machines: list[str]) -> dict[str, dict[str, Any]]:
+    """The newest model of each of these machine types that has one."""
+    with transaction() as cur:
+        cur.execute(SELECT_LATEST_OF, (machines,))
+        return {r["machine_type"]: dict(r) for r in cur.fetchall()}
 
 
 @lru_cache(maxsize=32)

@@ -19,7 +19,7 @@ def list_machines() -> dict[str, Any]:
 @router.post("", status_code=201)
 def create_machine(figures: MachineCreate, response: Response) -> dict[str, Any]:
     """Register a machine type by its GPU's figures; jobs can name it at once (reference predictions)."""
-    created = machines.create(figures=figures.model_dump())
+    created = machines.create(figures=figures)
     response.headers["Location"] = f"/v1/machines/{created['name']}"
     return _view(created)
 

@@ -1,0 +1,87 @@
+"""Which layer benchmarks a job still lacks per machine type, which of them it waits for, and where they go.
+
+A machine type's benchmarks count as present when any machine type with its GPU model has them
+(the plan's `peers`), so a T4 measured on g4dn.xlarge serves every cloud's T4 types.
+"""
+
+from collections import defaultdict
+from typing import Any
+
+from shared import agents, fleet, layers, machines, tasks
+from shared.schemas import JobRequest
+from shared.settings import get_settings
+
+# Machine type → the (signature id, batch size) pairs it has no benchmark for; types lacking none are left out.
+Missing = dict[str, set[tuple[int, int]]]
+
+
+def signature_ids(plan: dict[str, Any]) -> list[int]:
+    """Every signature of the plan's CNNs."""
+    return sorted({sig for pairs in plan["cnns"].values() for sig, _count in pairs})
+
+
+def missing(plan: dict[str, Any], request: JobRequest) -> Missing:
+    """Per machine type, the pairs no machine type with its GPU model has a benchmark for."""
+    sigs = signature_ids(plan)
+    sizes = request.batch_size_list()
+    peers: dict[str, list[str]] = plan.get("peers") or {m: [m] for m in request.machines}
+    everyone = sorted({p for m in request.machines for p in peers[m]})
+    done = layers.measured(signature_ids=sigs, machines=everyone, batch_sizes=sizes, precision=request.precision)
+    by_type: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for sig, machine, bs in done:
+        by_type[machine].add((sig, bs))
+    wanted = {(s, b) for s in sigs for b in sizes}
+    out: Missing = {}
+    for m in request.machines:
+        gap = wanted.difference(*(by_type[p] for p in peers[m] if p in by_type))
+        if gap:
+            out[m] = gap
+    return out
+
+
+def waited_for(gaps: Missing, plan: dict[str, Any]) -> Missing:
+    """The gaps the job waits for (all of them for a job planned before reference answers existed)."""
+    waits_on = plan.get("waits_on")
+    return gaps if waits_on is None else {m: g for m, g in gaps.items() if m in waits_on}
+
+
+def routed(gaps: Missing, plan: dict[str, Any]) -> Missing:
+    """Where each gap is sent: its own type's queue if the job waits on it; for a type answered by the
+    reference, the queue of a type with its GPU model that a live agent or the AWS fleet serves, or none."""
+    waits_on = plan.get("waits_on")
+    if waits_on is None or set(gaps) <= set(waits_on):
+        return gaps
+    listed = agents.list_all(alive_after_s=get_settings().agent_alive_after_s, limit=500)
+    alive = {a["machine_type"] for a in listed if a["alive"]}
+    fleet_types = {m["name"] for m in machines.list_all() if m["provider"] == "aws"} if fleet.enabled() else set()
+    out: Missing = defaultdict(set)
+    for machine, gap in gaps.items():
+        peers = plan["peers"][machine]
+        target = machine if machine in waits_on else _served(peers, alive) or _served(peers, fleet_types)
+        if target is not None:
+            out[target] |= gap
+    return dict(out)
+
+
+def _served(peers: list[str], served: set[str]) -> str | None:
+    return next((p for p in peers if p in served), None)
+
+
+def send_work(gaps: Missing, precision: str) -> None:
+    """One task per (machine, signature) with all its batch sizes, so a CNN costs few round-trips."""
+    grouped: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for machine, gap in gaps.items():
+        for sig, bs in gap:
+            grouped[(machine, sig)].append(bs)
+    if not grouped:
+        return
+    spec_by_id = layers.specs(signature_ids=sorted({sig for _m, sig in grouped}))
+    for (machine, sig), sizes in sorted(grouped.items()):
+        item = {"signature_id": sig, **spec_by_id[sig], "batch_sizes": sorted(sizes)}
+        tasks.send(
+            tasks.BENCH_LAYERS,
+            queue=tasks.bench_queue(machine),
+            machine_type=machine,
+            precision=precision,
+            items=[item],
+        )
