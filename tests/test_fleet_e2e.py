@@ -99,6 +99,9 @@ def test_fleet_launches_an_agent_the_job_completes_and_the_idle_instance_goes(
         done = wait_for("the job to finish", finished, stack, timeout=400)
         assert done["status"] == "succeeded", done.get("error")
         assert {p["machine"] for p in done["result"]["predictions"]} == {"g4dn.xlarge"}
+        # Its layers are measured now, but with no whole-step model of g4dn.xlarge yet the answer stays reference.
+        assert {p["source"] for p in done["result"]["predictions"]} == {"reference"}
+        assert "no whole-step model yet" in done["result"]["models"]["g4dn.xlarge"]["detail"]
 
         wait_for("the idle instance to be terminated", lambda: live(("shutting-down", "terminated")), stack)
         status = http.get(f"{stack.url}/v1/fleet").json()

@@ -51,7 +51,7 @@ def result(
         if measured:
             model_info[machine] = _model_summary(model, machine, fitted_on)
         else:
-            model_info[machine] = _reference_summary(machine, spec)
+            model_info[machine] = _reference_summary(machine, spec, layers_measured=machine not in incomplete)
         for cnn in request.cnns:  # request order: the plan is jsonb, whose keys PostgreSQL reorders
             members, work = variants[cnn]
             if measured:
@@ -225,9 +225,14 @@ def _model_summary(model: dict[str, Any] | None, machine: str, fitted_on: str | 
     return summary
 
 
-def _reference_summary(machine: str, spec: dict[str, Any]) -> dict[str, Any]:
+def _reference_summary(machine: str, spec: dict[str, Any], *, layers_measured: bool) -> dict[str, Any]:
     model = reference.load()
     mape = model.accuracy["whole_step_mape"]
+    why = (
+        f"has layer benchmarks but no whole-step model yet (`traincast calibrate --machine {machine}`)"
+        if layers_measured
+        else "has no benchmarks of its own yet"
+    )
     return {
         "status": "reference",
         "source": "reference",
@@ -236,7 +241,7 @@ def _reference_summary(machine: str, spec: dict[str, Any]) -> dict[str, Any]:
         "whole_step_mape": mape,
         "evaluated_on": model.accuracy.get("evaluated_on"),
         "detail": (
-            f"{machine} ({spec['gpu']}) has no benchmarks of its own yet: reference prediction from public "
+            f"{machine} ({spec['gpu']}) {why}: reference prediction from public "
             f"measurements of other GPUs, {mape:.1f}% mean error on held-out public whole training steps"
         ),
     }
