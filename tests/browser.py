@@ -131,6 +131,20 @@ class Page:
         """The layout the page gave a plot."""
         return dict(self.js("return JSON.parse(JSON.stringify(document.getElementById(arguments[0]).layout))", plot))
 
+    def hover(self, plot: str, curve: int, point: int = 0) -> str:
+        """Hover a point as a mouse would and return the label plotly draws."""
+        self.js("Plotly.Fx.unhover(arguments[0])", plot)
+        self.js(
+            "Plotly.Fx.hover(arguments[0], [{curveNumber: arguments[1], pointNumber: arguments[2]}])",
+            plot,
+            curve,
+            point,
+        )
+        script = (
+            "const t = document.querySelector(`#${arguments[0]} .hoverlayer .hovertext`); return t && t.textContent"
+        )
+        return str(wait_until(lambda: self.js(script, plot), 10, f"the hover label in {plot}"))
+
     def screenshot(self, path: Path) -> None:
         """Save the viewport as a PNG."""
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,8 @@
     .venv/bin/python -m tests.page_screenshot [--out docs/img/page.png]
 
 Starts a private stack (its own database and Redis database, as the tests do), calibrates `local`,
-predicts a few CNNs of different families on it through the page, hovers a point and saves the
+then predicts ResNet-50 through the page on `local` (benchmarked) and on GPU machine types of three
+clouds that have no agent (reference predictions, at once), hovers a GPU point and saves the
 viewport at laptop size. Takes several minutes on a 2-core CPU; not part of the test run.
 """
 
@@ -14,14 +15,35 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.browser import Page, chromium, png_size, wait_until
+import httpx
+
+from tests.browser import LAPTOP, Page, chromium, png_size, wait_until
 from tests.conftest import ROOT, Stack
 from tests.services import fresh_database, fresh_redis_db, servers
 
-CNNS = ["resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "squeezenet1_1"]
+CNNS = ["resnet50"]
+# (provider, GPU model): the cheapest single-GPU machine type of each, as a person comparing clouds would pick.
+GPUS = [("aws", "T4"), ("gcp", "T4"), ("gcp", "L4"), ("aws", "A10G"), ("azure", "A100"), ("gcp", "H100")]
 CALIBRATION = ["--cnns", "resnet18,mobilenet_v2,squeezenet1_1,densenet121,efficientnet_b0", "--batch-sizes", "8,16,32"]
+# ImageNet downsampled to 64 px: the CPU agent measures local's layers at this size in minutes, not an hour.
 IMAGE_SIZE = "64"
-BATCH_SIZES = "8,16,32,64,128"
+BATCH_SIZES = "16,32,64,128,256"
+# The GPU type whose point is hovered in the picture: the fastest, top left, so its label opens over empty space.
+HOVER = ("gcp", "H100")
+
+
+def gpu_machines(url: str) -> dict[tuple[str, str], str]:
+    """The cheapest single-GPU machine type per (provider, GPU model prefix) in GPUS, from GET /v1/machines."""
+    listed = httpx.get(f"{url}/v1/machines", timeout=30).json()["machines"]
+    chosen = {}
+    for provider, gpu in GPUS:
+        fits = [
+            m for m in listed if m["provider"] == provider and (m["gpu"] or "").startswith(gpu) and m["gpu_count"] == 1
+        ]
+        if not fits:
+            raise SystemExit(f"no single-GPU {gpu} machine type from {provider} in GET /v1/machines")
+        chosen[(provider, gpu)] = min(fits, key=lambda m: m["price_usd_per_hour"])["name"]
+    return chosen
 
 
 def main() -> int:
@@ -53,9 +75,11 @@ def main() -> int:
             try:
                 page = Page(driver, stack.url)
                 page.open()
+                gpus = gpu_machines(stack.url)
                 for cnn in CNNS:
                     page.choose("cnn-picker", cnn)
-                page.choose("machine-picker", "local")
+                for name in ["local", *gpus.values()]:
+                    page.choose("machine-picker", name)
                 # Show the whole lists again, as after a person's last pick.
                 page.js(
                     "for (const s of document.querySelectorAll('.picker-search')) "
@@ -67,12 +91,23 @@ def main() -> int:
                 state = page.search(timeout=3600)
                 if state != "done":
                     raise SystemExit(f"the page shows an error: {page.find('#error').text}")
-                # Hover the slowest point: its label opens leftwards, over the empty part of the plot.
-                page.js(
-                    "const d = document.getElementById('plot-cost').data;"
-                    "const i = d.reduce((best, t, k) => (t.x[0] > d[best].x[0] ? k : best), 0);"
-                    "Plotly.Fx.hover('plot-cost', [{curveNumber: i, pointNumber: 0}])"
+                # A laptop's width, and tall enough to show the plots down to their key and legend (a short scroll).
+                bottom = page.js("return Math.ceil(document.getElementById('legend').getBoundingClientRect().bottom)")
+                page.driver.execute_cdp_cmd(
+                    "Emulation.setDeviceMetricsOverride",
+                    {
+                        "width": LAPTOP[0],
+                        "height": max(LAPTOP[1], bottom + 14),
+                        "deviceScaleFactor": 1,
+                        "mobile": False,
+                    },
                 )
+                # Hover one GPU type's point: its label shows the price, the time and that it is a reference answer.
+                index = page.js(
+                    "return document.getElementById('plot-cost').data.findIndex(t => t.meta.machine === arguments[0])",
+                    gpus[HOVER],
+                )
+                page.hover("plot-cost", index)
                 wait_until(lambda: page.js("return document.querySelector('#plot-cost .hovertext')"), 10, "hover")
                 page.screenshot(args.out)
             finally:

@@ -84,6 +84,11 @@ def has_interval(prediction: dict[str, Any]) -> bool:
     return all(isinstance(prediction.get(f"total_seconds_{q}"), float | int) for q in ("p10", "p90"))
 
 
+def hourly(usd: float) -> str:
+    """A price per hour as the page writes it: $0.526, $1.01."""
+    return f"${usd:.3f}" if usd < 1 else f"${usd:.2f}"
+
+
 def hidden_cnns(page: Page) -> list[str]:
     """The CNN of every trace hidden in either plot."""
     traces = page.traces("plot-batch") + page.traces("plot-cost")
@@ -135,7 +140,61 @@ def test_page_loads_offline(page: Page) -> None:
     cnns = http.get(f"{page.url}/v1/cnns").json()["cnns"]
     machines = http.get(f"{page.url}/v1/machines").json()["machines"]
     assert page.js("return document.querySelectorAll('#cnn-picker li').length") == len(cnns)
-    assert page.js("return document.querySelectorAll('#machine-picker li').length") == len(machines)
+    assert page.js("return document.querySelectorAll('#machine-picker li[data-value]').length") == len(machines)
+
+
+def test_machine_list_is_grouped_by_provider(page: Page) -> None:
+    """Every machine type sits under its provider's heading with its GPU and price; "T4" and one click choose the
+    T4 machine types of every cloud."""
+    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
+    assert {"aws", "gcp", "azure"} <= {m["provider"] for m in machines}
+    page.open()
+    # Each option with the heading above it, as the person sees the list.
+    rows = page.js(
+        "let group = null; const out = [];"
+        "for (const li of document.querySelectorAll('#machine-picker .picker-options li')) {"
+        "  if (li.classList.contains('group')) group = li.textContent;"
+        "  else out.push([li.dataset.value, group, li.querySelector('.meta').textContent]); }"
+        "return out"
+    )
+    assert [r[0] for r in rows] == [m["name"] for m in machines]
+    headings = {"aws": "AWS", "gcp": "Google Cloud", "azure": "Azure", "local": "This machine"}
+    for (name, group, meta), m in zip(rows, machines, strict=True):
+        assert group == headings.get(m["provider"], group), (name, group, m["provider"])
+        if m["gpu"]:
+            assert m["gpu"] in meta and f"{hourly(m['price_usd_per_hour'])}/h" in meta, (name, meta)
+    assert set(
+        page.js("return [...document.querySelectorAll('#machine-picker li.group')].map(g => g.textContent)")
+    ) >= {"AWS", "Google Cloud", "Azure"}
+
+    t4s = [m["name"] for m in machines if m["gpu"] == "T4"]
+    assert {m["provider"] for m in machines if m["gpu"] == "T4"} >= {"aws", "gcp", "azure"}
+    page.type_into("#machine-picker .picker-search", "t4")
+    shown = page.js(
+        "return [...document.querySelectorAll('#machine-picker li[data-value]')].filter(li => !li.hidden)"
+        ".map(li => li.dataset.value)"
+    )
+    assert shown == t4s
+    # Only the headings of providers with a T4 stay.
+    shown_groups = page.js(
+        "return [...document.querySelectorAll('#machine-picker li.group')].filter(g => !g.hidden)"
+        ".map(g => g.textContent)"
+    )
+    assert sorted(shown_groups) == sorted({headings[m["provider"]] for m in machines if m["gpu"] == "T4"})
+    choose_all = page.find("#machine-picker .picker-all")
+    assert choose_all.is_displayed() and choose_all.text == f"choose all {len(t4s)} shown"
+    choose_all.click()
+    assert page.js("return window.traincast.machinePicker.values()") == t4s
+
+    # The specs table: provider, GPU × count, both prices, and where the prices come from.
+    multi = next(m for m in machines if (m["gpu_count"] or 0) > 1 and m["spot_price_usd_per_hour"])
+    row = page.find(f'#machine-table tr[data-machine="{multi["name"]}"]')
+    cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[1].startswith(headings[multi["provider"]]) and cells[2] == f"{multi['gpu_count']}× {multi['gpu']}"
+    assert cells[6].startswith("$") and cells[7].startswith("$"), cells
+    assert multi["price_source"] and multi["price_source"] in (
+        row.find_elements(By.TAG_NAME, "td")[6].get_attribute("title") or ""
+    )
 
 
 def test_search_draws_both_plots(calibrated: Stack, page: Page) -> None:
@@ -164,6 +223,14 @@ def test_search_draws_both_plots(calibrated: Stack, page: Page) -> None:
         assert line["x"] == [p["batch_size"] for p in expected] == SIZES
         assert line["y"] == pytest.approx([p["total_seconds"] / per_s for p in expected], rel=1e-9)
 
+    # local measured its own layers: every point says "benchmarked", drawn solid with filled markers.
+    assert {p["source"] for p in result["predictions"]} == {"benchmarked"}
+    assert all(t["meta"]["source"] == "benchmarked" and t["line"]["dash"] == "solid" for t in lines)
+    assert not any(t["marker"]["symbol"].endswith("-open") for t in lines)
+    assert page.js("return [...document.querySelectorAll('#source-key .key-item')].map(k => k.dataset.source)") == [
+        "benchmarked"
+    ]
+
     points = roles(page.traces("plot-cost"), "point")
     assert len(points) == len(CNNS) and all(len(t["x"]) == 1 for t in points)
     cost_layout = page.layout("plot-cost")
@@ -186,6 +253,10 @@ def test_search_draws_both_plots(calibrated: Stack, page: Page) -> None:
     )
     fastest = next(b for b in result["best"] if b["cnn"] == "resnet18")["min_time"]["batch_size"]
     assert "resnet18" in label and "local" in label and f"batch size {fastest}" in label, label
+    assert "benchmarked" in label and "reference" not in label, label
+    sources = page.js("return [...document.querySelectorAll('#best-table tbody tr')].map(r => r.lastChild.textContent)")
+    assert sources == ["benchmarked"] * len(CNNS)
+    assert not page.driver.find_elements(By.ID, "gpu-note")  # local has no GPUs, let alone several
 
     # One legend for both plots: an entry per line; clicking one hides that CNN × machine in both plots.
     entries = page.driver.find_elements(By.CSS_SELECTOR, "#legend .legend-item")
@@ -272,6 +343,8 @@ def test_progress_names_the_machine_type_waiting_for_an_agent(calibrated: Stack,
     page.choose("machine-picker", "g5.xlarge")
     page.type_into("#image-size", "32")
     page.type_into("#batch-list", ",".join(map(str, SIZES)))
+    # Unticked, g4dn.xlarge and g5.xlarge would be answered at once by the reference prediction.
+    page.find("#wait-benchmarks").click()
     page.find("#search").click()
     wait_until(
         lambda: page.js("return document.querySelectorAll('#machine-progress li.waiting').length === 2"),
@@ -285,6 +358,7 @@ def test_progress_names_the_machine_type_waiting_for_an_agent(calibrated: Stack,
     local = page.find('#machine-progress li[data-machine="local"]')
     assert "waiting" not in (local.get_attribute("class") or "")
     job = job_of(page)
+    assert job["request"]["wait_for_benchmarks"] is True
     pending = job["progress"]["machines"]["g4dn.xlarge"]
     assert job["status"] == "running" and pending["pending"] > 0
     assert f"{pending['done']} of {pending['needed']}" in waiting.text
@@ -325,6 +399,202 @@ def test_upload_a_cnn_from_the_page(page: Page, tmp_path: Path) -> None:
     page.find("#upload-button").click()
     wait_until(lambda: "error" in (page.find("#upload-message").get_attribute("class") or ""), 30, "the upload error")
     assert expected in page.find("#upload-message").text
+
+
+def test_gpu_types_without_an_agent_get_reference_predictions(full_stack: Stack, page: Page) -> None:
+    """g4dn.xlarge, a Google Cloud T4 type and a multi-GPU Azure type have no agent: the job is answered at once by
+    the reference prediction, drawn dashed with open markers and labelled so in the hover labels, the key and the
+    table; the note on multi-GPU machine types shows once."""
+    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
+    gcp_t4 = next(m for m in machines if m["provider"] == "gcp" and m["gpu"] == "T4")
+    multi = next(m for m in machines if m["provider"] == "azure" and (m["gpu_count"] or 0) > 1)
+    chosen = ["g4dn.xlarge", gcp_t4["name"], multi["name"]]
+    page.open()
+    page.choose("cnn-picker", "resnet18")
+    for name in chosen:
+        page.choose("machine-picker", name)
+    page.type_into("#batch-list", "8,16,32")
+    assert page.search(timeout=120) == "done", page.find("#error").text
+    job = job_of(page)
+    result = job["result"]
+    assert job["request"]["wait_for_benchmarks"] is False
+    assert {p["source"] for p in result["predictions"]} == {"reference"}
+    # Memory is not modelled for reference points: unknown fit (null) is plotted, not called out of memory.
+    assert {p["fits_in_memory"] for p in result["predictions"]} == {None}
+    assert "does not fit" not in page.find("#notes").text
+
+    lines = roles(page.traces("plot-batch"), "line")
+    assert sorted(t["meta"]["machine"] for t in lines) == sorted(chosen)
+    for line in lines:
+        assert line["meta"]["source"] == "reference" and line["line"]["dash"] == "dash", line["name"]
+        assert line["marker"]["symbol"].endswith("-open") and line["x"] == [8, 16, 32], line["name"]
+    points = roles(page.traces("plot-cost"), "point")
+    assert len(points) == 3 and all(t["marker"]["color"] == "#ffffff" for t in points)  # open markers
+    assert page.js("return [...document.querySelectorAll('#source-key .key-item')].map(k => k.dataset.source)") == [
+        "reference"
+    ]
+    assert {
+        e.get_attribute("data-source") for e in page.driver.find_elements(By.CSS_SELECTOR, "#legend .legend-item")
+    } == {"reference"}
+
+    # Hover the Google T4's line and the multi-GPU type's point.
+    pct = next(p for p in result["predictions"] if p["machine"] == gcp_t4["name"])["reference_error_pct"]
+    assert isinstance(pct, float | int) and pct > 0
+    index = next(
+        i
+        for i, t in enumerate(page.traces("plot-batch"))
+        if t["meta"]["machine"] == gcp_t4["name"] and t["meta"]["role"] == "line"
+    )
+    label = page.hover("plot-batch", index)
+    assert f"reference (±{pct:.3g}% held-out error)" in label, label
+    assert "Google Cloud" in label and "T4" in label and "fit in GPU memory not checked" in label, label
+    index = next(i for i, t in enumerate(page.traces("plot-cost")) if t["meta"]["machine"] == multi["name"])
+    label = page.hover("plot-cost", index)
+    assert f"of its {multi['gpu_count']} GPUs" in label and "cost per GPU" in label and "reference (±" in label, label
+
+    rows = page.js(
+        "return [...document.querySelectorAll('#best-table tbody tr')]"
+        ".map(r => [r.dataset.machine, r.dataset.source, r.lastChild.textContent])"
+    )
+    assert sorted(r[0] for r in rows) == sorted(chosen)
+    assert all(r[1] == "reference" and r[2].startswith(f"reference (±{pct:.3g}%") for r in rows), rows
+    assert all(name in page.find("#reference-note").text for name in chosen)
+    notes = page.driver.find_elements(By.ID, "gpu-note")
+    assert len(notes) == 1 and multi["name"] in notes[0].text and "g4dn.xlarge" not in notes[0].text
+    assert result["gpu_note"][1:] in notes[0].text
+    assert not page.driver.find_elements(By.CSS_SELECTOR, "#machine-progress li.waiting")
+
+
+def test_measured_elsewhere_and_unknown_fit_are_drawn_as_such(page: Page) -> None:
+    """A Google T4 type predicted from g4dn.xlarge's measurements says so; a point that does not fit is left out and
+    named, one whose fit is unknown (null) is plotted."""
+    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
+    gcp_t4 = next(m["name"] for m in machines if m["provider"] == "gcp" and m["gpu"] == "T4")
+    gcp_l4 = next(m["name"] for m in machines if m["provider"] == "gcp" and m["gpu"] == "L4")
+
+    def point(machine: str, bs: int, source: str, fits: bool | None) -> dict[str, Any]:
+        seconds = 3600.0 * 64 / bs if fits is not False else None
+        extra = (
+            {"measured_on": ["g4dn.xlarge"]}
+            if source == "benchmarked"
+            else {"reference_error_pct": 9.5, "launch_bound": bs == 8, "measured_on": []}
+        )
+        return {
+            "cnn": "resnet18",
+            "machine": machine,
+            "batch_size": bs,
+            "source": source,
+            "fits_in_memory": fits,
+            "total_seconds": seconds,
+            "iteration_seconds": seconds and seconds / 1000,
+            "cost_usd": seconds and seconds / 3600,
+            "cost_per_gpu_usd": seconds and seconds / 3600,
+            "gpus_used": 1,
+            **extra,
+        }
+
+    predictions = [point(gcp_t4, 8, "benchmarked", True), point(gcp_t4, 16, "benchmarked", True),
+                   point(gcp_t4, 32, "benchmarked", False),
+                   point(gcp_l4, 8, "reference", None), point(gcp_l4, 16, "reference", None),
+                   point(gcp_l4, 32, "reference", None)]  # fmt: skip
+
+    def pick(machine: str, bs: int, source: str) -> dict[str, Any]:
+        return {"batch_size": bs, "total_seconds": 3600.0 * 64 / bs, "cost_usd": 64 / bs, "source": source}
+
+    result = {
+        "predictions": predictions,
+        "best": [{"cnn": "resnet18", "machine": gcp_t4, "min_time": pick(gcp_t4, 16, "benchmarked"),
+                  "min_cost": pick(gcp_t4, 16, "benchmarked")},
+                 {"cnn": "resnet18", "machine": gcp_l4, "min_time": pick(gcp_l4, 32, "reference"),
+                  "min_cost": pick(gcp_l4, 32, "reference")}],
+        "models": {gcp_t4: {"status": "ok", "source": "benchmarked", "version": 2, "kind": "lightgbm",
+                            "measured_on": "g4dn.xlarge"},
+                   gcp_l4: {"status": "reference", "source": "reference", "version": 1, "whole_step_mape": 9.5,
+                            "detail": f"{gcp_l4} (L4) has no benchmarks of its own yet: reference prediction"}},
+        "gpu_note": "a point is training on one GPU of the machine",
+    }  # fmt: skip
+    page.open()
+    page.js(
+        "window.traincast.render(arguments[0], arguments[1])",
+        result,
+        {"cnns": ["resnet18"], "machines": [gcp_t4, gcp_l4]},
+    )
+    lines = {t["meta"]["machine"]: t for t in roles(page.traces("plot-batch"), "line")}
+    assert lines[gcp_t4]["x"] == [8, 16] and lines[gcp_t4]["line"]["dash"] == "solid"
+    assert lines[gcp_l4]["x"] == [8, 16, 32] and lines[gcp_l4]["line"]["dash"] == "dash"
+    index = next(i for i, t in enumerate(page.traces("plot-batch")) if t["meta"]["machine"] == gcp_t4)
+    label = page.hover("plot-batch", index, 1)
+    assert "benchmarked (measured on g4dn.xlarge)" in label, label
+    index = next(i for i, t in enumerate(page.traces("plot-batch")) if t["meta"]["machine"] == gcp_l4)
+    assert "reference (±9.5% held-out error), launch-bound" in page.hover("plot-batch", index, 0)
+    notes = page.find("#notes").text
+    assert f"resnet18 on {gcp_t4} does not fit in GPU memory at batch size 32" in notes, notes
+    assert gcp_l4 not in notes.split("does not fit")[0].split("\n")[-1]  # the null fit is not called a misfit
+    sources = page.js("return [...document.querySelectorAll('#best-table tbody tr')].map(r => r.lastChild.textContent)")
+    assert sources == ["benchmarked (measured on g4dn.xlarge)", "reference (±9.5% held-out error)"]
+    assert page.js("return [...document.querySelectorAll('#source-key .key-item')].map(k => k.dataset.source)") == [
+        "benchmarked",
+        "reference",
+    ]
+
+
+def test_progress_of_a_machine_type_answered_by_the_reference(page: Page) -> None:
+    """A machine type whose benchmarks are pending but answered by the reference is not 'waiting for an agent'."""
+    g4dn: dict[str, Any] = {"needed": 10, "done": 0, "pending": 10, "agent_alive": False, "answered_by": "reference"}
+    progress = {
+        "layer_benchmarks": {"needed": 20, "done": 10, "pending": 10},
+        "machines": {"local": {"needed": 10, "done": 10, "pending": 0}, "g4dn.xlarge": g4dn},
+    }
+    show = (
+        "const done = arguments[arguments.length - 1]; const job = arguments[0];"
+        "window.traincast.waitingMachines(job).then((a) => { window.traincast.showProgress(job, a); done(); })"
+    )
+    page.open()
+    page.driver.execute_async_script(show, {"status": "running", "progress": progress})
+    row = page.find('#machine-progress li[data-machine="g4dn.xlarge"]')
+    assert row.get_attribute("class") == "reference" and "waiting" not in row.text
+    assert "answered now by the reference prediction" in row.text
+    # The same row without answered_by: now it waits for an agent (no agent serves g4dn.xlarge).
+    del g4dn["answered_by"]
+    page.driver.execute_async_script(show, {"status": "running", "progress": progress})
+    row = page.find('#machine-progress li[data-machine="g4dn.xlarge"]')
+    assert row.get_attribute("class") == "waiting" and "waiting for an agent" in row.text
+
+
+def test_register_a_gpu_from_the_page(page: Page) -> None:
+    """The "Add your own GPU" form registers a machine type by its figures and chooses it; an invalid one's error is
+    shown as the API's sentence."""
+    name = f"web-gpu-{uuid.uuid4().hex[:8]}"
+    figures = {"name": name, "gpu": "RTX 4090", "gpu_count": "2", "gpu_memory_gib": "24", "gpu_fp32_tflops": "82.6",
+               "gpu_fp16_tflops": "165", "gpu_mem_bandwidth_gbs": "1008", "gpu_sm_count": "128", "gpu_l2_mib": "72",
+               "gpu_tdp_watts": "450", "price_usd_per_hour": "0.69"}  # fmt: skip
+    page.open()
+    page.find("#add-gpu summary").click()
+    for field, value in figures.items():
+        page.type_into(f'#gpu-form input[name="{field}"]', value)
+    page.find("#gpu-button").click()
+    wait_until(lambda: "Registered" in page.find("#gpu-message").text, 30, "the GPU to be registered")
+    created = http.get(f"{page.url}/v1/machines/{name}").json()
+    assert created["registered"] and created["provider"] == "own" and created["gpu_memory_gib"] == 48
+    assert page.js("return window.traincast.machinePicker.values()") == [name]
+    heading = page.js(
+        "let li = document.querySelector(`#machine-picker li[data-value='${arguments[0]}']`);"
+        "while (li && !li.classList.contains('group')) li = li.previousElementSibling; return li && li.textContent",
+        name,
+    )
+    assert heading == "Your own"
+
+    bad = {**figures, "name": f"{name}-2", "gpu_fp16_tflops": "1"}  # below 1/64 of its FP32: the API refuses it
+    problem = http.post(
+        f"{page.url}/v1/machines", json={k: v if k in ("name", "gpu") else float(v) for k, v in bad.items()}
+    )
+    assert problem.status_code == 422
+    page.type_into('#gpu-form input[name="name"]', bad["name"])
+    page.type_into('#gpu-form input[name="gpu_fp16_tflops"]', "1")
+    page.find("#gpu-button").click()
+    wait_until(lambda: "error" in (page.find("#gpu-message").get_attribute("class") or ""), 30, "the GPU error")
+    shown = page.find("#gpu-message").text
+    assert problem.json()["title"] in shown and "1/64" in shown and "{" not in shown, shown
 
 
 def wait_for_job(stack: Stack, job_id: str, timeout: float = 120) -> dict[str, Any]:

@@ -7,7 +7,6 @@
   const POLL_DEFAULT_S = 2;
   const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
-  const DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
   const SYMBOLS = ["circle", "square", "diamond", "triangle-up", "cross", "star"];
   const TIME_UNITS = [  // largest first: the first unit the longest time reaches twice is used
     { name: "days", short: "days", seconds: 86400 },
@@ -133,36 +132,56 @@
   class Picker {
     constructor(root, describe) {
       this.root = root;
-      this.describe = describe;   // item → {value, label, meta}
+      this.describe = describe;   // item → {value, label, meta, group?, search?}
       this.items = [];
       this.selected = new Set();
       this.search = $(".picker-search", root);
       this.list = $(".picker-options", root);
       this.chips = $(".picker-selected", root);
+      this.chooseShown = $(".picker-all", root);
       this.search.addEventListener("input", () => this.filter());
       // Enter in the filter ticks the first match instead of submitting the whole form.
       this.search.addEventListener("keydown", (event) => {
         if (event.key !== "Enter") return;
         event.preventDefault();
-        const first = [...this.list.children].find((li) => !li.hidden);
+        const first = this.options().find((li) => !li.hidden);
         if (first) this.toggle(first.dataset.value, true);
         this.search.select();
       });
+      // "T4" in the filter, then one click: every T4 machine type of every cloud.
+      if (this.chooseShown) {
+        this.chooseShown.addEventListener("click", () => {
+          this.add(this.options().filter((li) => !li.hidden).map((li) => li.dataset.value));
+        });
+      }
       this.onChange = () => {};
+    }
+
+    options() {
+      return [...this.list.querySelectorAll("li[data-value]")];
     }
 
     setItems(items) {
       this.items = items.map(this.describe);
       const known = new Set(this.items.map((i) => i.value));
       this.selected = new Set([...this.selected].filter((v) => known.has(v)));
-      this.list.replaceChildren(...this.items.map((item) => {
+      const rows = [];
+      let group = null;
+      for (const item of this.items) {
+        // A heading row where the group changes (the API lists machine types provider by provider).
+        if (item.group && item.group !== group) {
+          group = item.group;
+          rows.push(el("li", { class: "group", role: "presentation", "data-group": group, text: group }));
+        }
         const box = el("input", { type: "checkbox", value: item.value });
         box.checked = this.selected.has(item.value);
         box.addEventListener("change", () => this.toggle(item.value, box.checked));
-        const label = el("label", {}, box, el("span", { class: "name", text: item.label }),
+        const label = el("label", { title: item.title || "" }, box, el("span", { class: "name", text: item.label }),
                          el("span", { class: "meta", text: item.meta }));
-        return el("li", { "data-value": item.value, "data-search": `${item.value} ${item.meta}`.toLowerCase() }, label);
-      }));
+        rows.push(el("li", { "data-value": item.value, "data-group": item.group || "",
+                             "data-search": (item.search || `${item.value} ${item.meta}`).toLowerCase() }, label));
+      }
+      this.list.replaceChildren(...rows);
       this.search.placeholder = `Search ${this.items.length} ${this.root.dataset.noun}s…`;
       this.filter();
       this.render();
@@ -170,9 +189,27 @@
 
     filter() {
       const words = this.search.value.toLowerCase().split(/\s+/).filter(Boolean);
-      for (const li of this.list.children) {
+      const shownGroups = new Set();
+      let shown = 0;
+      for (const li of this.options()) {
         li.hidden = !words.every((w) => li.dataset.search.includes(w));
+        if (!li.hidden) {
+          shown++;
+          shownGroups.add(li.dataset.group);
+        }
       }
+      for (const heading of this.list.querySelectorAll("li.group")) heading.hidden = !shownGroups.has(heading.dataset.group);
+      if (this.chooseShown) {
+        this.chooseShown.hidden = !words.length || shown < 2;
+        this.chooseShown.textContent = `choose all ${shown} shown`;
+      }
+    }
+
+    add(values) {
+      for (const v of values) this.selected.add(v);
+      for (const box of this.list.querySelectorAll("input")) box.checked = this.selected.has(box.value);
+      this.render();
+      this.onChange();
     }
 
     toggle(value, on) {
@@ -219,11 +256,33 @@
     meta: [parameters(c.parameters), c.source !== "torchvision" ? `uploaded ${c.source}` : "",
            c.image_size ? `${c.image_size} px` : ""].filter(Boolean).join(" · "),
   }));
+  const PROVIDERS = { aws: "AWS", gcp: "Google Cloud", azure: "Azure", local: "This machine", own: "Your own" };
+  // Words a person may type for a provider: "google" finds gcp, "microsoft" finds azure.
+  const PROVIDER_WORDS = { aws: "aws amazon ec2", gcp: "gcp google cloud gce", azure: "azure microsoft",
+                           local: "local this machine", own: "own registered mine" };
+
+  function providerName(m) {
+    const provider = m.provider || "";
+    if (PROVIDERS[provider]) return PROVIDERS[provider];
+    return m.registered ? `${provider} (registered)` : provider || "other";
+  }
+
+  function gpuText(m) {
+    if (!m.gpu) return m.provider === "local" ? "no GPU (this machine)" : "no GPU";
+    return `${m.gpu_count > 1 ? m.gpu_count + "× " : ""}${m.gpu}`;
+  }
+
   const machinePicker = new Picker($("#machine-picker"), (m) => ({
     value: m.name,
     label: m.name,
-    meta: [m.gpu ? `${m.gpu_count > 1 ? m.gpu_count + "× " : ""}${m.gpu}` : "no GPU (this machine)",
-           m.price_usd_per_hour ? `${hourly(m.price_usd_per_hour)}/h` : "free"].join(" · "),
+    group: providerName(m),
+    meta: [gpuText(m), m.price_usd_per_hour ? `${hourly(m.price_usd_per_hour)}/h` : "free"].join(" · "),
+    search: [m.name, m.provider, PROVIDER_WORDS[m.provider] || (m.registered ? "own registered" : ""),
+             providerName(m), m.gpu || "no gpu cpu", m.gpu_count > 1 ? `${m.gpu_count}x multi-gpu` : "",
+             m.region || ""].join(" "),
+    title: [providerName(m), m.region, m.gpu ? `${gpuText(m)}, ${sig3(m.gpu_memory_gib || 0)} GiB GPU memory in all` : "",
+            m.price_usd_per_hour ? `${hourly(m.price_usd_per_hour)}/h on demand` : "",
+            m.spot_price_usd_per_hour ? `${hourly(m.spot_price_usd_per_hour)}/h spot` : ""].filter(Boolean).join(" · "),
   }));
 
   // ---- messages -----------------------------------------------------------------------------
@@ -283,6 +342,8 @@
       dataset_size: whole("dataset-size", "The dataset size"),
       image_size: whole("image-size", "The image size"),
       optimizer: $("#optimizer").value,
+      // Unticked (the default): GPU types with no benchmarks of their own are answered at once by the reference.
+      wait_for_benchmarks: $("#wait-benchmarks").checked,
     };
   }
 
@@ -294,6 +355,7 @@
       if (request[key] != null) $(`#${id}`).value = request[key];
     }
     if (request.optimizer) $("#optimizer").value = request.optimizer;
+    $("#wait-benchmarks").checked = Boolean(request.wait_for_benchmarks);
     const sizes = request.batch_sizes;
     const range = sizes && !Array.isArray(sizes);
     $(`input[name="batch-mode"][value="${range ? "range" : "list"}"]`).checked = true;
@@ -394,7 +456,8 @@
   // Machine types with pending layer benchmarks and no live agent; null when /v1/agents cannot tell.
   async function waitingMachines(job) {
     const perMachine = (job.progress && job.progress.machines) || {};
-    const pending = Object.keys(perMachine).filter((m) => perMachine[m].pending > 0);
+    // A machine type answered by the reference predictor is not waiting for anything.
+    const pending = Object.keys(perMachine).filter((m) => perMachine[m].pending > 0 && perMachine[m].answered_by !== "reference");
     if (!pending.length) return { waiting: new Set(), alive: {} };
     try {
       const { data } = await api("GET", "v1/agents?limit=500");
@@ -428,7 +491,10 @@
     const rows = Object.entries(job.progress.machines || {}).map(([machine, p]) => {
       const li = el("li", { "data-machine": machine });
       let text = `${machine}: ${p.done} of ${p.needed} measured`;
-      if (p.pending > 0 && agents && agents.waiting.has(machine)) {
+      if (p.pending > 0 && p.answered_by === "reference") {
+        li.className = "reference";
+        text += " — answered now by the reference prediction; its benchmarks are measured later, where an agent can";
+      } else if (p.pending > 0 && agents && agents.waiting.has(machine)) {
         li.className = "waiting";
         // The worker names the instance when the AWS fleet has launched one for this machine type.
         text += p.waiting_for && p.waiting_for.includes("fleet")
@@ -462,24 +528,87 @@
 
   // ---- plots and tables ---------------------------------------------------------------------
 
-  function note(content, kind = "info") {
-    $("#notes").append(el("li", { class: kind }, typeof content === "string" ? richText(content) : content));
+  function note(content, kind = "info", id = "") {
+    const li = el("li", { class: kind }, typeof content === "string" ? richText(content) : content);
+    if (id) li.id = id;
+    $("#notes").append(li);
+    return li;
   }
 
+  // By name; rebuilt when the list is loaded again (hover text asks once per point).
   function machineSpec(name) {
-    return state.machines.find((m) => m.name === name);
+    if (state.machineIndex === undefined || state.machineIndex.list !== state.machines) {
+      state.machineIndex = { list: state.machines, byName: new Map(state.machines.map((m) => [m.name, m])) };
+    }
+    return state.machineIndex.byName.get(name);
   }
 
-  // Colour by whichever of CNN and machine has more members; the other gets dashes and marker shapes.
+  // Large arrays: Math.max(...values) would pass tens of thousands of arguments.
+  function extremes(values) {
+    let lo = Infinity;
+    let hi = -Infinity;
+    for (const v of values) {
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+    return [lo, hi];
+  }
+
+  // Ten distinct colours, then evenly spaced hues when more are needed (sixty machine types).
+  function colour(i, n) {
+    if (n <= PALETTE.length) return PALETTE[i % PALETTE.length];
+    const hue = (i * 360) / n;
+    const lightness = i % 2 ? 0.36 : 0.48;
+    const f = (k) => {
+      const a = 0.7 * Math.min(lightness, 1 - lightness);
+      const x = (k + hue / 30) % 12;
+      return Math.round(255 * (lightness - a * Math.max(-1, Math.min(x - 3, 9 - x, 1))));
+    };
+    return "#" + [f(0), f(8), f(4)].map((v) => v.toString(16).padStart(2, "0")).join("");
+  }
+
+  // Colour by whichever of CNN and machine has more members; the other gets marker shapes. The line's dash and
+  // whether its markers are filled say where the numbers come from (SOURCES).
   function styles(cnns, machines) {
     const byCnn = cnns.length >= machines.length;
+    const n = byCnn ? cnns.length : machines.length;
     return (cnn, machine) => {
       const ci = cnns.indexOf(cnn);
       const mi = machines.indexOf(machine);
-      const [colour, shape] = byCnn ? [ci, mi] : [mi, ci];
-      return { color: PALETTE[colour % PALETTE.length], dash: DASHES[shape % DASHES.length],
-               symbol: SYMBOLS[shape % SYMBOLS.length] };
+      const [hue, shape] = byCnn ? [ci, mi] : [mi, ci];
+      return { color: colour(hue, n), symbol: SYMBOLS[shape % SYMBOLS.length] };
     };
+  }
+
+  // Measured numbers are drawn solid with filled markers; reference ones dashed with open markers.
+  const SOURCES = {
+    benchmarked: { dash: "solid", open: false },
+    reference: { dash: "dash", open: true },
+  };
+
+  function sourceStyle(source) {
+    return SOURCES[source] || SOURCES.benchmarked;
+  }
+
+  function markerSymbol(symbol, source) {
+    return sourceStyle(source).open ? `${symbol}-open` : symbol;
+  }
+
+  // What a point's numbers rest on, for hover labels and the tables.
+  function sourceText(p, machine, models) {
+    if (p.source === "reference") {
+      const model = models[machine] || {};
+      const pct = typeof p.reference_error_pct === "number" ? p.reference_error_pct : model.whole_step_mape;
+      let text = typeof pct === "number" ? `reference (±${sig3(pct)}% held-out error)` : "reference";
+      if (p.launch_bound) text += ", launch-bound";
+      return text;
+    }
+    if (p.source === "benchmarked") {
+      const model = models[machine] || {};
+      const others = (p.measured_on || (model.measured_on ? [model.measured_on] : [])).filter((m) => m !== machine);
+      return others.length ? `benchmarked (measured on ${others.join(", ")})` : "benchmarked";
+    }
+    return "";
   }
 
   function baseLayout(title, xTitle, yTitle) {
@@ -491,13 +620,28 @@
       yaxis: { title: { text: yTitle, font: { size: 13 } }, zeroline: false, gridcolor: "#e6e9ee", automargin: true,
                rangemode: "tozero" },
       showlegend: false,  // one HTML legend serves both plots (renderLegend)
-      hoverlabel: { font: { size: 13 } },
+      hovermode: "closest",
+      hoverlabel: { font: { size: 13 }, align: "left" },
       paper_bgcolor: "#ffffff",
       plot_bgcolor: "#ffffff",
     };
   }
 
   const PLOT_CONFIG = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
+  // More lines than this: WebGL (scattergl) draws them, and the interval bands are left to the hover labels.
+  const MANY_LINES = 30;
+  const MAX_BANDED_LINES = 12;
+
+  function webglWorks() {
+    if (state.webgl === undefined) {
+      try {
+        state.webgl = Boolean(document.createElement("canvas").getContext("webgl"));
+      } catch (err) {
+        state.webgl = false;
+      }
+    }
+    return state.webgl;
+  }
 
   function batchAxis(sizes) {
     const lo = Math.min(...sizes);
@@ -514,35 +658,78 @@
     return axis;
   }
 
+  // Predictions by "cnn\u0000machine", each list sorted by batch size: one pass over tens of thousands of points.
+  function byPair(predictions) {
+    const groups = new Map();
+    for (const p of predictions) {
+      const key = `${p.cnn}\u0000${p.machine}`;
+      if (!groups.has(key)) groups.set(key, []);
+      groups.get(key).push(p);
+    }
+    for (const list of groups.values()) list.sort((a, b) => a.batch_size - b.batch_size);
+    return groups;
+  }
+
   function render(result, request) {
     state.lastResult = result;
     state.lastRequest = request;
     const predictions = result.predictions || [];
+    const models = result.models || {};
     // In the order the request named them (the order of the chips), so colours and legends follow the form.
-    const cnns = inOrder((request && request.cnns) || [], predictions.map((p) => p.cnn));
-    const machines = inOrder((request && request.machines) || [], predictions.map((p) => p.machine));
+    const cnns = inOrder((request && request.cnns) || [], [...new Set(predictions.map((p) => p.cnn))]);
+    const machines = inOrder((request && request.machines) || [], [...new Set(predictions.map((p) => p.machine))]);
     const style = styles(cnns, machines);
-    explainGaps(result, cnns, machines);
+    const pairs = byPair(predictions);
+    $("#notes").replaceChildren();  // drawn again from this result (render may run twice for one job)
+    explainGaps(result, cnns, machines, pairs);
 
-    const plotted = predictions.filter((p) => p.total_seconds != null);
-    const bestTimes = (result.best || []).filter((b) => b.min_time).map((b) => b.min_time.total_seconds);
-    const bandTops = plotted.map((p) => p.total_seconds_p90).filter((v) => typeof v === "number");
-    const unit = timeUnit(Math.max(0, ...plotted.map((p) => p.total_seconds), ...bestTimes, ...bandTops));
+    // Left out: no number, or known not to fit. A null fit (reference: memory not modelled) is plotted.
+    const drawable = (p) => p.total_seconds != null && p.fits_in_memory !== false;
+    let longest = 0;
+    let lineCount = 0;
+    for (const list of pairs.values()) {
+      let any = false;
+      for (const p of list) {
+        if (!drawable(p)) continue;
+        any = true;
+        longest = Math.max(longest, p.total_seconds, typeof p.total_seconds_p90 === "number" ? p.total_seconds_p90 : 0);
+      }
+      if (any) lineCount++;
+    }
+    for (const b of result.best || []) if (b.min_time) longest = Math.max(longest, b.min_time.total_seconds);
+    const unit = timeUnit(longest);
+    const gl = lineCount > MANY_LINES && webglWorks();
+    const banded = lineCount <= MAX_BANDED_LINES;
 
     const lineTraces = [];
     const pointTraces = [];
     const legend = [];
+    const sources = new Set();
+    const lows = [];
+    const highs = [];
     for (const cnn of cnns) {
       for (const machine of machines) {
         const name = `${cnn} · ${machine}`;
         // Overlapping bands add up: fainter ones when there are many lines.
-        const s = { ...style(cnn, machine), bandAlpha: cnns.length * machines.length > 3 ? 0.1 : 0.18 };
-        const points = plotted.filter((p) => p.cnn === cnn && p.machine === machine)
-                              .sort((a, b) => a.batch_size - b.batch_size);
-        if (points.length) lineTraces.push(...timeTraces(name, cnn, machine, points, unit, s));
+        const s = { ...style(cnn, machine), bandAlpha: lineCount > 3 ? 0.1 : 0.18 };
+        const all = pairs.get(`${cnn}\u0000${machine}`) || [];
+        const points = all.filter(drawable);
+        const ctx = { name, cnn, machine, unit, s, models, gl, banded };
+        if (points.length) {
+          // One line per source (normally a CNN × machine has one): the dash says which.
+          for (const source of [...new Set(points.map((p) => p.source))]) {
+            const mine = points.filter((p) => p.source === source);
+            lineTraces.push(...timeTraces(ctx, mine, source));
+            sources.add(source || "benchmarked");
+          }
+          for (const p of points) {
+            lows.push((typeof p.total_seconds_p10 === "number" && banded ? p.total_seconds_p10 : p.total_seconds) / unit.seconds);
+            highs.push((typeof p.total_seconds_p90 === "number" && banded ? p.total_seconds_p90 : p.total_seconds) / unit.seconds);
+          }
+        }
         const best = (result.best || []).find((b) => b.cnn === cnn && b.machine === machine);
-        if (best && best.min_time) pointTraces.push(costTrace(name, cnn, machine, best, unit, s));
-        if (points.length) legend.push({ name, cnn, machine, style: s });
+        if (best && best.min_time) pointTraces.push(costTrace(ctx, best, all));
+        if (points.length) legend.push({ name, cnn, machine, style: s, source: points[0].source });
       }
     }
 
@@ -555,18 +742,24 @@
       const right = baseLayout("Training time vs mini-batch size", "Mini-batch size (images)",
                                `Predicted training time (${unit.name})`);
       Object.assign(right.xaxis, batchAxis(requested));
-      const lows = plotted.map((p) => (typeof p.total_seconds_p10 === "number" ? p.total_seconds_p10 : p.total_seconds));
-      const highs = plotted.map((p) => (typeof p.total_seconds_p90 === "number" ? p.total_seconds_p90 : p.total_seconds));
-      logIfSpread(right.yaxis, lows.map((v) => v / unit.seconds), highs.map((v) => v / unit.seconds));
+      logIfSpread(right.yaxis, lows, highs);
       const left = baseLayout("Fastest batch size: training time vs cost", `Minimum training time (${unit.name})`,
                               "Cost of the training run (US$)");
       Object.assign(left.xaxis, { rangemode: "tozero" });
       const xs = pointTraces.map((t) => t.x[0]);
       logIfSpread(left.xaxis, xs, xs);
       Object.assign(left.yaxis, { tickprefix: "$", separatethousands: true });
-      if (pointTraces.every((t) => t.y[0] === 0)) {
+      const costs = pointTraces.map((t) => t.y[0]);
+      if (costs.every((c) => c === 0)) {
         // All free (the local machine): keep $0 on the axis instead of an empty autoscaled band around it.
         Object.assign(left.yaxis, { range: [-0.05, 1], tickvals: [0], ticktext: ["$0"] });
+      } else if (costs.every((c) => c > 0)) {
+        // Real prices span cents to thousands of dollars: a log axis keeps the cheap ones apart.
+        logIfSpread(left.yaxis, costs, costs, "$");
+      } else {
+        // Free and priced machine types together: room under $0 so a free one's marker is not cut by the axis.
+        const top = extremes(costs)[1];
+        Object.assign(left.yaxis, { rangemode: "normal", range: [-0.05 * top, 1.08 * top] });
       }
       Plotly.react("plot-batch", lineTraces, right, PLOT_CONFIG);
       Plotly.react("plot-cost", pointTraces, left, PLOT_CONFIG);
@@ -574,19 +767,41 @@
       Plotly.purge("plot-batch");
       Plotly.purge("plot-cost");
     }
+    renderSourceKey(hasPlots ? sources : new Set(), result);
     renderLegend(hasPlots ? legend : []);
-    renderBest(result, cnns, machines);
+    renderBest(result, cnns, machines, pairs);
     renderMachines();
   }
 
   // Values a factor of 30 or more apart: a linear axis would flatten the small ones onto zero, so use a log axis.
-  function logIfSpread(axis, lows, highs) {
-    const lo = Math.min(...lows);
-    const hi = Math.max(...highs);
+  function logIfSpread(axis, lows, highs, prefix = "") {
+    const lo = extremes(lows)[0];
+    const hi = extremes(highs)[1];
     if (!(lo > 0) || hi / lo < 30) return;
     const ticks = logTicks(lo, hi);
-    Object.assign(axis, { type: "log", tickmode: "array", tickvals: ticks, ticktext: ticks.map(sig3) });
+    Object.assign(axis, { type: "log", tickmode: "array", tickvals: ticks, ticktext: ticks.map((t) => prefix + sig3(t)),
+                          rangemode: "normal" });
     axis.title.text = axis.title.text.replace(/\)$/, ", log scale)");
+  }
+
+  // The key to the line styles: which numbers were measured and which come from the reference predictor.
+  function renderSourceKey(sources, result) {
+    const box = $("#source-key");
+    const mape = Object.values(result.models || {}).map((m) => m.whole_step_mape).find((v) => typeof v === "number");
+    const entries = [];
+    if (sources.has("benchmarked")) {
+      entries.push(["benchmarked", "benchmarked: from layer benchmarks measured on the GPU model"]);
+    }
+    if (sources.has("reference")) {
+      entries.push(["reference", "reference: learnt from public measurements of other GPUs"
+        + (typeof mape === "number" ? ` (±${sig3(mape)}% held-out error)` : "")]);
+    }
+    box.hidden = entries.length === 0;
+    box.replaceChildren(...entries.map(([source, text]) => {
+      const item = el("span", { class: "key-item", "data-source": source });
+      item.append(swatch({ color: "#5c6773", symbol: "circle", source }), el("span", { text }));
+      return item;
+    }));
   }
 
   // One legend for both plots, under them: click an entry to hide or show that CNN × machine in both.
@@ -596,8 +811,8 @@
     box.replaceChildren(...entries.map((entry) => {
       const button = el("button", { type: "button", class: "legend-item", "aria-pressed": "true",
                                     "data-cnn": entry.cnn, "data-machine": entry.machine,
-                                    title: "Hide or show in both plots" });
-      button.append(swatch(entry.style), el("span", { text: entry.name }));
+                                    "data-source": entry.source || "", title: "Hide or show in both plots" });
+      button.append(swatch({ ...entry.style, source: entry.source }), el("span", { text: entry.name }));
       button.addEventListener("click", () => {
         const shown = button.getAttribute("aria-pressed") !== "true";
         button.setAttribute("aria-pressed", String(shown));
@@ -613,8 +828,7 @@
     }));
   }
 
-  const DASH_ARRAYS = { solid: "", dash: "6 3", dot: "2 2", dashdot: "6 2 2 2", longdash: "10 3",
-                        longdashdot: "10 2 2 2" };
+  const DASH_ARRAYS = { solid: "", dash: "6 3" };
   const SYMBOL_PATHS = {
     circle: "M21 7a4 4 0 1 1-8 0a4 4 0 1 1 8 0Z",
     square: "M13.5 3.5h7v7h-7Z",
@@ -624,15 +838,17 @@
     star: "M17 2l1.3 3.2 3.4.2-2.6 2.2.9 3.4-3-1.9-3 1.9.9-3.4-2.6-2.2 3.4-.2Z",
   };
 
-  // A short line in the trace's colour and dash with its marker; built by the HTML parser, which puts <svg> in
-  // the SVG namespace itself. Every value comes from the constants above.
+  // A short line in the trace's colour and its source's dash with its marker (open for reference); built by the
+  // HTML parser, which puts <svg> in the SVG namespace itself. Every value comes from the constants above.
   function swatch(style) {
+    const src = sourceStyle(style.source);
     const holder = document.createElement("span");
     holder.className = "swatch";
+    const fill = src.open ? `fill="#ffffff" stroke="${style.color}" stroke-width="1.5"` : `fill="${style.color}"`;
     holder.innerHTML = `<svg width="34" height="14" aria-hidden="true">`
       + `<line x1="1" y1="7" x2="33" y2="7" stroke="${style.color}" stroke-width="2.5"`
-      + ` stroke-dasharray="${DASH_ARRAYS[style.dash]}"></line>`
-      + `<path d="${SYMBOL_PATHS[style.symbol]}" fill="${style.color}"></path></svg>`;
+      + ` stroke-dasharray="${DASH_ARRAYS[src.dash]}"></line>`
+      + `<path d="${SYMBOL_PATHS[style.symbol]}" ${fill}></path></svg>`;
     return holder;
   }
 
@@ -653,45 +869,88 @@
     return [...new Set([...wanted.filter((v) => seen.has(v)), ...present])];
   }
 
-  function timeTraces(name, cnn, machine, points, unit, s) {
+  // The machine type's provider, GPU and price, for hover labels.
+  function machineLine(machine) {
+    const m = machineSpec(machine);
+    if (!m) return machine;
+    const price = m.price_usd_per_hour ? `${hourly(m.price_usd_per_hour)}/h` : "free";
+    return `${machine} (${providerName(m)}, ${gpuText(m)}, ${price})`;
+  }
+
+  // Training on one GPU of a machine with several: say so and give the per-GPU share of the cost.
+  function gpuShare(p, machine) {
+    const m = machineSpec(machine);
+    if (!m || !(m.gpu_count > 1)) return "";
+    const used = p.gpus_used || 1;
+    return `<br>on ${used} of its ${m.gpu_count} GPUs; cost per GPU ${money(p.cost_per_gpu_usd)}`;
+  }
+
+  function timeTraces(ctx, points, source) {
+    const { name, cnn, machine, unit, s, models, gl, banded } = ctx;
+    const src = sourceStyle(source);
+    const meta = { cnn, machine, source: source || "benchmarked" };
     const traces = [];
-    const banded = points.filter((p) => typeof p.total_seconds_p10 === "number" && typeof p.total_seconds_p90 === "number");
-    if (banded.length) {
+    const withBand = banded ? points.filter((p) => typeof p.total_seconds_p10 === "number" && typeof p.total_seconds_p90 === "number") : [];
+    if (withBand.length) {
       // The prediction interval: the upper edge, then the lower edge filled up to it.
       const common = { type: "scatter", mode: "lines", line: { width: 0, color: s.color }, legendgroup: name,
-                       showlegend: false, hoverinfo: "skip", meta: { role: "band", cnn, machine } };
-      traces.push({ ...common, name: `${name} p90`, x: banded.map((p) => p.batch_size),
-                    y: banded.map((p) => p.total_seconds_p90 / unit.seconds) });
-      traces.push({ ...common, name: `${name} p10`, x: banded.map((p) => p.batch_size),
-                    y: banded.map((p) => p.total_seconds_p10 / unit.seconds), fill: "tonexty",
+                       showlegend: false, hoverinfo: "skip", meta: { ...meta, role: "band" } };
+      traces.push({ ...common, name: `${name} p90`, x: withBand.map((p) => p.batch_size),
+                    y: withBand.map((p) => p.total_seconds_p90 / unit.seconds) });
+      traces.push({ ...common, name: `${name} p10`, x: withBand.map((p) => p.batch_size),
+                    y: withBand.map((p) => p.total_seconds_p10 / unit.seconds), fill: "tonexty",
                     fillcolor: hexToRgba(s.color, s.bandAlpha) });
     }
+    const head = `<b>${cnn}</b> on ${machineLine(machine)}`;
     const text = points.map((p) => {
-      let t = `<b>${cnn}</b> on ${machine}<br>batch size ${p.batch_size}<br>training time ${duration(p.total_seconds)}`;
+      let t = `${head}<br>batch size ${p.batch_size}<br>training time ${duration(p.total_seconds)}`;
       if (typeof p.total_seconds_p10 === "number" && typeof p.total_seconds_p90 === "number") {
         t += ` (80% interval ${duration(p.total_seconds_p10)}–${duration(p.total_seconds_p90)})`;
       }
-      return `${t}<br>cost ${money(p.cost_usd)}<br>one iteration ${duration(p.iteration_seconds)}`;
+      t += `<br>cost ${money(p.cost_usd)}${gpuShare(p, machine)}<br>one iteration ${duration(p.iteration_seconds)}`;
+      const from = sourceText(p, machine, models);
+      if (from) t += `<br>${from}`;
+      if (p.fits_in_memory === null) t += "<br>fit in GPU memory not checked";
+      return t;
+    });
+    // Markers on about a dozen points of a long line, enough to tell the shapes apart: evenly spaced as the batch
+    // axis draws them (once per power of two on a log axis).
+    const bs = points.map((p) => p.batch_size);
+    const logAxis = bs.length > 12 && bs[bs.length - 1] / bs[0] >= 8;
+    const every = Math.max(1, Math.ceil(points.length / 12));
+    const sizes = bs.map((b, i) => {
+      const marked = logAxis ? i === 0 || Math.floor(Math.log2(b)) !== Math.floor(Math.log2(bs[i - 1])) : i % every === 0;
+      return marked || i === bs.length - 1 ? 7 : 0;
     });
     traces.push({
-      type: "scatter", mode: points.length > 40 ? "lines" : "lines+markers", name, legendgroup: name,
+      type: gl ? "scattergl" : "scatter", mode: "lines+markers", name, legendgroup: name,
       x: points.map((p) => p.batch_size), y: points.map((p) => p.total_seconds / unit.seconds),
-      line: { color: s.color, dash: s.dash, width: 2.5 }, marker: { symbol: s.symbol, size: 7 },
-      text, hovertemplate: "%{text}<extra></extra>", meta: { role: "line", cnn, machine },
+      line: { color: s.color, dash: src.dash, width: 2.5 },
+      marker: { symbol: markerSymbol(s.symbol, source), size: sizes, color: s.color,
+                line: { color: s.color, width: src.open ? 1.5 : 0 } },
+      text, hovertemplate: "%{text}<extra></extra>", meta: { ...meta, role: "line" },
     });
     return traces;
   }
 
-  function costTrace(name, cnn, machine, best, unit, s) {
+  function costTrace(ctx, best, all) {
+    const { name, cnn, machine, unit, s, models } = ctx;
     const t = best.min_time;
-    let text = `<b>${cnn}</b> on ${machine}<br>fastest at batch size ${t.batch_size}<br>`
-      + `training time ${duration(t.total_seconds)}<br>cost ${money(t.cost_usd)}`;
+    const point = all.find((p) => p.batch_size === t.batch_size) || { ...t };
+    const source = t.source || point.source;
+    let text = `<b>${cnn}</b> on ${machineLine(machine)}<br>fastest at batch size ${t.batch_size}<br>`
+      + `training time ${duration(t.total_seconds)}<br>cost ${money(t.cost_usd)}${gpuShare(point, machine)}`;
     const c = best.min_cost;
     if (c && c.batch_size !== t.batch_size) text += `<br>cheapest at batch size ${c.batch_size}: ${money(c.cost_usd)}`;
+    const from = sourceText({ ...point, source }, machine, models);
+    if (from) text += `<br>${from}`;
+    const open = sourceStyle(source).open;
     return {
       type: "scatter", mode: "markers", name, x: [t.total_seconds / unit.seconds], y: [t.cost_usd],
-      marker: { color: s.color, symbol: s.symbol, size: 13, line: { color: "#ffffff", width: 1.5 } },
-      text: [text], hovertemplate: "%{text}<extra></extra>", meta: { role: "point", cnn, machine },
+      marker: { color: open ? "#ffffff" : s.color, symbol: s.symbol, size: 13,
+                line: { color: open ? s.color : "#ffffff", width: open ? 2.5 : 1.5 } },
+      text: [text], hovertemplate: "%{text}<extra></extra>",
+      meta: { role: "point", cnn, machine, source: source || "benchmarked" },
     };
   }
 
@@ -700,70 +959,120 @@
     return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
   }
 
-  // Say why a CNN × machine × batch size has no point: no model for the machine, or out of memory.
-  function explainGaps(result, cnns, machines) {
+  // Batch sizes as runs of the requested list: "8, 16, 129–256" instead of a hundred numbers.
+  function sizeRuns(sizes, requested) {
+    const index = new Map(requested.map((b, i) => [b, i]));
+    const runs = [];
+    for (const b of sizes) {
+      const last = runs[runs.length - 1];
+      if (last && index.get(b) === index.get(last[1]) + 1) last[1] = b;
+      else runs.push([b, b]);
+    }
+    return runs.map(([a, b]) => (a === b ? String(a) : index.get(b) - index.get(a) === 1 ? `${a}, ${b}` : `${a}–${b}`)).join(", ");
+  }
+
+  function listed(names, most = 6) {
+    return names.length <= most ? names.join(", ") : `${names.slice(0, most).join(", ")} and ${names.length - most} more`;
+  }
+
+  // Say where the numbers come from, and why a CNN × machine × batch size has no point: no model for the machine,
+  // or out of memory.
+  function explainGaps(result, cnns, machines, pairs) {
     const models = result.models || {};
+    const requested = [...new Set((result.predictions || []).map((p) => p.batch_size))].sort((a, b) => a - b);
+    const reference = machines.filter((m) => models[m] && models[m].status === "reference");
     for (const machine of machines) {
       const model = models[machine];
-      if (model && model.status !== "ok") {
+      if (model && model.status !== "ok" && model.status !== "reference") {
         note(`${capitalize(model.detail || `no predictor model for ${machine}`)}. Its times are not plotted.`, "warning");
       }
     }
-    const predictions = result.predictions || [];
+    if (reference.length === 1) {
+      note(`${capitalize(models[reference[0]].detail)}. Drawn dashed, with open markers.`, "reference", "reference-note");
+    } else if (reference.length > 1) {
+      const mape = models[reference[0]].whole_step_mape;
+      note(`${listed(reference)} have no benchmarks of their own yet: reference predictions from public measurements `
+        + `of other GPUs${typeof mape === "number" ? `, ${sig3(mape)}% mean error on held-out public whole training steps` : ""}. `
+        + "Drawn dashed, with open markers.", "reference", "reference-note");
+    }
+    const multi = machines.filter((m) => { const s = machineSpec(m); return s && s.gpu_count > 1; });
+    if (multi.length && result.gpu_note) {
+      note(`${capitalize(result.gpu_note)} (${listed(multi)} ${multi.length > 1 ? "have" : "has"} several GPUs).`,
+           "info", "gpu-note");
+    }
     for (const cnn of cnns) {
       for (const machine of machines) {
-        if (models[machine] && models[machine].status !== "ok") continue;
-        const mine = predictions.filter((p) => p.cnn === cnn && p.machine === machine);
-        const oom = mine.filter((p) => !p.fits_in_memory).map((p) => p.batch_size);
+        if (models[machine] && !["ok", "reference"].includes(models[machine].status)) continue;
+        const mine = pairs.get(`${cnn}\u0000${machine}`) || [];
+        const oom = mine.filter((p) => p.fits_in_memory === false).map((p) => p.batch_size);
         if (oom.length) {
           const spec = machineSpec(machine);
           const memory = spec && spec.gpu ? "GPU memory" : "memory";
           note(`${cnn} on ${machine} does not fit in ${memory} at batch size${oom.length > 1 ? "s" : ""} `
-            + `${oom.join(", ")}: not plotted.`, "warning");
+            + `${sizeRuns(oom, requested)}: not plotted.`, "warning");
         }
-        const other = mine.filter((p) => p.fits_in_memory && p.total_seconds == null).map((p) => p.batch_size);
-        if (other.length) note(`${cnn} on ${machine} has no prediction at batch sizes ${other.join(", ")}.`, "warning");
+        const other = mine.filter((p) => p.fits_in_memory !== false && p.total_seconds == null).map((p) => p.batch_size);
+        if (other.length) note(`${cnn} on ${machine} has no prediction at batch sizes ${sizeRuns(other, requested)}.`, "warning");
       }
     }
     const free = machines.filter((m) => { const s = machineSpec(m); return s && !s.price_usd_per_hour; });
-    if (free.length) note(`${free.join(", ")} ${free.length > 1 ? "have" : "has"} no hourly price, so ${free.length > 1 ? "their" : "its"} cost is $0.`);
+    if (free.length) note(`${listed(free)} ${free.length > 1 ? "have" : "has"} no hourly price, so ${free.length > 1 ? "their" : "its"} cost is $0.`);
     const fitted = machines.filter((m) => models[m] && models[m].status === "ok").map((m) => {
       const model = models[m];
       const error = typeof model.loco_mape === "number" ? `, leave-one-CNN-out error ${sig3(model.loco_mape)}%` : "";
-      return `${m} v${model.version} (${model.kind}${error})`;
+      const on = model.measured_on && model.measured_on !== m ? `, measured on ${model.measured_on}` : "";
+      return `${m} v${model.version} (${model.kind}${error}${on})`;
     });
-    if (fitted.length) note(`Predictor model${fitted.length > 1 ? "s" : ""}: ${fitted.join("; ")}.`);
+    if (fitted.length) note(`Predictor model${fitted.length > 1 ? "s" : ""}: ${listed(fitted, 8)}.`);
   }
 
-  function renderBest(result, cnns, machines) {
+  function renderBest(result, cnns, machines, pairs) {
+    const models = result.models || {};
     const rows = (result.best || []).slice().sort((a, b) =>
       cnns.indexOf(a.cnn) - cnns.indexOf(b.cnn) || machines.indexOf(a.machine) - machines.indexOf(b.machine));
     const head = el("tr", {}, ...["CNN", "Machine", "Fastest batch size", "Time", "Cost",
-                                   "Cheapest batch size", "Time", "Cost"]
-      .map((h, i) => el("th", { text: h, class: i >= 2 ? "num" : "" })));
+                                   "Cheapest batch size", "Time", "Cost", "Source"]
+      .map((h, i) => el("th", { text: h, class: i >= 2 && i <= 7 ? "num" : "" })));
     const cells = (pick) => pick
       ? [el("td", { class: "num", text: String(pick.batch_size) }), el("td", { class: "num", text: duration(pick.total_seconds) }),
          el("td", { class: "num", text: money(pick.cost_usd) })]
       : [el("td", { colspan: "3", class: "muted", text: "no prediction" })];
-    const body = rows.map((b) => el("tr", {}, el("td", { text: b.cnn }), el("td", { text: b.machine }),
-                                    ...cells(b.min_time), ...cells(b.min_cost)));
+    const body = rows.map((b) => {
+      const pick = b.min_time || b.min_cost;
+      const points = pairs.get(`${b.cnn}\u0000${b.machine}`) || [];
+      const point = (pick && points.find((p) => p.batch_size === pick.batch_size)) || {};
+      const source = (pick && pick.source) || point.source || "";
+      const text = source ? sourceText({ ...point, source }, b.machine, models) : "—";
+      return el("tr", { "data-cnn": b.cnn, "data-machine": b.machine, "data-source": source },
+                el("td", { text: b.cnn }), el("td", { text: b.machine }), ...cells(b.min_time), ...cells(b.min_cost),
+                el("td", { class: `source ${source}`, text }));
+    });
     $("#best-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...body));
     $("#best").hidden = rows.length === 0;
   }
 
   function renderMachines() {
     const chosen = new Set(machinePicker.values());
-    const head = el("tr", {}, ...["Machine type", "GPU", "GPUs", "GPU memory (total)", "vCPUs", "RAM", "Price per hour"]
-      .map((h, i) => el("th", { text: h, class: i >= 2 ? "num" : "" })));
+    const head = el("tr", {}, ...["Machine type", "Provider", "GPU", "GPU memory (total)", "vCPUs", "RAM",
+                                  "On demand per hour", "Spot per hour", "Prices read"]
+      .map((h, i) => el("th", { text: h, class: i >= 3 && i <= 7 ? "num" : "" })));
     const num = (v, suffix = "") => el("td", { class: "num", text: v == null ? "—" : `${sig3(v)}${suffix}` });
-    const body = state.machines.map((m) => el("tr", { class: chosen.has(m.name) ? "chosen" : "", "data-machine": m.name },
-      el("td", { text: m.name }),
-      el("td", { text: m.gpu || (m.provider === "local" ? "none (the agent's own CPU or GPU)" : "none") }),
-      num(m.gpu_count),
-      num(m.gpu_memory_gib, " GiB"),
-      num(m.vcpus),
-      num(m.memory_gib, " GiB"),
-      el("td", { class: "num", text: m.price_usd_per_hour ? hourly(m.price_usd_per_hour) : "$0 (free)" })));
+    const body = state.machines.map((m) => {
+      const readOn = m.figures_read_on || (m.price_read_at ? String(m.price_read_at).slice(0, 10) : "");
+      const priceNote = [m.price_source, readOn ? `read on ${readOn}` : ""].filter(Boolean).join(", ");
+      const provider = el("td", { text: providerName(m) });
+      if (m.region) provider.append(el("small", { text: ` ${m.region}` }));
+      return el("tr", { class: chosen.has(m.name) ? "chosen" : "", "data-machine": m.name, "data-provider": m.provider || "" },
+        el("td", { text: m.name }),
+        provider,
+        el("td", { text: m.gpu ? gpuText(m) : (m.provider === "local" ? "none (the agent's own CPU or GPU)" : "none") }),
+        num(m.gpu_memory_gib, " GiB"),
+        num(m.vcpus),
+        num(m.memory_gib, " GiB"),
+        el("td", { class: "num", title: priceNote, text: m.price_usd_per_hour ? hourly(m.price_usd_per_hour) : "$0 (free)" }),
+        el("td", { class: "num", title: priceNote, text: m.spot_price_usd_per_hour ? hourly(m.spot_price_usd_per_hour) : "—" }),
+        el("td", { class: "small", title: priceNote, text: readOn || (m.registered ? "given by you" : "—") }));
+    });
     $("#machine-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...body));
   }
 
@@ -800,6 +1109,55 @@
     }
   }
 
+  // ---- registering a GPU machine type by its figures ------------------------------------------
+
+  const GPU_TEXT_FIELDS = new Set(["name", "gpu", "gpu_compute_capability"]);
+
+  async function addGpu(event) {
+    event.preventDefault();
+    const message = $("#gpu-message");
+    message.className = "";
+    const body = {};
+    for (const input of $("#gpu-form").querySelectorAll("input[name]")) {
+      const text = input.value.trim();
+      if (!text) {
+        if (input.required) {
+          message.className = "error";
+          message.textContent = `Fill in ${input.parentElement.firstChild.textContent.trim()}.`;
+          input.focus();
+          return;
+        }
+        continue;  // optional and empty: not sent
+      }
+      if (GPU_TEXT_FIELDS.has(input.name)) {
+        body[input.name] = text;
+      } else {
+        const value = Number(text);
+        if (!Number.isFinite(value)) {
+          message.className = "error";
+          message.textContent = `${input.parentElement.firstChild.textContent.trim()} must be a number (got "${text}").`;
+          return;
+        }
+        body[input.name] = value;
+      }
+    }
+    $("#gpu-button").disabled = true;
+    message.textContent = `Registering ${body.name}…`;
+    try {
+      const { data } = await api("POST", "v1/machines", body);
+      await loadMachines();
+      machinePicker.toggle(data.name, true);
+      message.className = "ok";
+      message.textContent = `Registered ${data.name} (${gpuText(data)}, ${hourly(data.price_usd_per_hour || 0)}/h); `
+        + "it is now chosen in the machine type list.";
+    } catch (err) {
+      message.className = "error";
+      message.replaceChildren(el("strong", { text: `${err.title}: ` }), richText(err.message));
+    } finally {
+      $("#gpu-button").disabled = false;
+    }
+  }
+
   // ---- start --------------------------------------------------------------------------------
 
   async function loadCnns() {
@@ -819,6 +1177,7 @@
     $("#search-form").addEventListener("submit", search);
     $("#cancel").addEventListener("click", cancel);
     $("#upload-form").addEventListener("submit", upload);
+    $("#gpu-form").addEventListener("submit", addGpu);
     for (const radio of document.querySelectorAll('input[name="batch-mode"]')) radio.addEventListener("change", syncBatchMode);
     machinePicker.onChange = renderMachines;
     if (typeof Plotly === "undefined") {
@@ -846,6 +1205,6 @@
   }
 
   // For tests and the console: the state and the renderer (e.g. to draw a result by hand).
-  window.traincast = { state, render, cnnPicker, machinePicker };
+  window.traincast = { state, render, cnnPicker, machinePicker, showProgress, waitingMachines };
   start();
 })();
