@@ -1,0 +1,166 @@
+"""`python -m worker.reference.fit`: fit the reference model on the public data in the repo, write model.json.
+
+Deterministic: LightGBM runs with deterministic=True and fixed seeds, JSON is written with sorted keys.
+Where each whole-step constant comes from:
+- memory_efficiency: median fraction of the spec bandwidth NeuSight relu/add reach on tensors far
+  larger than L2 (PyTorch 2.1 elementwise kernels); isolated_op_floor_ms: their median time on tiny
+  tensors (~25 us, event timing included: informational; whole steps use the back-to-back floor below);
+- linear_efficiency: fitted here on NeuSight linear (cuBLAS, PyTorch 2.1);
+- kernel_floor_ms 0.004: a small kernel back to back in one stream (launch latency 2-5 us, NVIDIA's
+  CUDA best-practices guide); backward_bytes_ratio 2: backward reads the saved input and the output
+  gradient and writes the input gradient (the brief's rule);
+- cpu_*: PyTorch eager dispatch costs about 10 us per operator from Python (dispatcher + autograd
+  recording + launch; PyTorch 2 docs' motivation for torch.compile, "overheads of ~10us per op"), the
+  autograd engine about as much per backward node; foreach optimizers cost ~1-2 us per parameter tensor;
+- step_sync_ms: 0 (the step ends when the GPU does);
+- scale_*: six multipliers (convs on CUDA cores / TF32 / FP16 tensor cores, other GPU work in fp32 /
+  AMP, CPU dispatch) fitted by wholestep.calibrate on the step-only public whole-network rows (Lambda),
+  ridge toward 1x; the accuracy figures refit them without the GPU family predicted (nested).
+"""
+
+import hashlib
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from worker.reference import data, layerfit
+from worker.reference.convs import FEATURES
+from worker.reference.model import MODEL_JSON, ReferenceModel, from_json_text
+from worker.reference.specs import GpuSpecs
+
+STEP_DEFAULTS: dict[str, float] = {
+    "kernel_floor_ms": 0.004,
+    "backward_bytes_ratio": 2.0,
+    "backward_kernels_per_op": 1.0,
+    "optimizer_kernels": 12.0,
+    "cpu_forward_op_ms": 0.010,
+    "cpu_backward_op_ms": 0.010,
+    "cpu_sgd_per_tensor_ms": 0.001,
+    "cpu_adam_per_tensor_ms": 0.002,
+    "cpu_step_ms": 0.5,
+    "amp_cpu_factor": 1.5,
+    "step_sync_ms": 0.0,
+}
+
+
+def gpu_table() -> dict[str, GpuSpecs]:
+    """data/gpus.csv as GpuSpecs by name."""
+    return {row["gpu"]: GpuSpecs.from_row(row).filled() for row in data.gpu_rows()}
+
+
+def fit_memory_ops(gpus: dict[str, GpuSpecs], exclude: Sequence[str] = ()) -> dict[str, float]:
+    """Memory efficiency and isolated-op floor from NeuSight relu/add, linear efficiency from NeuSight linear."""
+    names = data.alias_map()
+    streaming, small = [], []
+    for op, tensors in (("relu", 2.0), ("add", 3.0)):
+        for r in data._read(data.LAYERS / f"neusight_{op}.csv.gz"):
+            gpu = names[r["Device"].lower()]
+            if layerfit.gpu_family(gpu) in exclude:
+                continue
+            t = float(r["Latency"])
+            nbytes = float(r["B"]) * float(r["H"]) * 4 * tensors
+            spec = gpus[gpu]
+            # only tensors far larger than L2 show DRAM bandwidth (training activations are that large)
+            if nbytes > 4 * float(spec.l2_mib or 6) * 2**20 and nbytes > 64e6:
+                streaming.append(nbytes / (spec.mem_bandwidth_gbs * 1e9) * 1e3 / t)
+            elif nbytes < 64e3:
+                small.append(t)
+    ratios = []
+    for r in data._read(data.LAYERS / "neusight_linear.csv.gz"):
+        gpu = names[r["Device"].lower()]
+        if layerfit.gpu_family(gpu) in exclude:
+            continue
+        b, m, n, k = (float(r[c]) for c in ("B", "M", "N", "K"))
+        spec = gpus[gpu]
+        roof = max(
+            2 * b * m * n * k / (spec.fp32_tflops * 1e12),
+            4 * b * (m * k + k * n + m * n) / (spec.mem_bandwidth_gbs * 1e9),
+        )
+        if roof * 1e3 > 0.2:  # only GEMMs long enough that the launch floor does not hide the efficiency
+            ratios.append(roof * 1e3 / float(r["Latency"]))
+    return {
+        "memory_efficiency": float(np.median(streaming)) if streaming else 0.8,
+        "isolated_op_floor_ms": float(np.median(small)) if small else 0.02,
+        "linear_efficiency": float(np.median(ratios)) if ratios else 0.5,
+    }
+
+
+def fit_params(
+    gpus: dict[str, GpuSpecs],
+    matrix: layerfit.LayerMatrix,
+    rows: np.ndarray | None = None,
+    exclude: Sequence[str] = (),
+    calibrate: bool = True,
+) -> dict[str, Any]:
+    """Every fitted parameter except accuracy, optionally without some rows / GPU families."""
+    step = dict(STEP_DEFAULTS)
+    step.update(fit_memory_ops(gpus, exclude))
+    params: dict[str, Any] = {
+        "format": 1, "features": list(FEATURES), "conv": layerfit.fit_conv(matrix, rows), "step": step,
+    }  # fmt: skip
+    if calibrate:
+        from worker.reference import wholestep
+
+        step.update(wholestep.calibrate(ReferenceModel(params), gpus, list(exclude)))
+    return params
+
+
+def _layer_predict(fitted: dict[str, Any], x: np.ndarray, roof: np.ndarray) -> np.ndarray:
+    return ReferenceModel({"conv": fitted, "step": STEP_DEFAULTS}).conv_from_features(x, roof)
+
+
+def accuracy(gpus: dict[str, GpuSpecs], matrix: layerfit.LayerMatrix) -> dict[str, Any]:
+    """Held-out figures: leave-one-GPU-out on layers and on whole steps (see bench/reference_accuracy.py)."""
+    from worker.reference import wholestep
+
+    layers = layerfit.logo_layers(matrix, _layer_predict)
+    steps = wholestep.evaluate(gpus, matrix, fit_params)
+    head = steps["headline"]
+    return {
+        "whole_step_mape": head["mape"],
+        "whole_step_log_ratio_p10": head["log_ratio_p10"],
+        "whole_step_log_ratio_p90": head["log_ratio_p90"],
+        "whole_step_rows": head["rows"],
+        **{
+            f"whole_step_{key}_step_only": steps.get("headline_step_only", {}).get(key)
+            for key in ("mape", "log_ratio_p10", "log_ratio_p90", "rows")
+        },
+        "layer_logo_mape": {p: v["mape"] for p, v in layers["mean_over_gpus"].items()},
+        "layer_logo_roofline_mape": {p: v["roofline_mape"] for p, v in layers["mean_over_gpus"].items()},
+        "evaluated_on": (
+            "leave-one-GPU-out: each GPU's layer rows (NeuSight, DeepBench, Benanza) and whole steps "
+            f"(data/reference/whole_steps.csv: {head['description']}) predicted by a model fitted without that GPU"
+        ),
+        "layers": layers,
+        "whole_steps": steps,
+    }
+
+
+def _round(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return float(f"{obj:.6g}")
+    if isinstance(obj, dict):
+        return {k: _round(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_round(v) for v in obj]
+    return obj
+
+
+def main(argv: Sequence[str] = ()) -> ReferenceModel:
+    """Fit on everything, evaluate held out, write data/reference/model.json."""
+    gpus = gpu_table()
+    matrix = layerfit.layer_matrix(data.load_layers(), gpus)
+    params = fit_params(gpus, matrix)
+    params["accuracy"] = {} if "--no-accuracy" in argv else accuracy(gpus, matrix)
+    text = json.dumps(_round(params), sort_keys=True, indent=None, separators=(",", ":")) + "\n"
+    MODEL_JSON.parent.mkdir(parents=True, exist_ok=True)
+    MODEL_JSON.write_text(text)
+    print(f"wrote {MODEL_JSON} ({len(text) // 1024} KiB, sha256 {hashlib.sha256(text.encode()).hexdigest()[:16]})")
+    return from_json_text(text)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

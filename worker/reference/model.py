@@ -1,0 +1,138 @@
+"""The fitted reference model: conv layers on any GPU from its specs, and whole training steps."""
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+
+from worker.reference import convs
+from worker.reference.specs import GpuSpecs
+from worker.reference.steps import StepEstimate, compose
+
+MODEL_JSON = Path(__file__).resolve().parents[2] / "data" / "reference" / "model.json"
+
+
+class ReferenceModel:
+    """Predicts conv phases and whole steps from a GPU's spec sheet (fitted on public measurements only)."""
+
+    def __init__(self, params: Mapping[str, Any], version: str = "unversioned") -> None:
+        self.params = dict(params)
+        self.version = version
+        self.accuracy: dict[str, Any] = dict(params.get("accuracy", {}))
+        conv = params["conv"]
+        if tuple(params.get("features", convs.FEATURES)) != convs.FEATURES:
+            raise ValueError("model.json was fitted with other conv features: run python -m worker.reference.fit")
+        self._forward = lgb.Booster(model_str=conv["forward"])
+        self._ratios = {p: lgb.Booster(model_str=conv[p]) for p in convs.PHASES[1:]}
+        self._clip = {p: tuple(v) for p, v in conv["clip"].items()}
+        self._step: dict[str, float] = dict(params["step"])
+
+    def _log_ratio(self, phase: str, x: np.ndarray) -> np.ndarray:
+        booster = self._forward if phase == "forward" else self._ratios[phase]
+        lo, hi = self._clip[phase]
+        return np.clip(booster.predict(x, num_threads=1), lo, hi)
+
+    def log_multipliers(self, feats: np.ndarray) -> np.ndarray:
+        """log(time / roofline) per phase (3, ...) from convs.features output (3, ..., F)."""
+        flat = [feats[p].reshape(-1, feats.shape[-1]) for p in range(3)]
+        fwd = self._log_ratio("forward", flat[0])
+        # backward = predicted forward x (its roofline / forward's) x learned relative efficiency
+        out = [fwd, *(fwd + self._log_ratio(phase, flat[p]) for p, phase in enumerate(convs.PHASES[1:], 1))]
+        return np.stack(out).reshape(3, *feats.shape[1:-1])
+
+    def conv_from_features(self, feats: np.ndarray, roof: np.ndarray) -> np.ndarray:
+        """Phase times (..., 3) ms from convs.features output (3, ..., F) and rooflines (3, ...)."""
+        return np.moveaxis(roof * np.exp(self.log_multipliers(feats)), 0, -1)
+
+    def _times(
+        self, specs: Sequence[Mapping[str, Any]], batch: np.ndarray, gpu: GpuSpecs, precision: str, tensor: np.ndarray
+    ) -> np.ndarray:
+        # Every batch size is predicted on its own (never interpolated between others), so a point's answer
+        # does not depend on which other batch sizes a job asks for.
+        feats, roof, _ = convs.features(specs, batch.astype(int).tolist(), gpu, precision, tensor)
+        return np.moveaxis(roof * np.exp(self.log_multipliers(feats)), 0, -1)
+
+    def _convs(
+        self, specs: Sequence[Mapping[str, Any]], batch_sizes: Sequence[int], gpu: GpuSpecs, precision: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Times (L, B, 3) and whether each runs on tensor cores (L, B, 3)."""
+        batch = np.asarray(batch_sizes, dtype=float)
+        if len(batch) and batch.min() < 1:
+            raise ValueError("batch sizes must be at least 1")
+        gpu = gpu.filled()
+        geo = convs.geometry(specs)
+        tensor = convs.uses_tensor_cores(geo, gpu, precision)
+        simt = self._times(specs, batch, gpu, precision, np.zeros_like(tensor))
+        if tensor.any():
+            # cuDNN picks the fastest algorithm per phase: where tensor cores are barely faster than the
+            # CUDA cores (GeForce TF32 runs at the FP32 rate), a CUDA-core kernel (e.g. Winograd) can win
+            fast = self._times(specs, batch, gpu, precision, tensor)
+            on_tensor = tensor[:, None, None] & (fast < simt)
+            out = np.where(on_tensor, fast, simt)
+        else:
+            on_tensor, out = np.zeros(simt.shape, dtype=bool), simt
+        # a transposed conv's forward is its direct twin's data gradient and vice versa
+        out[geo.transposed] = out[geo.transposed][..., [1, 0, 2]]
+        on_tensor[geo.transposed] = on_tensor[geo.transposed][..., [1, 0, 2]]
+        return out, on_tensor
+
+    def predict_convs(
+        self,
+        *,
+        specs: Sequence[Mapping[str, Any]],
+        batch_sizes: Sequence[int],
+        gpu: GpuSpecs,
+        precision: str = "fp32",
+    ) -> np.ndarray:
+        """Times (len(specs), len(batch_sizes), 3) in ms: forward, backward-data, backward-weight."""
+        if not specs:
+            return np.zeros((0, len(batch_sizes), 3))
+        return self._convs(specs, batch_sizes, gpu, precision)[0]
+
+    def conv_paths(
+        self, convs: Sequence[tuple[Mapping[str, Any], int]], batch_sizes: Sequence[int], gpu: GpuSpecs, precision: str
+    ) -> np.ndarray:
+        """Uncalibrated conv time of one step (B, 3 phases, 2 paths: CUDA cores, tensor cores), ms."""
+        out = np.zeros((len(batch_sizes), 3, 2))
+        if not convs:
+            return out
+        per_layer, tensor = self._convs([s for s, _ in convs], batch_sizes, gpu, precision)
+        weighted = per_layer * np.array([float(n) for _, n in convs])[:, None, None]
+        # the first conv reads the images, which need no gradient: autograd skips its data gradient
+        weighted[0, :, 1] -= per_layer[0, :, 1]
+        out[..., 0] = np.where(tensor, 0.0, weighted).sum(axis=0)
+        out[..., 1] = np.where(tensor, weighted, 0.0).sum(axis=0)
+        return out
+
+    def predict_steps(
+        self,
+        *,
+        convs: Sequence[tuple[Mapping[str, Any], int]],
+        workload: Mapping[str, Any],
+        batch_sizes: Sequence[int],
+        gpu: GpuSpecs,
+        optimizer: str = "sgd",
+        precision: str = "fp32",
+    ) -> list[StepEstimate]:
+        """One estimate per batch size of a whole training step (forward, backward, optimizer)."""
+        gpu = gpu.filled()
+        paths = self.conv_paths(convs, batch_sizes, gpu, precision)
+        tensor_scale = self._step.get(f"scale_conv_{'fp16' if precision == 'amp_fp16' else 'tf32'}", 1.0)
+        total = paths[..., 0] * self._step.get("scale_conv_simt", 1.0) + paths[..., 1] * tensor_scale
+        return compose(total, workload, np.asarray(batch_sizes, dtype=float), gpu, optimizer, precision, self._step)
+
+
+def from_json_text(text: str) -> ReferenceModel:
+    """A model from model.json text; its version is the text's sha256."""
+    return ReferenceModel(json.loads(text), hashlib.sha256(text.encode()).hexdigest()[:16])
+
+
+@lru_cache(maxsize=1)
+def load() -> ReferenceModel:
+    """The fitted model of data/reference/model.json (cached)."""
+    return from_json_text(MODEL_JSON.read_text())

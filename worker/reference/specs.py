@@ -1,0 +1,138 @@
+"""A GPU as its spec sheet describes it, and the peaks the reference model divides by.
+
+Missing optional figures are filled by documented rules so that a GPU registered with only
+its FP32 rate and memory bandwidth still gets a prediction:
+- compute capability: "8.0" if a TF32 rate is given, "7.0" if FP16 is more than twice FP32
+  (tensor cores), else "6.0";
+- FP16 tensor rate: the FP32 rate (no tensor cores); TF32 on compute capability >= 8.0: half the
+  dense FP16 rate (A100, A10, L4, H100 datasheets all have TF32 = FP16 / 2);
+- SM count: FP32 rate / (2 FLOPs x lanes per SM x 1.5 GHz), lanes 128 on compute capability 8.6,
+  8.9 and >= 9.0, else 64 (the CUDA programming guide's per-SM FP32 throughput table);
+- L2: 1 MiB per 100 GB/s of bandwidth (what V100, T4 and A100 roughly have).
+"""
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+PRECISIONS = ("fp32", "amp_fp16")
+
+
+def _num(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, Decimal | int | float):
+        out = float(value)
+    else:
+        try:
+            out = float(str(value).strip())
+        except ValueError:
+            return None
+    return out if math.isfinite(out) and out > 0 else None
+
+
+def _cc_value(cc: str | None) -> float:
+    try:
+        return float(cc) if cc else 0.0
+    except ValueError:
+        return 0.0
+
+
+@dataclass(frozen=True)
+class GpuSpecs:
+    """One GPU's published figures (per GPU, dense rates)."""
+
+    name: str
+    fp32_tflops: float
+    mem_bandwidth_gbs: float
+    fp16_tflops: float | None = None  # dense tensor-core fp16, fp32 accumulate
+    tf32_tflops: float | None = None  # dense; PyTorch uses TF32 for convs by default on compute capability >= 8.0
+    sm_count: int | None = None
+    l2_mib: float | None = None
+    compute_capability: str | None = None  # "8.0"
+    memory_gib: float | None = None  # per GPU
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "GpuSpecs":
+        """From a data/gpus.csv row or a machine_types row (gpu_-prefixed keys, total memory over gpu_count)."""
+        prefixed = any(str(k).startswith("gpu_") for k in row)
+
+        def get(key: str) -> Any:
+            if prefixed and f"gpu_{key}" in row:
+                return row[f"gpu_{key}"]
+            return row.get(key)
+
+        name = str(row.get("gpu") or row.get("name") or "unnamed GPU")
+        fp32 = _num(get("fp32_tflops"))
+        bandwidth = _num(get("mem_bandwidth_gbs"))
+        if fp32 is None or bandwidth is None:
+            raise ValueError(f"{name}: fp32_tflops and mem_bandwidth_gbs are required")
+        memory = _num(get("memory_gib"))
+        count = _num(row.get("gpu_count")) if prefixed else None
+        if memory is not None and count:
+            memory /= count  # machine_types stores the total over all GPUs of the machine
+        sm = _num(get("sm_count"))
+        cc = get("compute_capability")
+        return cls(
+            name=name,
+            fp32_tflops=fp32,
+            mem_bandwidth_gbs=bandwidth,
+            fp16_tflops=_num(get("fp16_tflops")),
+            tf32_tflops=_num(get("tf32_tflops")),
+            sm_count=int(round(sm)) if sm else None,
+            l2_mib=_num(get("l2_mib")),
+            compute_capability=str(cc).strip() if cc not in (None, "") else None,
+            memory_gib=memory,
+        )
+
+    def filled(self) -> "GpuSpecs":
+        """The same GPU with every optional figure present (rules in the module docstring)."""
+        cc = self.compute_capability
+        if not cc or _cc_value(cc) <= 0:
+            if self.tf32_tflops:
+                cc = "8.0"
+            elif self.fp16_tflops and self.fp16_tflops > 2.05 * self.fp32_tflops:
+                cc = "7.0"
+            else:
+                cc = "6.0"
+        fp16 = self.fp16_tflops or self.fp32_tflops
+        tf32 = self.tf32_tflops
+        if tf32 is None and _cc_value(cc) >= 8.0:
+            tf32 = fp16 / 2
+        sm = self.sm_count
+        if not sm:
+            major = _cc_value(cc)
+            lanes = 128 if major >= 8.6 else 64
+            sm = max(1, round(self.fp32_tflops * 1e12 / (2 * lanes * 1.5e9)))
+        l2 = self.l2_mib or self.mem_bandwidth_gbs / 100
+        return GpuSpecs(self.name, self.fp32_tflops, self.mem_bandwidth_gbs, fp16, tf32, sm, l2, cc, self.memory_gib)
+
+    @property
+    def cc(self) -> float:
+        """Compute capability as a number (0 when unknown)."""
+        return _cc_value(self.compute_capability)
+
+
+def simt_tflops(gpu: GpuSpecs, precision: str) -> float:
+    """Peak of the CUDA cores for this precision (FP16 without tensor cores runs at the FP16 rate if faster)."""
+    if precision == "amp_fp16" and gpu.cc < 7.0 and gpu.fp16_tflops and gpu.fp16_tflops > gpu.fp32_tflops:
+        return gpu.fp16_tflops  # P100: 2x-rate half on CUDA cores
+    return gpu.fp32_tflops
+
+
+def tensor_tflops(gpu: GpuSpecs, precision: str) -> float | None:
+    """Peak of the tensor cores for this precision, None where convs cannot use them."""
+    if precision == "amp_fp16" and gpu.cc >= 7.0 and gpu.fp16_tflops:
+        return gpu.fp16_tflops
+    if precision == "fp32" and gpu.cc >= 8.0:
+        return gpu.tf32_tflops
+    return None
+
+
+def element_bytes(precision: str) -> float:
+    """Bytes of one activation element."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    return 2.0 if precision == "amp_fp16" else 4.0
