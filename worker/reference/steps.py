@@ -38,7 +38,9 @@ def forward_ops(workload: Mapping[str, Any]) -> float:
     return float(sum(float(v.get("count", 0)) for v in workload.get("ops", {}).values()))
 
 
-def other_ms(workload: Mapping[str, Any], batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float]):
+def other_ms(
+    workload: Mapping[str, Any], batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float]
+) -> np.ndarray:
     """Forward + backward time of every non-conv operator, shape (B,)."""
     ops = workload.get("ops", {})
     scale = element_bytes(precision) / 4.0  # the workload is read in fp32
