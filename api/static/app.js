@@ -1092,20 +1092,28 @@
     const form = new FormData();
     form.append("name", name);
     form.append("file", file, file.name);
-    $("#upload-button").disabled = true;
-    message.textContent = `Uploading ${file.name}…`;
-    try {
+    await register($("#upload-button"), message, `Uploading ${file.name}…`, async () => {
       const { data } = await api("POST", "v1/cnns", form);
       await loadCnns();
       cnnPicker.toggle(data.name, true);
-      message.className = "ok";
-      message.textContent = `Registered ${data.name} (${data.source}${data.parameters ? ", " + parameters(data.parameters) : ""}); `
+      return `Registered ${data.name} (${data.source}${data.parameters ? ", " + parameters(data.parameters) : ""}); `
         + "it is now chosen in the CNN list.";
+    });
+  }
+
+  // Sends a registration with its button disabled meanwhile; says what happened, or the API's problem.
+  async function register(button, message, busy, send) {
+    button.disabled = true;
+    message.textContent = busy;
+    try {
+      const done = await send();
+      message.className = "ok";
+      message.textContent = done;
     } catch (err) {
       message.className = "error";
       message.replaceChildren(el("strong", { text: `${err.title}: ` }), richText(err.message));
     } finally {
-      $("#upload-button").disabled = false;
+      button.disabled = false;
     }
   }
 
@@ -1141,21 +1149,13 @@
         body[input.name] = value;
       }
     }
-    $("#gpu-button").disabled = true;
-    message.textContent = `Registering ${body.name}…`;
-    try {
+    await register($("#gpu-button"), message, `Registering ${body.name}…`, async () => {
       const { data } = await api("POST", "v1/machines", body);
       await loadMachines();
       machinePicker.toggle(data.name, true);
-      message.className = "ok";
-      message.textContent = `Registered ${data.name} (${gpuText(data)}, ${hourly(data.price_usd_per_hour || 0)}/h); `
+      return `Registered ${data.name} (${gpuText(data)}, ${hourly(data.price_usd_per_hour || 0)}/h); `
         + "it is now chosen in the machine type list.";
-    } catch (err) {
-      message.className = "error";
-      message.replaceChildren(el("strong", { text: `${err.title}: ` }), richText(err.message));
-    } finally {
-      $("#gpu-button").disabled = false;
-    }
+    });
   }
 
   // ---- start --------------------------------------------------------------------------------
