@@ -19,6 +19,28 @@ def longest_task_s() -> float:
     return get_settings().max_batch_sizes * policy.time_cap_s * policy.busy_cap_factor
 
 
+def gpu_missing(machine: str) -> str | None:
+    """Why this agent must not start: a GPU machine type with no usable CUDA device, else None."""
+    required = get_settings().agent_require_gpu
+    if required is None:
+        required = machine != "local"
+    if not required:
+        return None
+    from gpu_agent import environment
+
+    dev = environment.device()
+    if dev.type == "cuda":
+        return None
+    import torch
+
+    return (
+        f"no usable CUDA device for machine type {machine!r} (torch {torch.__version__}, built for CUDA "
+        f"{torch.version.cuda or 'none'}; device {dev}): timings measured here would be stored under {machine!r}. "
+        "Check the NVIDIA driver (nvidia-smi) and torch's CUDA build, or set AGENT_REQUIRE_GPU=false "
+        "for a CPU machine type."
+    )
+
+
 def main() -> None:
     """Run one Celery worker on bench.<machine type>, one measurement at a time."""
     # First, before any setting is read: DATABASE_URL / REDIS_URL may come from SSM. Imported only
@@ -32,6 +54,9 @@ def main() -> None:
 
     settings = get_settings()
     machine = settings.agent_machine_type
+    if reason := gpu_missing(machine):
+        print(f"error: {reason}", file=sys.stderr)
+        sys.exit(3)
     if settings.visibility_timeout_s < longest_task_s():
         log.warning(
             "VISIBILITY_TIMEOUT_S=%s is shorter than a long task may take (~%.0f s): Redis would hand a task "

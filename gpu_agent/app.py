@@ -7,7 +7,7 @@ from typing import Any
 from celery import signals
 from celery.exceptions import Reject
 
-from gpu_agent import environment, layer_bench, lifecycle, step_bench, store
+from gpu_agent import environment, instance, layer_bench, lifecycle, step_bench, store
 from gpu_agent.timing import Policy
 from gpu_agent.windows import Outcome
 from shared import tasks
@@ -139,6 +139,7 @@ def measure_steps(
 
 def connect_signals() -> None:
     """Register and heartbeat once the worker is ready; turn SIGTERM/SIGINT into a stop request."""
+    signals.after_setup_logger.connect(_on_logging, weak=False)
     signals.worker_ready.connect(_on_ready, weak=False)
     signals.worker_shutting_down.connect(_on_shutting_down, weak=False)
     signals.worker_shutdown.connect(_on_shutdown, weak=False)
@@ -154,6 +155,16 @@ def _on_ready(**_: Any) -> None:
         environment_id=environment.environment_id(str(dev)),
         interval_s=settings.agent_heartbeat_s,
     )
+    instance.start()
+
+
+def _on_logging(logger: logging.Logger | None = None, **_: Any) -> None:
+    # Celery replaces the root logger's handlers at start; add the file (shipped to CloudWatch) after.
+    path = get_settings().agent_log_file
+    if path and logger is not None:
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
 
 
 def _on_shutting_down(**_: Any) -> None:

@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,7 +27,7 @@ VALUES (%(id)s, %(machine)s, %(host)s, %(pid)s, %(device)s, %(env)s, %(started_a
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()"""
 SET_WORK = "UPDATE agents SET current_work = %s, heartbeat_at = now() WHERE id = %s"
 SET_ERROR = "UPDATE agents SET last_error = %s, last_error_at = now() WHERE id = %s"
-MARK_STOPPED = "UPDATE agents SET stopped_at = now(), current_work = NULL WHERE id = %s"
+MARK_STOPPED = "UPDATE agents SET stopped_at = now(), current_work = NULL, stop_reason = %s WHERE id = %s"
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,22 @@ class Identity:
 _stop = threading.Event()
 _halt = threading.Event()  # ends the heartbeat thread
 _me: Identity | None = None
+_stop_reason: str | None = None
+_busy = False
+_idle_since = time.monotonic()
 
 
-def request_stop() -> None:
+def request_stop(reason: str | None = None) -> None:
     """Ask the running task to finish its current window, store it, and hand back the rest."""
+    global _stop_reason
+    if reason and _stop_reason is None:
+        _stop_reason = reason
     _stop.set()
+
+
+def idle_for() -> float:
+    """Seconds since this agent last finished work (or started); 0 while it measures."""
+    return 0.0 if _busy else time.monotonic() - _idle_since
 
 
 def stop_requested() -> bool:
@@ -59,6 +71,8 @@ def stop_requested() -> bool:
 
 def clear_stop() -> None:
     """Forget a stop request (for in-process use, e.g. tests)."""
+    global _stop_reason
+    _stop_reason = None
     _stop.clear()
 
 
@@ -87,14 +101,18 @@ def start(*, machine: str, device: str, environment_id: int, interval_s: float) 
 
 
 def stop() -> None:
-    """Mark this agent stopped and end its heartbeats."""
+    """Mark this agent stopped, with why, and end its heartbeats."""
     _halt.set()
     if _me is not None:
-        _execute(MARK_STOPPED, (_me.id,))
+        _execute(MARK_STOPPED, (_stop_reason or "stop signal", _me.id))
 
 
 def set_work(work: dict[str, Any] | None) -> None:
     """Publish what the agent is measuring now (None: idle)."""
+    global _busy, _idle_since
+    _busy = work is not None
+    if not _busy:
+        _idle_since = time.monotonic()
     if _me is not None:
         _execute(SET_WORK, (Json(work) if work is not None else None, _me.id))
 

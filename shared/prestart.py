@@ -5,7 +5,7 @@ import time
 
 import redis
 
-from shared import migrate, secrets
+from shared import migrate, secrets, tasks
 from shared.db import connect
 from shared.errors import ServiceUnavailable
 from shared.secrets import redact_url
@@ -21,7 +21,7 @@ def wait_for_services(timeout_s: float) -> None:
             migrate.ensure_database(settings.database_url)
             connect().close()
             try:
-                redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2).ping()
+                tasks.redis_client(socket_connect_timeout=2).ping()
             except redis.RedisError as exc:
                 raise ServiceUnavailable(f"Redis at {redact_url(settings.redis_url)} is unreachable: {exc}") from exc
             return

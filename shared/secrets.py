@@ -3,13 +3,21 @@
 A machine started by the fleet gets only TRAINCAST_SSM_PATH in its user data (a path, not a
 secret); its instance profile may read that path. Call load_from_environment() before anything
 reads settings: get_settings() reads os.environ once per process.
+
+CA certificates (database_ca, redis_ca: PEM text) do not fit an environment variable that libpq or
+ssl would read, so they are written to files and DATABASE_CA_FILE / REDIS_CA_FILE name them.
 """
 
+import hashlib
 import logging
 import os
 import re
+import ssl
+import stat
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -20,6 +28,10 @@ SSM_PATH_VAR = "TRAINCAST_SSM_PATH"
 # At DEBUG, botocore logs every response body: here, the decrypted values.
 BOTOCORE_BODY_LOGGER = "botocore.parsers"
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+# Parameters holding a PEM CA certificate → the setting that names the file it is written to.
+CA_PARAMETERS = {"DATABASE_CA": "DATABASE_CA_FILE", "REDIS_CA": "REDIS_CA_FILE"}
+# Where CA files go when $XDG_RUNTIME_DIR is not set (a service's RuntimeDirectory=traincast).
+RUNTIME_DIR = Path("/run/traincast")
 
 
 def env_name(parameter_name: str) -> str:
@@ -71,11 +83,18 @@ def _apply(parameters: Iterable[dict[str, Any]]) -> list[str]:
         if not _ENV_NAME.fullmatch(name):
             log.warning("SSM parameter %s does not name an environment variable; skipped", parameter["Name"])
             continue
+        name = CA_PARAMETERS.get(name, name)
         if name in os.environ:
             # An explicit environment variable wins: an operator can override one secret on one host.
             log.info("%s is set in the environment; SSM parameter %s not used", name, parameter["Name"])
             continue
-        os.environ[name] = parameter["Value"]
+        if name in CA_PARAMETERS.values():
+            value = _ca_file(parameter["Name"], parameter["Value"])
+            if value is None:
+                continue
+        else:
+            value = parameter["Value"]
+        os.environ[name] = value
         loaded.append(name)
     if loaded:
         # Settings read before this (there should be none) would miss what was loaded.
@@ -83,6 +102,47 @@ def _apply(parameters: Iterable[dict[str, Any]]) -> list[str]:
 
         get_settings.cache_clear()
     return sorted(loaded)
+
+
+def _ca_file(parameter_name: str, pem: str) -> str | None:
+    """Write a PEM CA certificate to a file of this user's (mode 0600) and return its path; None if it is not one."""
+    try:
+        if "-----BEGIN CERTIFICATE-----" not in pem:
+            raise ValueError("no certificate")
+        # The same parser ssl uses to verify servers: what it refuses here would fail every connection later.
+        ssl.create_default_context(cadata=pem)
+    except (ssl.SSLError, ValueError, TypeError):
+        log.warning("SSM parameter %s is not a PEM CA certificate; skipped", parameter_name)
+        return None
+    directory = _private_dir()
+    # Named by content: processes starting together write the same file, and a new CA gets a new name.
+    digest = hashlib.sha256(pem.encode()).hexdigest()[:16]
+    target = directory / f"{env_name(parameter_name).lower()}-{digest}.pem"
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")  # created 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(pem)
+        os.replace(tmp, target)  # atomic: a reader never sees half a certificate
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return str(target)
+
+
+def _private_dir() -> Path:
+    """A directory only this user can write: $XDG_RUNTIME_DIR/traincast, /run/traincast, else in the temp dir."""
+    candidates = [Path(os.environ["XDG_RUNTIME_DIR"]) / "traincast"] if os.environ.get("XDG_RUNTIME_DIR") else []
+    candidates += [RUNTIME_DIR, Path(tempfile.gettempdir()) / f"traincast-{os.getuid()}"]
+    for path in candidates:
+        try:
+            path.mkdir(mode=0o700, parents=False, exist_ok=True)
+            info = path.lstat()
+        except OSError:
+            continue
+        # Whoever could write here could swap the CA and impersonate the servers: only our own, unshared dir.
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022:
+            return path
+    return Path(tempfile.mkdtemp(prefix="traincast-"))
 
 
 def redact_url(url: str) -> str:

@@ -3,11 +3,17 @@
 The API never imports worker or agent code: it sends tasks by the names below.
 """
 
+import logging
+import ssl
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import redis
 from celery import Celery
 
 from shared.settings import get_settings
+
+log = logging.getLogger(__name__)
 
 PLAN_JOB = "worker.plan_job"
 ADVANCE_JOBS = "worker.advance_jobs"
@@ -21,10 +27,62 @@ def bench_queue(machine_type: str) -> str:
     return f"bench.{machine_type}"
 
 
+_CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+_FALSE = {"0", "false", "no", "off"}
+_warned: set[str] = set()
+
+
+def redis_tls(url: str) -> tuple[str, dict[str, Any] | None]:
+    """The URL without its ssl_* query parameters, and the TLS options it asks for (None unless rediss://).
+
+    The options always verify the certificate and host name unless the URL says ssl_cert_reqs=none,
+    and use REDIS_CA_FILE when the URL names no ssl_ca_certs.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "rediss":
+        return url, None
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    options: dict[str, Any] = {k: v for k, v in query if k.startswith("ssl_")}
+    # Kombu lets ssl_* in the URL replace broker_use_ssl whole (losing the CA), and reads a bare
+    # rediss:// as CERT_NONE: so the options travel apart from the URL, complete.
+    url = urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in query if not k.startswith("ssl_")])))
+    reqs = str(options.get("ssl_cert_reqs", "required")).lower().removeprefix("cert_")
+    if reqs not in _CERT_REQS:
+        raise ValueError(f"REDIS_URL has ssl_cert_reqs={reqs!r}; use required (or none for local development)")
+    options["ssl_cert_reqs"] = _CERT_REQS[reqs]
+    if "ssl_check_hostname" in options:
+        options["ssl_check_hostname"] = str(options["ssl_check_hostname"]).lower() not in _FALSE
+    options.setdefault("ssl_check_hostname", True)
+    ca_file = get_settings().redis_ca_file
+    if ca_file:
+        options.setdefault("ssl_ca_certs", ca_file)
+    host = parts.hostname or ""
+    if (reqs == "none" or not options["ssl_check_hostname"]) and host not in _warned:
+        _warned.add(host)
+        log.warning(
+            "REDIS_URL for %s turns TLS verification off (ssl_cert_reqs=%s, ssl_check_hostname=%s): anyone on the "
+            "path can impersonate Redis; use it for local development only",
+            host,
+            reqs,
+            options["ssl_check_hostname"],
+        )
+    return url, options
+
+
+def redis_client(url: str | None = None, **kwargs: Any) -> redis.Redis:
+    """A Redis client for REDIS_URL (or url) that verifies the server as redis_tls() says."""
+    url, tls = redis_tls(url or get_settings().redis_url)
+    return redis.Redis.from_url(url, **(tls or {}), **kwargs)
+
+
 def make_app(name: str) -> Celery:
     """A Celery app on our broker, with the delivery guarantees every process relies on."""
     settings = get_settings()
-    app = Celery(name, broker=settings.redis_url)
+    broker_url, tls = redis_tls(settings.redis_url)
+    app = Celery(name, broker=broker_url)
+    if tls is not None:
+        # Results are never stored, but should a backend be set it gets the same verification.
+        app.conf.update(broker_use_ssl=tls, redis_backend_use_ssl=tls)
     app.conf.update(
         # Job state lives in PostgreSQL; Celery results are never read.
         task_ignore_result=True,

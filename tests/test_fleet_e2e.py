@@ -90,7 +90,13 @@ def test_fleet_launches_an_agent_the_job_completes_and_the_idle_instance_goes(
         assert len(live()) == 1  # the controller waits for it rather than launching more
 
         # The stand-in for the instance's boot script: an agent of that machine type and instance id.
-        stack.start("agent", AGENT_MACHINE_TYPE="g4dn.xlarge", AGENT_INSTANCE_ID=inst["InstanceId"], AGENT_DEVICE="cpu")
+        stack.start(
+            "agent",
+            AGENT_MACHINE_TYPE="g4dn.xlarge",
+            AGENT_INSTANCE_ID=inst["InstanceId"],
+            AGENT_DEVICE="cpu",
+            AGENT_REQUIRE_GPU="false",  # a CPU stands in for the T4
+        )
 
         def finished() -> dict[str, Any] | None:
             got: dict[str, Any] = http.get(f"{stack.url}/v1/jobs/{job['id']}").json()

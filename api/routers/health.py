@@ -6,9 +6,9 @@ import redis
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from shared import tasks
 from shared.db import transaction
 from shared.errors import ServiceUnavailable
-from shared.settings import get_settings
 
 router = APIRouter(tags=["health"])
 
@@ -30,7 +30,7 @@ def readyz() -> dict[str, Any] | JSONResponse:
     except ServiceUnavailable as exc:
         checks["database"] = exc.detail
     try:
-        redis.Redis.from_url(get_settings().redis_url, socket_connect_timeout=2).ping()
+        tasks.redis_client(socket_connect_timeout=2).ping()
         checks["broker"] = "ok"
     except redis.RedisError as exc:
         checks["broker"] = f"Redis unreachable: {exc}"
