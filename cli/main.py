@@ -152,7 +152,7 @@ def cmd_agents(api: Api, args: argparse.Namespace) -> int:
             a["machine_type"],
             f"{a['host']}:{a['pid']}",
             a["device"],
-            "alive" if a["alive"] else ("stopped" if a["stopped_at"] else "silent"),
+            "alive" if a["alive"] else (f"stopped: {a.get('stop_reason') or '?'}" if a["stopped_at"] else "silent"),
             f"{a['heartbeat_age_s']:.0f} s",
             _work(a["current_work"]),
         ]

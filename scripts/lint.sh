@@ -6,3 +6,7 @@ VENV=${VENV:-.venv}
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 "$VENV/bin/mypy" api worker gpu_agent shared cli
+# The fleet's CloudFormation template (deploy/aws/); tests/test_fleet_template.py checks its policies.
+"$VENV/bin/cfn-lint" deploy/aws/*.yaml
+# The fleet's boot script as an instance receives it (gpu_agent/fleet/boot.sh under its settings).
+"$VENV/bin/python" -c 'from gpu_agent.fleet import boot; print(boot.example())' | shellcheck -S warning -

@@ -7,7 +7,8 @@ from shared.db import jsonable, transaction
 # Alive: beat recently and did not say it stopped. Live agents first, then the most recent.
 SELECT_AGENTS = """
 SELECT a.id, a.machine_type, a.host, a.pid, a.device, a.environment_id, e.details AS environment,
-       a.started_at, a.heartbeat_at, a.stopped_at, a.current_work, a.last_error, a.last_error_at,
+       a.started_at, a.heartbeat_at, a.stopped_at, a.stop_reason, a.instance_id, a.current_work, a.last_error,
+       a.last_error_at,
        (a.stopped_at IS NULL AND a.heartbeat_at > now() - make_interval(secs => %(alive_after)s)) AS alive,
        extract(epoch FROM now() - a.heartbeat_at) AS heartbeat_age_s
 FROM agents a JOIN environments e ON e.id = a.environment_id

@@ -10,6 +10,7 @@ TraincastError                 base: every error we raise on purpose
 └── FleetError                 the AWS fleet could not do what it was asked
     ├── CapacityShort          no subnet or market had capacity now: retried later, not fatal
     └── LaunchRefused          AWS refused the launch request itself (permissions, AMI, settings)
+        └── QuotaShort         every market's vCPU quota for the type's family is too low (Service Quotas)
 """
 
 from typing import Any
@@ -86,3 +87,9 @@ class LaunchRefused(FleetError):
     """AWS refused a launch for a reason other than capacity; retrying will not help by itself."""
 
     title = "Launch refused"
+
+
+class QuotaShort(LaunchRefused):
+    """Every market tried refused for a vCPU quota (VcpuLimitExceeded, MaxSpotInstanceCountExceeded)."""
+
+    title = "Quota too low"

@@ -7,7 +7,11 @@ from shared.db import jsonable, transaction
 from shared.errors import InvalidRequest
 from shared.settings import get_settings
 
-SELECT_TARGETS = "SELECT * FROM fleet_targets ORDER BY machine_type"
+# paused_until: retry_after while it is ahead; pause_kind (capacity, quota, refused, early_deaths) and
+# pause_reason say why, failures and early_deaths count them in a row (gpu_agent/fleet/health.py).
+SELECT_TARGETS = """
+SELECT *, CASE WHEN retry_after > now() THEN retry_after END AS paused_until
+FROM fleet_targets ORDER BY machine_type"""
 SELECT_INSTANCES = """
 SELECT f.instance_id, f.machine_type, f.market, f.subnet_id, f.price_usd_per_hour, f.launched_at, f.idle_since,
        EXISTS (SELECT 1 FROM agents a WHERE a.instance_id = f.instance_id AND a.stopped_at IS NULL
@@ -22,7 +26,7 @@ INSERT_EVENT = "INSERT INTO fleet_events (machine_type, action, detail) VALUES (
 
 
 def status(*, events: int = 20) -> dict[str, Any]:
-    """Limits, per-type targets and decisions, running instances, recent events, spend rate."""
+    """Limits, per-type targets, decisions and launch pauses, running instances, recent events, spend rate."""
     s = get_settings()
     with transaction() as cur:
         cur.execute(SELECT_TARGETS)
@@ -41,6 +45,11 @@ def status(*, events: int = 20) -> dict[str, Any]:
             "max_lifetime_s": s.fleet_max_lifetime_s,
             "idle_s": s.fleet_idle_s,
             "boot_grace_s": s.fleet_boot_grace_s,
+            "capacity_retry_s": s.fleet_capacity_retry_s,
+            "backoff_s": s.fleet_backoff_s,
+            "backoff_max_s": s.fleet_backoff_max_s,
+            "early_death_s": s.fleet_early_death_s,
+            "early_deaths": s.fleet_early_deaths,
         },
         "usd_per_hour": round(sum(i["price_usd_per_hour"] for i in instances), 4),
         "types": targets,

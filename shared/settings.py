@@ -50,6 +50,21 @@ class Settings(BaseSettings):
     bench_max_failures: int = 3
     # EC2 instance id of the agent's host (set by the fleet's user data from the instance metadata).
     agent_instance_id: str = ""
+    # Refuse to start without CUDA (a driver mismatch must not store CPU timings under a GPU type).
+    # Unset: required for every machine type but "local".
+    agent_require_gpu: bool | None = None
+    # On an EC2 instance: watch the instance metadata for spot interruption and rebalance notices.
+    agent_watch_instance: bool = False
+    agent_imds_poll_s: float = 5.0
+    # Exit after this long with no work (0: never); the fleet's unit then powers the instance off.
+    agent_idle_exit_s: float = 0.0
+    agent_log_file: str = ""  # also log here (the CloudWatch agent ships it)
+    # CA certificates (PEM files) that PostgreSQL's and Redis's server certificates must chain to,
+    # used when DATABASE_URL names no sslrootcert / REDIS_URL no ssl_ca_certs. The SSM parameters
+    # database_ca / redis_ca (PEM text) are written to files and set these. Empty: libpq's
+    # ~/.postgresql/root.crt, and for Redis the system's CAs.
+    database_ca_file: str = ""
+    redis_ca_file: str = ""
 
     # Fleet (issue 7): the controller (`python -m gpu_agent.fleet`) launches agents on AWS.
     fleet_enabled: bool = False
@@ -67,7 +82,16 @@ class Settings(BaseSettings):
     fleet_spot: bool = True  # spot first, on-demand when spot capacity is short
     # The agent reads its secrets from this SSM path; user data carries only the path.
     fleet_ssm_path: str = "/traincast/agent/"
-    fleet_agent_command: str = "cd /opt/traincast && exec .venv/bin/python -m gpu_agent"
+    # The boot path (gpu_agent/fleet/boot.sh): where `traincast fleet publish` put the agent's wheel
+    # (s3://bucket/prefix/; empty: the AMI has it baked in at /opt/traincast/venv), a PyPI mirror,
+    # PyTorch's index and its CUDA builds as "driver CUDA version=variant", newest first.
+    fleet_artifact: str = ""
+    fleet_pip_index_url: str = ""
+    fleet_torch_index_url: str = "https://download.pytorch.org/whl"
+    fleet_torch_variants: str = "13.0=cu130 12.8=cu128 12.6=cu126"
+    fleet_log_group: str = ""  # CloudWatch Logs group for the boot and agent logs; empty: console only
+    # An agent with no work this long exits and its instance powers off, controller or not.
+    fleet_agent_idle_exit_s: float = 1800.0
     # Limits: instances per type, dollars per hour over the whole fleet (at on-demand prices,
     # the most spot can cost), seconds an instance may live, idle seconds before it goes,
     # seconds after launch before an instance without a heartbeat is an orphan.
@@ -79,6 +103,16 @@ class Settings(BaseSettings):
     # Queued benchmark tasks per agent before the controller wants another one.
     fleet_tasks_per_agent: int = 200
     fleet_capacity_retry_s: float = 300.0
+    # A launch refused for its configuration (permissions, AMI, quota) or a type whose instances
+    # keep dying early pauses that type this long, doubling per consecutive failure up to the cap.
+    fleet_backoff_s: float = 300.0
+    fleet_backoff_max_s: float = 4 * 3600
+    # An instance orphaned or gone within this many seconds of launch died early; this many early
+    # deaths in a row (no agent of the type heartbeating in between) pause its type.
+    fleet_early_death_s: float = 1200.0
+    fleet_early_deaths: int = 2
+    # EC2 lists a new instance late: one missing from the listing is declared gone only this long after launch.
+    fleet_gone_grace_s: float = 300.0
 
 
 @lru_cache

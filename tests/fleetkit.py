@@ -114,3 +114,47 @@ class ShortOfCapacity:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
+
+
+class Failing:
+    """An EC2 client that answers chosen calls with an AWS error; every other call goes to moto.
+
+    rules: method name → function of the call's parameters giving an error code, or None to pass
+    the call on. Moto cannot refuse on its own (no IAM, quotas or console failures).
+    """
+
+    def __init__(self, client: Any, **rules: Any) -> None:
+        self._client, self._rules, self.calls = client, rules, []  # type: ignore[var-annotated]
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._client, name)
+        rule = self._rules.get(name)
+        if rule is None:
+            return real
+
+        def call(**params: Any) -> Any:
+            self.calls.append((name, params))
+            code = rule(params)
+            if code:
+                raise ClientError({"Error": {"Code": code, "Message": f"test refusal: {code}"}}, name)
+            return real(**params)
+
+        return call
+
+
+def stubbed_ec2() -> Any:
+    """A real boto3 EC2 client with fake credentials, for botocore's Stubber."""
+    return boto3.client("ec2", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
+
+
+def listing(*instances: dict[str, Any]) -> dict[str, Any]:
+    """A DescribeInstances answer holding these instances (one reservation)."""
+    return {"Reservations": [{"Instances": list(instances)}] if instances else []}
+
+
+def described(iid: str, machine_type: str, fleet: str, launched: Any, state: str = "running") -> dict[str, Any]:
+    """One instance as DescribeInstances shows it, with the fleet's tags."""
+    tags = [{"Key": "app", "Value": "traincast"}, {"Key": "traincast:machine-type", "Value": machine_type},
+            {"Key": "traincast:fleet", "Value": fleet}]  # fmt: skip
+    return {"InstanceId": iid, "InstanceType": machine_type, "LaunchTime": launched, "Tags": tags,
+            "State": {"Name": state, "Code": 16 if state == "running" else 48}}  # fmt: skip

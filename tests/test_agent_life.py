@@ -101,6 +101,7 @@ def test_agent_registers_beats_and_shows_its_work(stack: Stack, clean_db: None) 
     assert stack.stop("agent") == 0
     gone = listed(stack, pid)
     assert gone and not gone["alive"] and gone["stopped_at"] and gone["current_work"] is None
+    assert gone["stop_reason"] == "stop signal" and gone["instance_id"] is None
 
 
 def test_sigterm_stores_the_current_window_and_requeues_the_rest(stack: Stack, clean_db: None) -> None:

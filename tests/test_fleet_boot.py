@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -126,21 +127,14 @@ def stub_bin(dest: Path, state: Path) -> Path:
     return dest
 
 
-@pytest.fixture
-def host(service_env: dict[str, str], tmp_path: Path) -> Iterator[Host]:
-    """A pretend instance with its metadata, S3 and SSM (moto), a published wheel and the agent's secrets."""
+@pytest.fixture(scope="module")
+def aws_side(service_env: dict[str, str]) -> Iterator[str]:
+    """moto's server with the published wheel in S3 and the agent's secrets in SSM; yields its URL."""
     port = free_port()
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     moto.start()
     moto_url = f"http://127.0.0.1:{port}"
     httpx.post(f"{moto_url}/moto-api/reset")  # moto's state is per process, not per server
-    empty_index = tmp_path / "index"
-    (empty_index / "simple").mkdir(parents=True)
-    index = ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: SimpleHTTPRequestHandler(*a, directory=str(empty_index)))
-    import threading
-
-    threading.Thread(target=index.serve_forever, daemon=True).start()
-    imds = Imds(instance_id=INSTANCE_ID)
     aws = {"region_name": "us-east-1", "endpoint_url": moto_url, "aws_access_key_id": "x", "aws_secret_access_key": "x"}
     s3 = boto3.client("s3", **aws)
     s3.create_bucket(Bucket="traincast-artifacts")
@@ -149,6 +143,19 @@ def host(service_env: dict[str, str], tmp_path: Path) -> Iterator[Host]:
     secrets = {"database_url": agent_url(service_env["DATABASE_URL"]), "redis_url": service_env["REDIS_URL"]}
     for name, value in secrets.items():
         ssm.put_parameter(Name=SSM_PATH + name, Value=value, Type="SecureString")
+    yield moto_url
+    moto.stop()
+
+
+@pytest.fixture
+def host(aws_side: str, tmp_path: Path) -> Iterator[Host]:
+    """A pretend instance: its metadata service, an empty local pip index, stubs, and the script's environment."""
+    moto_url = aws_side
+    empty_index = tmp_path / "index"
+    (empty_index / "simple").mkdir(parents=True)
+    index = ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: SimpleHTTPRequestHandler(*a, directory=str(empty_index)))
+    threading.Thread(target=index.serve_forever, daemon=True).start()
+    imds = Imds(instance_id=INSTANCE_ID)
     state = tmp_path / "systemd"
     bindir = stub_bin(tmp_path / "bin", state)
     root = tmp_path / "opt" / "traincast"
@@ -180,7 +187,6 @@ def host(service_env: dict[str, str], tmp_path: Path) -> Iterator[Host]:
         os.kill(pid, signal.SIGKILL)
     imds.close()
     index.shutdown()
-    moto.stop()
 
 
 def config(host: Host, **over: Any) -> boot.BootConfig:
@@ -288,3 +294,24 @@ def test_pointer_names_the_wheel_by_digest(host: Host) -> None:
     body = s3.get_object(Bucket="traincast-artifacts", Key=pointer["wheel"])["Body"].read()
     assert hashlib.sha256(body).hexdigest() == pointer["sha256"]
     assert pointer["wheel"] == f"agent/wheels/{pointer['sha256'][:16]}/traincast-0.1.0-py3-none-any.whl"
+
+
+def test_publish_command_uploads_and_repoints(host: Host) -> None:
+    """`traincast fleet publish` as an operator runs it: the pointer moves to the new upload; no location → one line."""
+    env = {**host.env, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "PYTHONPATH": ""}
+    traincast = str(Path(sys.executable).parent / "traincast")
+    done = subprocess.run([traincast, "fleet", "publish", "--artifact", "s3://traincast-artifacts/other"], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "FLEET_ARTIFACT=s3://traincast-artifacts/other/" in done.stdout
+    s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=host.env["AWS_ENDPOINT_URL"],
+                      aws_access_key_id="x", aws_secret_access_key="x")  # fmt: skip
+    pointer = json.loads(s3.get_object(Bucket="traincast-artifacts", Key="other/current.json")["Body"].read())
+    assert f"published {pointer['wheel']} (sha256 {pointer['sha256']})" in done.stdout
+
+    env.pop("FLEET_ARTIFACT", None)
+    missing = subprocess.run([traincast, "fleet", "publish"], env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == (
+        "error: no artifact location: pass --artifact s3://bucket/prefix/ or set FLEET_ARTIFACT"
+    )

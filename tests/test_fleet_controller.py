@@ -151,19 +151,25 @@ def test_a_refused_launch_is_reported_and_the_loop_goes_on(clean_db: None) -> No
         controller(client, bad).tick()
         [failed] = events("launch_failed")
         assert "NoSuchEntity" in failed["detail"] and instances(client, cfg) == []
+        [target] = fleet.status()["types"]
+        assert target["pause_kind"] == "refused" and target["failures"] == 1 and target["paused_until"]
+        assert "NoSuchEntity" in target["pause_reason"]
 
 
 def test_adopts_tagged_instances_and_notices_vanished_ones(clean_db: None) -> None:
-    """An instance with the fleet's tags that the database lost is counted; one terminated outside is marked."""
+    """An instance with the fleet's tags that the database lost is counted; one terminated outside is marked
+    gone once EC2, asked by its id, says terminated and the launch is FLEET_GONE_GRACE_S old."""
     with aws() as (client, cfg):
         req = ec2.request("g4dn.xlarge", cfg, subnet=cfg.subnets[0], market="on-demand", max_price=1)
         iid = client.run_instances(**req)["Instances"][0]["InstanceId"]
-        ctl = controller(client, cfg, idle_s=10_000)
+        ctl = controller(client, cfg, idle_s=10_000, gone_grace_s=300)
         ctl.tick()
         assert fleet_row(iid)["state"] == "running" and events("adopted")[0]["instance_id"] == iid
         client.terminate_instances(InstanceIds=[iid])
         ctl.tick()
-        assert fleet_row(iid)["state"] == "terminated" and "gone from EC2" in fleet_row(iid)["reason"]
+        assert fleet_row(iid)["state"] == "running"  # too new to trust its absence from the listing
+        ctl.tick(now=later(301))
+        assert fleet_row(iid)["state"] == "terminated" and "gone from EC2 (terminated" in fleet_row(iid)["reason"]
 
 
 def test_held_count_and_drain(clean_db: None) -> None:

@@ -23,16 +23,8 @@ TAGS = [
     {"Key": "traincast:fleet", "Value": "prod"},
     {"Key": "Name", "Value": "traincast-agent-g5.xlarge"},
 ]
-USER_DATA = """#!/bin/bash
-set -uo pipefail
-TOKEN=$(curl -sf -X PUT http://169.254.169.254/latest/api/token -H "X-aws-ec2-metadata-token-ttl-seconds: 300")
-export AGENT_INSTANCE_ID=$(curl -sf -H "X-aws-ec2-metadata-token: $TOKEN" http://169.254.169.254/latest/meta-data/instance-id)
-export AGENT_MACHINE_TYPE=g5.xlarge
-export TRAINCAST_SSM_PATH=/traincast/prod/agent/
-export AWS_REGION=eu-west-1 AWS_DEFAULT_REGION=eu-west-1
-( cd /opt/traincast && exec .venv/bin/python -m gpu_agent ) >>/var/log/traincast-agent.log 2>&1
-shutdown -h now
-"""
+# The boot script itself is tested by running it (tests/test_fleet_boot.py); here: the same script.
+USER_DATA = ec2.user_data("g5.xlarge", CFG)
 
 
 def expected(subnet: str, *, spot: bool) -> dict[str, object]:
@@ -85,6 +77,8 @@ def test_user_data_holds_no_secret_even_when_the_controller_has_them(monkeypatch
     monkeypatch.setenv("REDIS_URL", "redis://:s3cret-pw@redis.internal:6379/0")
     script = ec2.user_data("g5.xlarge", CFG)
     assert script == USER_DATA
+    for line in ("MACHINE_TYPE=g5.xlarge", "FLEET=prod", "SSM_PATH=/traincast/prod/agent/"):
+        assert line in script.splitlines()
     assert "s3cret" not in script and "postgresql://" not in script and "redis://" not in script
 
 
@@ -111,13 +105,14 @@ def test_capacity_errors_fall_back_in_order_then_give_up() -> None:
 
 
 def test_other_errors_are_refusals_not_retried() -> None:
-    """UnauthorizedOperation stops at the first attempt: retrying elsewhere would not help."""
+    """InvalidAMIID.NotFound stops at the first attempt: another subnet or market would not help."""
     client = boto3.client("ec2", region_name="eu-west-1", aws_access_key_id="x", aws_secret_access_key="x")
     with Stubber(client) as stub:
-        stub.add_client_error("run_instances", "UnauthorizedOperation", "not allowed")
-        with pytest.raises(LaunchRefused, match="UnauthorizedOperation: not allowed"):
+        stub.add_client_error("run_instances", "InvalidAMIID.NotFound", "no such image", expected_params=None)
+        with pytest.raises(LaunchRefused, match="InvalidAMIID.NotFound: no such image") as refused:
             ec2.launch(client, "g5.xlarge", CFG, max_price=1.006)
         stub.assert_no_pending_responses()
+    assert refused.value.context["code"] == "InvalidAMIID.NotFound"
 
 
 def test_launch_template_replaces_ami_profile_and_groups() -> None:

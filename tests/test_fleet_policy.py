@@ -85,3 +85,23 @@ def test_idle_surplus_keeps_what_the_work_needs() -> None:
     """Work for 1 agent and 2 idle ones: the longer idle one goes, one stays."""
     d = decide([state(queued=3, instances=[inst("i-1", idle_s=700), inst("i-2", idle_s=900)])], LIMITS, NOW)
     assert [iid for iid, _ in d["g5.xlarge"].terminate] == ["i-2"]
+
+
+def test_backoff_doubles_from_the_base_to_the_cap() -> None:
+    """300 s after the first failure, 600 s after the second, …, never more than the cap."""
+    lim = Limits(**(LIMITS.__dict__ | {"backoff_s": 300, "backoff_max_s": 4000}))
+    assert [lim.backoff(n) for n in (1, 2, 3, 4, 5, 1000)] == [300, 600, 1200, 2400, 4000, 4000]
+
+
+def test_orphans_are_marked_for_the_early_death_count() -> None:
+    """Of the terminations, only the instance with no heartbeat after the boot grace is an orphan."""
+    old, orphan = inst("i-old", age_s=3601, busy=True), inst("i-orph", age_s=901, alive=False)
+    d = decide([state(queued=5, instances=[old, orphan])], LIMITS, NOW)["g5.xlarge"]
+    assert d.orphans == {"i-orph"} and {iid for iid, _ in d.terminate} == {"i-old", "i-orph"}
+
+
+def test_a_paused_type_says_until_when_and_why() -> None:
+    """The pause note given by the controller is the decision's note."""
+    note = "launches paused until 12:05:00 UTC (vCPU quota too low)"
+    d = decide([state(queued=5, paused=True, pause_note=note)], LIMITS, NOW)["g5.xlarge"]
+    assert d.launch == 0 and d.notes == [note]

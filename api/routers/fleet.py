@@ -20,7 +20,7 @@ class Hold(BaseModel):
 
 @router.get("")
 def get_fleet(events: Annotated[int, Query(ge=0, le=500)] = 20) -> dict[str, Any]:
-    """Limits, per-type wanted/queued/waiting, running instances with agent state, spend rate, recent events."""
+    """Limits, per-type wanted/queued/waiting and launch pauses (until, why, failures in a row), instances, events."""
     return fleet.status(events=events)
 
 

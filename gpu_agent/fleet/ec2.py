@@ -1,6 +1,5 @@
 """The EC2 calls of the fleet: launch an agent instance, list the fleet's instances, terminate."""
 
-import shlex
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -8,14 +7,17 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shared.errors import CapacityShort, LaunchRefused
+from gpu_agent.fleet import boot
+from gpu_agent.fleet.boot import BootConfig
+from gpu_agent.fleet.quotas import quota_message
+from shared.errors import CapacityShort, LaunchRefused, QuotaShort
 from shared.settings import Settings
 
 TAG_APP = "app"
 TAG_TYPE = "traincast:machine-type"
 TAG_FLEET = "traincast:fleet"
 # "Not here, not now": the next market or subnet may have room, or a later pass. Every other
-# error is a configuration problem (permissions, AMI, subnet) and is reported, not retried blindly.
+# error is a configuration problem (permissions, AMI, subnet, quota) and pauses the type with backoff.
 CAPACITY_ERRORS = frozenset(
     {
         "InsufficientInstanceCapacity",
@@ -23,10 +25,20 @@ CAPACITY_ERRORS = frozenset(
         "InsufficientHostCapacity",
         "InsufficientFreeAddressesInSubnet",
         "SpotMaxPriceTooLow",
-        "MaxSpotInstanceCountExceeded",
-        "VcpuLimitExceeded",
         "Unsupported",  # the type is not offered in this subnet's availability zone
+        # botocore already retried these; a later pass may get through.
+        "RequestLimitExceeded",
+        "InternalError",
+        "ServiceUnavailable",
+        "Unavailable",
     }
+)
+# The region's vCPU quota of the type's family and market is too low (0 in a new account): another
+# subnet will not help, the other market might; a person must raise it in Service Quotas.
+QUOTA_ERRORS = frozenset({"VcpuLimitExceeded", "MaxSpotInstanceCountExceeded", "InstanceLimitExceeded"})
+DECODE_HINT = (
+    "`aws sts decode-authorization-message --encoded-message <the encoded message> --query DecodedMessage "
+    "--output text` decodes AWS's encoded authorization message"
 )
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 
@@ -45,7 +57,7 @@ class LaunchConfig:
     spot: bool = True
     region: str = "us-east-1"
     ssm_path: str = "/traincast/agent/"
-    agent_command: str = "cd /opt/traincast && exec .venv/bin/python -m gpu_agent"
+    boot: BootConfig | None = None  # None: from these fields and the defaults (tests)
 
     @classmethod
     def from_settings(cls, s: Settings) -> "LaunchConfig":
@@ -61,7 +73,17 @@ class LaunchConfig:
             spot=s.fleet_spot,
             region=s.fleet_region,
             ssm_path=s.fleet_ssm_path,
-            agent_command=s.fleet_agent_command,
+            boot=BootConfig(
+                fleet=s.fleet_name,
+                ssm_path=s.fleet_ssm_path,
+                artifact=s.fleet_artifact,
+                max_lifetime_s=s.fleet_max_lifetime_s,
+                idle_exit_s=s.fleet_agent_idle_exit_s,
+                pip_index_url=s.fleet_pip_index_url,
+                torch_index_url=s.fleet_torch_index_url,
+                torch_variants=s.fleet_torch_variants,
+                log_group=s.fleet_log_group,
+            ),
         )
 
     def can_launch(self, machine_type: str) -> bool:
@@ -76,6 +98,17 @@ class Launched:
     instance_id: str
     market: str
     subnet_id: str | None
+    skipped: tuple["Skipped", ...] = ()  # markets passed over on the way (quota, spot not permitted)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A market the launch passed over for a reason a person must fix."""
+
+    market: str
+    code: str  # AWS's error code
+    kind: str  # 'quota' or 'spot_not_permitted'
+    detail: str
 
 
 @dataclass(frozen=True)
@@ -90,27 +123,11 @@ class LiveInstance:
 
 
 def user_data(machine_type: str, cfg: LaunchConfig) -> str:
-    """The boot script: run the agent for this type, then power off (which terminates the instance).
-
-    It carries no secret: the agent reads DATABASE_URL and REDIS_URL from SSM under
-    cfg.ssm_path with the instance profile's permission.
-    """
-    md = "http://169.254.169.254/latest"
-    return "\n".join(
-        [
-            "#!/bin/bash",
-            "set -uo pipefail",
-            f'TOKEN=$(curl -sf -X PUT {md}/api/token -H "X-aws-ec2-metadata-token-ttl-seconds: 300")',
-            f'export AGENT_INSTANCE_ID=$(curl -sf -H "X-aws-ec2-metadata-token: $TOKEN" {md}/meta-data/instance-id)',
-            f"export AGENT_MACHINE_TYPE={shlex.quote(machine_type)}",
-            f"export TRAINCAST_SSM_PATH={shlex.quote(cfg.ssm_path)}",
-            f"export AWS_REGION={shlex.quote(cfg.region)} AWS_DEFAULT_REGION={shlex.quote(cfg.region)}",
-            f"( {cfg.agent_command} ) >>/var/log/traincast-agent.log 2>&1",
-            # The agent exited (drained, or failed to start): an idle GPU instance only costs money.
-            "shutdown -h now",
-            "",
-        ]
+    """The boot script (gpu_agent/fleet/boot.sh) for one instance of this type; it carries no secret."""
+    boot_cfg = cfg.boot or BootConfig(
+        fleet=cfg.fleet, ssm_path=cfg.ssm_path, artifact="", max_lifetime_s=6 * 3600, idle_exit_s=1800
     )
+    return boot.user_data(machine_type, boot_cfg)
 
 
 def request(
@@ -163,30 +180,68 @@ def request(
     return req
 
 
-def launch(ec2: Any, machine_type: str, cfg: LaunchConfig, *, max_price: float) -> Launched:
-    """Launch one agent instance: spot in each subnet, then on-demand in each; raise if none had room."""
+def launch(ec2: Any, machine_type: str, cfg: LaunchConfig, *, max_price: float, vcpus: int | None = None) -> Launched:
+    """Launch one agent instance: spot in each subnet, then on-demand in each; raise if none would.
+
+    Capacity errors move to the next subnet; a quota error, or spot refused by the IAM policy, to
+    the next market. Raises CapacityShort if some try was short of capacity, QuotaShort if every
+    market's quota was too low, LaunchRefused at the first other error.
+    """
     markets = ["spot", "on-demand"] if cfg.spot else ["on-demand"]
     subnets: list[str | None] = list(cfg.subnets) or [None]
     tried: list[str] = []
-    for market in markets:
+    skipped: list[Skipped] = []
+    for m, market in enumerate(markets):
         for subnet in subnets:
+            where = f"{market} in {subnet or 'default subnet'}"
             try:
                 params = request(machine_type, cfg, subnet=subnet, market=market, max_price=max_price)
                 resp = ec2.run_instances(**params)
             except ClientError as exc:
-                code = exc.response.get("Error", {}).get("Code", "")
-                if code not in CAPACITY_ERRORS:
-                    raise LaunchRefused(
-                        f"AWS refused to launch {machine_type} ({market}, {subnet or 'default subnet'}): {code}: "
-                        f"{exc.response.get('Error', {}).get('Message', '')}",
-                        machine_type=machine_type,
-                        code=code,
-                    ) from exc
-                tried.append(f"{market} in {subnet or 'default subnet'}: {code}")
-                continue
+                code, message = _error(exc)
+                if code in CAPACITY_ERRORS:
+                    tried.append(f"{where}: {code}")
+                    continue
+                if code in QUOTA_ERRORS:
+                    detail = f"{quota_message(machine_type, market, vcpus)} ({code}: {message})"
+                    skipped.append(Skipped(market, code, "quota", detail))
+                    break
+                if code == "UnauthorizedOperation" and market == "spot" and m < len(markets) - 1:
+                    detail = (
+                        f"spot launches of {machine_type} are not permitted by the IAM policy: allow ec2:RunInstances "
+                        f"on arn:aws:ec2:*:*:spot-instances-request/* ({code}: {message}); {DECODE_HINT}"
+                    )
+                    skipped.append(Skipped(market, code, "spot_not_permitted", detail))
+                    break
+                hint = f"; {DECODE_HINT}" if code == "UnauthorizedOperation" else ""
+                raise LaunchRefused(
+                    f"AWS refused to launch {machine_type} ({where}): {code}: {message}{hint}"
+                    + "".join(f"; before that, {s.market}: {s.detail}" for s in skipped),
+                    machine_type=machine_type,
+                    code=code,
+                    skipped=skipped,
+                ) from exc
             inst = resp["Instances"][0]
-            return Launched(inst["InstanceId"], market, inst.get("SubnetId") or subnet)
-    raise CapacityShort(f"no capacity for {machine_type}: " + "; ".join(tried), machine_type=machine_type, tried=tried)
+            return Launched(inst["InstanceId"], market, inst.get("SubnetId") or subnet, tuple(skipped))
+    also = [f"{s.market}: {s.detail}" for s in skipped]
+    if tried:
+        raise CapacityShort(
+            f"no capacity for {machine_type}: " + "; ".join(tried + also),
+            machine_type=machine_type,
+            tried=tried,
+            skipped=skipped,
+        )
+    raise QuotaShort(
+        f"cannot launch {machine_type}: " + "; ".join(s.detail for s in skipped),
+        machine_type=machine_type,
+        code=skipped[-1].code,
+        skipped=skipped,
+    )
+
+
+def _error(exc: ClientError) -> tuple[str, str]:
+    err = exc.response.get("Error", {})
+    return str(err.get("Code", "")), str(err.get("Message", ""))
 
 
 def list_live(ec2: Any, fleet: str) -> list[LiveInstance]:

@@ -17,6 +17,11 @@ class Limits:
     idle_s: float
     boot_grace_s: float
     tasks_per_agent: int
+    backoff_s: float = 300.0  # first pause after a refused launch or early deaths; doubles each time
+    backoff_max_s: float = 4 * 3600
+    early_death_s: float = 1200.0  # orphaned or gone this soon after launch: an early death
+    early_deaths: int = 2  # early deaths in a row that pause the type
+    gone_grace_s: float = 300.0  # EC2 lists new instances late: none is gone before this age
 
     @classmethod
     def from_settings(cls, s: Settings) -> "Limits":
@@ -28,7 +33,16 @@ class Limits:
             idle_s=s.fleet_idle_s,
             boot_grace_s=s.fleet_boot_grace_s,
             tasks_per_agent=s.fleet_tasks_per_agent,
+            backoff_s=s.fleet_backoff_s,
+            backoff_max_s=s.fleet_backoff_max_s,
+            early_death_s=s.fleet_early_death_s,
+            early_deaths=s.fleet_early_deaths,
+            gone_grace_s=s.fleet_gone_grace_s,
         )
+
+    def backoff(self, failures: int) -> float:
+        """Seconds to pause after `failures` consecutive failures: backoff_s doubling, at most backoff_max_s."""
+        return float(min(self.backoff_s * 2 ** max(0, min(failures, 64) - 1), self.backoff_max_s))
 
 
 @dataclass(frozen=True)
@@ -55,7 +69,8 @@ class TypeState:
     held: int | None = None
     drain: bool = False
     launchable: bool = True  # a launch template or AMI is configured
-    paused: bool = False  # a capacity error asked to wait before the next launch
+    paused: bool = False  # a launch failure or early deaths asked to wait before the next launch
+    pause_note: str = ""  # until when and why, for the decision's note
 
 
 @dataclass
@@ -65,6 +80,7 @@ class Decision:
     wanted: int
     launch: int = 0
     terminate: list[tuple[str, str]] = field(default_factory=list)  # (instance id, reason)
+    orphans: set[str] = field(default_factory=set)  # of those, the ones whose agent never beat in time
     notes: list[str] = field(default_factory=list)
 
 
@@ -101,6 +117,7 @@ def decide(states: list[TypeState], limits: Limits, now: datetime) -> dict[str, 
                     (inst.instance_id, f"orphan: no agent heartbeat {age:.0f} s after launch "
                      f"(boot grace {limits.boot_grace_s:.0f} s)")
                 )  # fmt: skip
+                d.orphans.add(inst.instance_id)
             else:
                 remaining.append(inst)
         surplus = len(remaining) - want
@@ -136,7 +153,7 @@ def _launches(
             d.notes.append("no launch template or AMI configured for this type")
             continue
         if st.paused:
-            d.notes.append("launches paused after a capacity error")
+            d.notes.append(st.pause_note or "launches paused after a launch failure")
             continue
         for _ in range(missing):
             if spend + st.price > limits.max_usd_per_hour:

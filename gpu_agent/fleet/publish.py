@@ -8,6 +8,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,8 @@ def build_wheel(out: Path, root: Path = ROOT) -> Path:
             src.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, src / name)
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(src)]
+    if _has_setuptools():
+        cmd.append("--no-build-isolation")  # no download of a build environment when we have one
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise FleetError(f"building the wheel failed: {(done.stderr or done.stdout).strip()[-2000:]}")
@@ -79,3 +82,10 @@ def publish(*, artifact: str, s3: Any, root: Path = ROOT) -> Published:
 def _git(root: Path) -> str | None:
     done = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"], capture_output=True, text=True)
     return done.stdout.strip() or None
+
+
+def _has_setuptools() -> bool:
+    try:
+        return int(metadata.version("setuptools").split(".")[0]) >= 68  # pyproject's build requirement
+    except (metadata.PackageNotFoundError, ValueError):
+        return False
