@@ -83,6 +83,11 @@ def _apply(parameters: Iterable[dict[str, Any]]) -> list[str]:
         if not _ENV_NAME.fullmatch(name):
             log.warning("SSM parameter %s does not name an environment variable; skipped", parameter["Name"])
             continue
+        if name not in _known():
+            # Only Traincast's own settings: a parameter named e.g. ld_preload or path must never
+            # reach the environment of a process that runs our code.
+            log.warning("SSM parameter %s is not a Traincast setting; skipped", parameter["Name"])
+            continue
         name = CA_PARAMETERS.get(name, name)
         if name in os.environ:
             # An explicit environment variable wins: an operator can override one secret on one host.
@@ -102,6 +107,13 @@ def _apply(parameters: Iterable[dict[str, Any]]) -> list[str]:
 
         get_settings.cache_clear()
     return sorted(loaded)
+
+
+def _known() -> set[str]:
+    """The variable names SSM may set: every Settings field, and the CA parameters."""
+    from shared.settings import Settings
+
+    return {field.upper() for field in Settings.model_fields} | set(CA_PARAMETERS)
 
 
 def _ca_file(parameter_name: str, pem: str) -> str | None:

@@ -11,7 +11,7 @@ from moto import mock_aws
 
 from shared import secrets
 from shared.db import _redact
-from shared.settings import get_settings
+from shared.settings import Settings, get_settings
 
 PATH = "/traincast/test/agent/"
 PASSWORD = "s3cr3t-Pa55"
@@ -55,10 +55,11 @@ def test_parameters_under_the_path_become_environment_variables(ssm: object) -> 
 
 def test_many_parameters_are_read_page_by_page(ssm: object) -> None:
     """GetParametersByPath returns at most 10 per call: all 25 arrive."""
-    for n in range(22):
-        ssm.put_parameter(Name=f"{PATH}extra_{n}", Value=str(n), Type="SecureString")  # type: ignore[attr-defined]
+    fields = [f for f in Settings.model_fields if f.upper() not in os.environ and f.upper() not in NAMES][:22]
+    for n, field in enumerate(fields):
+        ssm.put_parameter(Name=f"{PATH}{field}", Value=str(n), Type="SecureString")  # type: ignore[attr-defined]
     loaded = secrets.load_ssm(path=PATH.rstrip("/"), client=ssm)
-    assert len(loaded) == 25 and os.environ["EXTRA_21"] == "21"
+    assert len(fields) == 22 and len(loaded) == 25 and os.environ[fields[-1].upper()] == "21"
 
 
 def test_an_explicit_environment_variable_wins(ssm: object, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,3 +115,21 @@ def test_unreachable_services_do_not_print_the_password() -> None:
         )
         assert out.returncode == 1 and "unreachable" in out.stderr
         assert PASSWORD not in out.stderr + out.stdout and "agent:***@127.0.0.1:9" in out.stderr
+
+
+def test_only_traincast_settings_are_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parameter that is not a Traincast setting (LD_PRELOAD, PATH, anything) never reaches the environment."""
+    monkeypatch.delenv("AGENT_THREADS", raising=False)
+    saved = dict(os.environ)
+    try:
+        with mock_aws():
+            client = boto3.client("ssm", region_name="us-east-1")
+            for name, value in {"ld_preload": "/tmp/evil.so", "path": "/tmp/evil", "agent_threads": "3"}.items():
+                client.put_parameter(Name=f"/traincast/strict/{name}", Value=value, Type="SecureString")
+            loaded = secrets.load_ssm(path="/traincast/strict/", client=client)
+        assert loaded == ["AGENT_THREADS"]
+        assert os.environ.get("LD_PRELOAD") != "/tmp/evil.so" and os.environ["PATH"] == saved["PATH"]
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        get_settings.cache_clear()
