@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api import problems
+from api.limits import RequestLimits
 from api.routers import agents, cnns, fleet, health, jobs, machines, web
 from shared import cnn_zoo, secrets
 
@@ -27,5 +28,6 @@ app = FastAPI(
     lifespan=lifespan,
 )
 problems.install(app)
+app.add_middleware(RequestLimits)
 for router in (jobs.router, cnns.router, machines.router, agents.router, fleet.router, health.router, web.router):
     app.include_router(router)

@@ -35,7 +35,10 @@ def install(app: FastAPI) -> None:
         context = {
             k: v for k, v in exc.context.items() if isinstance(v, str | int | float | bool) and k not in _RESERVED
         }
-        return problem(exc.status, exc.title, exc.detail, str(request.url.path), **context)
+        response = problem(exc.status, exc.title, exc.detail, str(request.url.path), **context)
+        # 401 says how to authenticate (WWW-Authenticate), 429 when to come back (Retry-After).
+        response.headers.update(getattr(exc, "headers", None) or {})
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from cli import catalog, fleet, machines, render
+from cli import catalog, fleet, keys, machines, render
 from cli.client import Api, CliError
 
 DEFAULT_API = "http://127.0.0.1:8000"
@@ -246,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_parser(sub)
     machines.add_parser(sub)
     catalog.add_parser(sub)
+    keys.add_parser(sub)
     return p
 
 
@@ -268,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             return machines.run(api, args)
         if args.command == "catalog":
             return catalog.run(args)
+        if args.command == "keys":
+            return keys.run(args)
         admin = {"calibrate": cmd_calibrate, "train": cmd_train, "migrate": cmd_migrate}
         return admin[args.command](args)
     except (CliError, TraincastError) as exc:

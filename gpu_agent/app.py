@@ -1,7 +1,10 @@
 """The agent's Celery app and tasks; start it with `python -m gpu_agent`."""
 
 import logging
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from celery import signals
@@ -14,6 +17,7 @@ from shared import tasks
 from shared.errors import InvalidRequest
 from shared.settings import get_settings
 from shared.signatures import ConvSignature
+from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
 app = tasks.make_app("traincast-agent")
@@ -34,10 +38,27 @@ def _hand_back(task: str, written: int) -> None:
     raise Reject(f"agent stopping; {task} continues from its stored rows", requeue=True)
 
 
+def _retrying_outages(task: str, run: Callable[[], int]) -> int:
+    """Run a task; on a transient database or broker error hand it back to the queue after a pause."""
+    try:
+        return run()
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        # Not the work's fault, so not a layer failure: the next delivery resumes from the stored rows.
+        log.warning("%s met a transient error (%s: %s); handing it back to the queue", task, type(exc).__name__, exc)
+        time.sleep(get_settings().agent_db_retry_s)
+        raise Reject(f"{task}: transient error {type(exc).__name__}", requeue=True) from exc
+
+
 @app.task(name=tasks.BENCH_LAYERS)
 def bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]) -> int:
     """Measure conv signatures at their batch sizes; skip what is stored. Returns rows written."""
     _check_machine(machine_type)
+    return _retrying_outages(tasks.BENCH_LAYERS, partial(_bench_layers, machine_type, precision, items))
+
+
+def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]) -> int:
     dev = environment.device()
     env_id = environment.environment_id(str(dev))
     written: list[int] = []
@@ -78,6 +99,8 @@ def bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]])
                     stop=lifecycle.stop_requested,
                 )
             except Exception as exc:
+                if is_transient(exc):
+                    raise  # PostgreSQL or Redis away: retried, not a failure of this layer
                 # Kept as data: jobs waiting for this signature fail after a few such failures
                 # instead of waiting for ever (worker/planning.py).
                 store.save_layer_failure(
@@ -100,6 +123,13 @@ def measure_steps(
 ) -> int:
     """Time whole training steps of a CNN at several batch sizes; skip what is stored."""
     _check_machine(machine_type)
+    run = partial(_measure_steps, machine_type, cnn, image_size, optimizer, precision, batch_sizes)
+    return _retrying_outages(tasks.MEASURE_STEPS, run)
+
+
+def _measure_steps(
+    machine_type: str, cnn: str, image_size: int, optimizer: str, precision: str, batch_sizes: list[int]
+) -> int:
     dev = environment.device()
     env_id = environment.environment_id(str(dev))
     key: dict[str, Any] = {"cnn": cnn, "machine": machine_type, "image_size": image_size, "optimizer": optimizer}

@@ -2,7 +2,7 @@
 # Stop what scripts/up.sh started; the agent finishes its current measurement first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-for name in api worker agent; do
+for name in api beat worker agent; do
   pidfile=.run/$name.pid
   [ -f "$pidfile" ] || continue
   pid=$(cat "$pidfile")

@@ -3,7 +3,7 @@
 # three cloud GPUs (reference answers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/up.sh
+scripts/up.sh  # also keeps the local admin API key in .run/admin.key, which traincast below reads
 VENV=${VENV:-.venv}
 export TRAINCAST_API_URL=${TRAINCAST_API_URL:-http://127.0.0.1:${API_PORT:-8000}}
 if ! "$VENV/bin/python" -c "import sys; from worker import predictor; sys.exit(predictor.latest(machine='local') is None)"; then
@@ -22,3 +22,4 @@ PY
 # GPUs nobody has measured here: answered at once from public measurements, each row labelled.
 "$VENV/bin/traincast" predict resnet18 --machine g4dn.xlarge,g2-standard-8,Standard_NC24ads_A100_v4 --batch-sizes 32,64,128 --quiet
 echo "the stack is still running (make down stops it); the web page: $TRAINCAST_API_URL/ , API docs: $TRAINCAST_API_URL/docs"
+echo "API key (admin; the page asks for one, curl sends it as -H \"Authorization: Bearer \$(cat .run/admin.key)\"): .run/admin.key"

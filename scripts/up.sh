@@ -8,6 +8,9 @@ RUN=.run
 mkdir -p "$RUN"
 "$VENV/bin/python" -m shared.prestart 10
 
+# API keys: a local admin key, made once and kept in .run/admin.key (mode 0600); the CLI reads it from there.
+"$VENV/bin/python" -m cli.keys "$RUN/admin.key"
+
 start() {  # name, command…
   local name=$1; shift
   if [ -f "$RUN/$name.pid" ] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null; then
@@ -19,8 +22,9 @@ start() {  # name, command…
 }
 
 start api "$VENV/bin/uvicorn" api.main:app --host 127.0.0.1 --port "${API_PORT:-8000}"
-start worker "$VENV/bin/celery" -A worker.app worker -B -Q jobs --concurrency 2 --loglevel INFO \
-  --schedule "$RUN/celerybeat-schedule"
+# Beat runs alone, so the reconciler is scheduled once however many workers run.
+start worker "$VENV/bin/celery" -A worker.app worker -Q jobs --concurrency 2 --loglevel INFO
+start beat "$VENV/bin/celery" -A worker.app beat --loglevel INFO --schedule "$RUN/celerybeat-schedule"
 start agent "$VENV/bin/python" -m gpu_agent
 
 for _ in $(seq 1 60); do

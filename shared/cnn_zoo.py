@@ -141,9 +141,12 @@ def conv_layers_of(model: Any, image_size: int, num_classes: int | None = None) 
             if num_classes is not None and isinstance(logits, torch.Tensor) and logits.dim() == 2:
                 target = torch.zeros(_EXTRACT_BATCH, dtype=torch.long, device="meta")
                 F.cross_entropy(logits, target)
-    except RuntimeError as exc:
+    except (RuntimeError, AssertionError, ValueError) as exc:
+        # Models check their input with torch._assert (AssertionError: ViT's fixed patch grid) or
+        # ValueError as well as failing inside an op (RuntimeError); each means "not at this size".
         raise ExtractionError(
-            f"cannot run on {image_size}x{image_size} images: {str(exc).splitlines()[0]}", image_size=image_size
+            f"cannot run on {image_size}x{image_size} images: {(str(exc).splitlines() or [type(exc).__name__])[0]}",
+            image_size=image_size,
         ) from exc
     params = list(model.parameters())
     work.parameters = sum(p.numel() for p in params)

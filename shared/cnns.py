@@ -5,29 +5,39 @@ import re
 from collections import Counter
 from typing import Any
 
-from shared import cnn_zoo, layer_list, onnx_reader
+import psycopg2.errors
+
+from shared import cnn_zoo, jobs, layer_list, onnx_reader
 from shared.cnn_zoo import ConvLayers
 from shared.db import Json, transaction
-from shared.errors import Conflict, ExtractionError, InvalidRequest, NotFound
+from shared.errors import Conflict, ExtractionError, Forbidden, InvalidRequest, NotFound
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 AS_DEFINED = 0  # num_classes of a registered CNN: whatever its definition has
 
 INSERT_CUSTOM = """
-INSERT INTO cnns (name, source, definition, graph, parameters) VALUES (%s, %s, %s, %s, %s)
+INSERT INTO cnns (name, source, definition, graph, parameters, owner_key_id) VALUES (%s, %s, %s, %s, %s, %s)
 ON CONFLICT (name) DO NOTHING RETURNING name"""
-SELECT_CUSTOM = "SELECT name, source, definition, graph, parameters, created_at FROM cnns WHERE name = %s"
-SELECT_CUSTOMS = "SELECT name, source, definition, parameters FROM cnns WHERE source <> 'torchvision' ORDER BY name"
-SELECT_CUSTOM_NAMES = "SELECT name FROM cnns WHERE source <> 'torchvision' AND name = ANY(%s)"
+# Ownership (migrations/0012_api_keys.sql): %(owner)s NULL sees every CNN (admin keys, workers); a key sees its
+# own and those nobody owns. Names stay unique across owners, so a name means one CNN to every process.
+VISIBLE = "(%(owner)s::text IS NULL OR owner_key_id IS NULL OR owner_key_id = %(owner)s)"
+SELECT_CUSTOM = f"""
+SELECT name, source, definition, graph, parameters, owner_key_id, created_at FROM cnns
+WHERE name = %(name)s AND {VISIBLE}"""
+SELECT_CUSTOMS = f"""
+SELECT name, source, definition, parameters FROM cnns WHERE source <> 'torchvision' AND {VISIBLE} ORDER BY name"""
+SELECT_CUSTOM_NAMES = f"SELECT name FROM cnns WHERE source <> 'torchvision' AND name = ANY(%(names)s) AND {VISIBLE}"
+LOCK_CUSTOM = "SELECT owner_key_id FROM cnns WHERE name = %s AND source <> 'torchvision' FOR UPDATE"
+DELETE_CUSTOM = "DELETE FROM cnns WHERE name = %s"
 
 
-def list_all() -> list[dict[str, Any]]:
-    """Built-in CNNs then registered ones, with parameter counts."""
+def list_all(*, owner: str | None = None) -> list[dict[str, Any]]:
+    """Built-in CNNs then registered ones (with `owner`: that key's and nobody's), with parameter counts."""
     out = [
         {"name": n, "source": "torchvision", "parameters": cnn_zoo.parameter_count(n)} for n in cnn_zoo.builtin_names()
     ]
     with transaction() as cur:
-        cur.execute(SELECT_CUSTOMS)
+        cur.execute(SELECT_CUSTOMS, {"owner": owner})
         out += [
             {"name": r["name"], "source": r["source"], "parameters": r["parameters"], **_fixed_size(r)}
             for r in cur.fetchall()
@@ -35,14 +45,14 @@ def list_all() -> list[dict[str, Any]]:
     return out
 
 
-def unknown(*, names: list[str]) -> list[str]:
-    """The names that are neither built in nor registered."""
+def unknown(*, names: list[str], owner: str | None = None) -> list[str]:
+    """The names that are neither built in nor registered (with `owner`: by that key or nobody)."""
     builtin = set(cnn_zoo.builtin_names())
     rest = [n for n in names if n not in builtin]
     if not rest:
         return []
     with transaction() as cur:
-        cur.execute(SELECT_CUSTOM_NAMES, (rest,))
+        cur.execute(SELECT_CUSTOM_NAMES, {"names": rest, "owner": owner})
         known = {r["name"] for r in cur.fetchall()}
     return [n for n in rest if n not in known]
 
@@ -52,18 +62,18 @@ def is_builtin(name: str) -> bool:
     return name in cnn_zoo.builtin_names()
 
 
-def create(*, name: str, data: bytes) -> dict[str, Any]:
-    """Register a CNN from an ONNX file or a JSON layer list; nothing in the upload is ever run."""
+def create(*, name: str, data: bytes, owner_key_id: str | None = None) -> dict[str, Any]:
+    """Register a CNN of an owner from an ONNX file or a JSON layer list; nothing in the upload is ever run."""
     if not NAME.match(name):
         raise InvalidRequest(
             f"name {name!r}: use 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
         )
     if is_builtin(name):
         raise Conflict(f"{name!r} is a built-in CNN; choose another name", cnn=name)
-    row: tuple[str, str, Any, bytes | None, int | None]
+    row: tuple[str, str, Any, bytes | None, int | None, str | None]
     if data.lstrip()[:1] in (b"{", b"["):
         spec = layer_list.parse(data)
-        row = (name, "json", Json(spec.model_dump(mode="json")), None, spec.parameters)
+        row = (name, "json", Json(spec.model_dump(mode="json")), None, spec.parameters, owner_key_id)
     else:
         model = onnx_reader.parse(data)
         graph = onnx_reader.strip(model)
@@ -75,7 +85,7 @@ def create(*, name: str, data: bytes) -> dict[str, Any]:
             "opset": [o.version for o in model.opset_import],
             "nodes": len(model.graph.node),
         }
-        row = (name, "onnx", Json(definition), graph, workload["parameters"])
+        row = (name, "onnx", Json(definition), graph, workload["parameters"], owner_key_id)
     with transaction() as cur:
         cur.execute(INSERT_CUSTOM, row)
         if cur.fetchone() is None:
@@ -83,11 +93,11 @@ def create(*, name: str, data: bytes) -> dict[str, Any]:
     return get_by_name(name=name)
 
 
-def get_by_name(*, name: str) -> dict[str, Any]:
-    """What is known of a CNN without reading it at a size."""
+def get_by_name(*, name: str, owner: str | None = None) -> dict[str, Any]:
+    """What is known of a CNN without reading it at a size (with `owner`: 404 for another key's CNN)."""
     if is_builtin(name):
         return {"name": name, "source": "torchvision", "parameters": cnn_zoo.parameter_count(name)}
-    row = _custom(name)
+    row = _custom(name, owner)
     return {"name": name, "source": row["source"], "parameters": row["parameters"], **_fixed_size(row)}
 
 
@@ -115,11 +125,12 @@ def variant_classes(name: str, num_classes: int | None) -> int:
     return (num_classes or 1000) if is_builtin(name) else AS_DEFINED
 
 
-def describe(*, name: str, image_size: int, num_classes: int | None = None) -> dict[str, Any]:
+def describe(*, name: str, image_size: int, num_classes: int | None = None, owner: str | None = None) -> dict[str, Any]:
     """A CNN's unique conv layers with their counts, and its workload, at an image size."""
+    shown = get_by_name(name=name, owner=owner)  # first: another key's CNN is 404 before any work
     layers = read(name=name, image_size=image_size, num_classes=num_classes)
     return {
-        **get_by_name(name=name),
+        **shown,
         "image_size": image_size,
         "conv_count": layers.total,
         "unique_signatures": len(layers.signatures),
@@ -138,9 +149,32 @@ def default_image_size(name: str) -> int:
     return int(fixed) if fixed else 224
 
 
-def _custom(name: str) -> dict[str, Any]:
+def delete(*, name: str, owner: str | None = None) -> None:
+    """Delete a registered CNN (with `owner`: only that key's); 409 while an unfinished job names it."""
+    if is_builtin(name):
+        raise Conflict(f"{name!r} is a built-in CNN; it cannot be deleted", cnn=name)
     with transaction() as cur:
-        cur.execute(SELECT_CUSTOM, (name,))
+        cur.execute(LOCK_CUSTOM, (name,))
+        row = cur.fetchone()
+        # Ownership first, so another key learns nothing of the CNN or of the jobs that use it.
+        if row is None or (owner is not None and row["owner_key_id"] not in (None, owner)):
+            raise NotFound(f"unknown CNN {name!r}; see GET /v1/cnns", cnn=name)
+        if owner is not None and row["owner_key_id"] is None:
+            raise Forbidden(
+                f"CNN {name!r} was registered before API keys and belongs to nobody: an admin key deletes it"
+            )
+        using = jobs.open_using_cnn(name=name)
+        if using:
+            raise Conflict(f"CNN {name!r} is used by unfinished job(s) {', '.join(using)}; cancel them first", cnn=name)
+        try:
+            cur.execute(DELETE_CUSTOM, (name,))
+        except psycopg2.errors.ForeignKeyViolation as exc:
+            raise Conflict(f"CNN {name!r} has whole-step measurements (calibration) and is kept", cnn=name) from exc
+
+
+def _custom(name: str, owner: str | None = None) -> dict[str, Any]:
+    with transaction() as cur:
+        cur.execute(SELECT_CUSTOM, {"name": name, "owner": owner})
         row = cur.fetchone()
     if row is None or row["source"] == "torchvision":
         raise NotFound(f"unknown CNN {name!r}; see GET /v1/cnns", cnn=name)

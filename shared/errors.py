@@ -6,6 +6,9 @@ TraincastError                 base: every error we raise on purpose
 ├── InvalidRequest             input a person must correct (bad batch sizes, image size, …)
 │   └── ExtractionError        a CNN could not be read into conv layers
 ├── PayloadTooLarge            an upload over the configured size limit
+├── Unauthorized               no API key, or one that is unknown or revoked (401, WWW-Authenticate)
+├── Forbidden                  a valid key whose scope does not allow the request (403)
+├── RateLimited                a key over its requests per second (429, Retry-After)
 ├── Conflict                   idempotency key reused with a different request; bad state change
 └── FleetError                 the AWS fleet could not do what it was asked
     ├── CapacityShort          no subnet or market had capacity now: retried later, not fatal
@@ -33,6 +36,8 @@ class ServiceUnavailable(TraincastError):
 
     status = 503
     title = "Service unavailable"
+    # Clients (and the CLI) retry after this; a restart of PostgreSQL or Redis takes seconds.
+    headers = {"Retry-After": "5"}
 
 
 class NotFound(TraincastError):
@@ -93,3 +98,29 @@ class QuotaShort(LaunchRefused):
     """Every market tried refused for a vCPU quota (VcpuLimitExceeded, MaxSpotInstanceCountExceeded)."""
 
     title = "Quota too low"
+
+
+class Unauthorized(TraincastError):
+    """No API key was sent, or it is unknown or revoked."""
+
+    status = 401
+    title = "Unauthorized"
+    headers = {"WWW-Authenticate": 'Bearer realm="traincast"'}
+
+
+class Forbidden(TraincastError):
+    """The key is valid but its scope does not allow this request."""
+
+    status = 403
+    title = "Forbidden"
+
+
+class RateLimited(TraincastError):
+    """A key sent more requests per second than it may."""
+
+    status = 429
+    title = "Too many requests"
+
+    def __init__(self, detail: str, *, retry_after_s: int, **context: Any) -> None:
+        super().__init__(detail, retry_after_s=retry_after_s, **context)
+        self.headers = {"Retry-After": str(retry_after_s)}

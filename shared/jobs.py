@@ -12,21 +12,26 @@ from shared.schemas import JobRequest
 TERMINAL = ("succeeded", "failed", "canceled")
 
 INSERT_JOB = """
-INSERT INTO jobs (id, request, idempotency_key, request_hash)
-VALUES (%(id)s, %(request)s, %(key)s, %(hash)s)
-ON CONFLICT (idempotency_key) DO NOTHING
+INSERT INTO jobs (id, request, idempotency_key, request_hash, owner_key_id)
+VALUES (%(id)s, %(request)s, %(key)s, %(hash)s, %(owner)s)
+ON CONFLICT (owner_key_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *"""
-SELECT_BY_KEY = "SELECT * FROM jobs WHERE idempotency_key = %s"
-SELECT_JOB = "SELECT * FROM jobs WHERE id = %s"
+# Idempotency keys are per owner (migrations/0012_api_keys.sql).
+SELECT_BY_KEY = "SELECT * FROM jobs WHERE idempotency_key = %s AND owner_key_id IS NOT DISTINCT FROM %s"
+# %(owner)s NULL: every job (admin keys, workers); else only that key's jobs, so others' ids answer 404.
+SELECT_JOB = "SELECT * FROM jobs WHERE id = %(id)s AND (%(owner)s::text IS NULL OR owner_key_id = %(owner)s)"
 SELECT_PAGE = """
 SELECT * FROM jobs
 WHERE (%(before)s::timestamptz IS NULL OR (created_at, id) < (%(before)s, %(before_id)s))
+  AND (%(owner)s::text IS NULL OR owner_key_id = %(owner)s)
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s"""
 CANCEL_JOB = """
 UPDATE jobs SET status = 'canceled', finished_at = now(), updated_at = now()
-WHERE id = %s AND status IN ('queued', 'running')
+WHERE id = %(id)s AND status IN ('queued', 'running') AND (%(owner)s::text IS NULL OR owner_key_id = %(owner)s)
 RETURNING *"""
+SELECT_OPEN_USING_CNN = """
+SELECT id FROM jobs WHERE status IN ('queued', 'running') AND request->'cnns' ? %s ORDER BY created_at LIMIT 5"""
 
 
 def request_hash(request: JobRequest) -> str:
@@ -35,21 +40,24 @@ def request_hash(request: JobRequest) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def create(*, request: JobRequest, idempotency_key: str | None = None) -> tuple[dict[str, Any], bool]:
-    """Store a new queued job; with a known idempotency key return that job. Returns (job, created)."""
+def create(
+    *, request: JobRequest, idempotency_key: str | None = None, owner_key_id: str | None = None
+) -> tuple[dict[str, Any], bool]:
+    """Store a new queued job of an owner; with an idempotency key it used before, that job. (job, created)."""
     digest = request_hash(request)
     params = {
         "id": uuid.uuid4(),
         "request": Json(request.model_dump(mode="json")),
         "key": idempotency_key,
         "hash": digest,
+        "owner": owner_key_id,
     }
     with transaction() as cur:
         cur.execute(INSERT_JOB, params)
         row = cur.fetchone()
         if row is not None:
             return dict(row), True
-        cur.execute(SELECT_BY_KEY, (idempotency_key,))
+        cur.execute(SELECT_BY_KEY, (idempotency_key, owner_key_id))
         existing = cur.fetchone()
     if existing is None:  # pragma: no cover - the conflicting row vanished between statements
         raise Conflict("idempotency key conflict; retry the request")
@@ -61,19 +69,20 @@ def create(*, request: JobRequest, idempotency_key: str | None = None) -> tuple[
     return dict(existing), False
 
 
-def get(*, job_id: uuid.UUID) -> dict[str, Any]:
-    """One job by id."""
+def get(*, job_id: uuid.UUID, owner: str | None = None) -> dict[str, Any]:
+    """One job by id; with `owner`, only if that key owns it."""
     with transaction() as cur:
-        cur.execute(SELECT_JOB, (job_id,))
+        cur.execute(SELECT_JOB, {"id": job_id, "owner": owner})
         row = cur.fetchone()
     if row is None:
         raise NotFound(f"no job with id {job_id}", job_id=str(job_id))
     return dict(row)
 
 
-def list_page(*, limit: int, before: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Newest jobs first, `limit` at a time, strictly older than the `before` job."""
+def list_page(*, limit: int, before: dict[str, Any] | None = None, owner: str | None = None) -> list[dict[str, Any]]:
+    """Newest jobs first (with `owner`, that key's only), `limit` at a time, strictly older than `before`."""
     params = {
+        "owner": owner,
         "limit": limit,
         "before": before["created_at"] if before else None,
         "before_id": before["id"] if before else None,
@@ -83,12 +92,19 @@ def list_page(*, limit: int, before: dict[str, Any] | None = None) -> list[dict[
         return [dict(r) for r in cur.fetchall()]
 
 
-def cancel(*, job_id: uuid.UUID) -> dict[str, Any]:
-    """Cancel a job that has not finished; a finished job is a conflict."""
+def cancel(*, job_id: uuid.UUID, owner: str | None = None) -> dict[str, Any]:
+    """Cancel a job that has not finished (with `owner`, only that key's); a finished job is a conflict."""
     with transaction() as cur:
-        cur.execute(CANCEL_JOB, (job_id,))
+        cur.execute(CANCEL_JOB, {"id": job_id, "owner": owner})
         row = cur.fetchone()
     if row is not None:
         return dict(row)
-    job = get(job_id=job_id)
+    job = get(job_id=job_id, owner=owner)
     raise Conflict(f"job {job_id} is already {job['status']}", job_id=str(job_id), job_status=job["status"])
+
+
+def open_using_cnn(*, name: str) -> list[str]:
+    """Ids of unfinished jobs that name a CNN (a few at most)."""
+    with transaction() as cur:
+        cur.execute(SELECT_OPEN_USING_CNN, (name,))
+        return [str(r["id"]) for r in cur.fetchall()]

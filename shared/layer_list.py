@@ -7,16 +7,24 @@
 
 Each layer's input size is the one it sees when the network's input is image_size; the
 description holds at that size only. Pairs may be given as one number or [height, width].
+A layer's `count` stays a count: reading costs the same for 1 and for 100,000 repeats.
 """
 
-from typing import Any
+from collections import Counter
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from shared.errors import ExtractionError
+from shared.errors import ExtractionError, PayloadTooLarge
+from shared.settings import get_settings
 from shared.signatures import ConvSignature
 
 Pair = int | tuple[int, int]
+# Bounds on every number of a layer, far past real CNNs, so no figure overflows a float downstream
+# and an agent is never asked for an absurd tensor.
+MAX_CHANNELS = 1 << 16
+MAX_SIZE = 1 << 14  # input height or width
+MAX_WINDOW = 1024  # kernel, stride, padding, dilation, output padding
 
 
 def _pair(v: Pair) -> tuple[int, int]:
@@ -28,25 +36,33 @@ class LayerSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    in_channels: int = Field(ge=1)
-    out_channels: int = Field(ge=1)
+    in_channels: int = Field(ge=1, le=MAX_CHANNELS)
+    out_channels: int = Field(ge=1, le=MAX_CHANNELS)
     input_size: Pair
     kernel: Pair
     stride: Pair = 1
     padding: Pair = 0
     dilation: Pair = 1
-    groups: int = Field(default=1, ge=1)
+    groups: int = Field(default=1, ge=1, le=MAX_CHANNELS)
     bias: bool = False
     transposed: bool = False
     output_padding: Pair = 0
-    dtype: str = "float32"
+    dtype: Literal["float32", "float16", "bfloat16", "float64"] = "float32"
     count: int = Field(default=1, ge=1, le=100_000)
 
     @field_validator("input_size", "kernel", "stride", "dilation")
     @classmethod
-    def _positive(cls, v: Pair) -> Pair:
-        if min(_pair(v)) < 1:
-            raise ValueError("must be at least 1")
+    def _positive(cls, v: Pair, info: ValidationInfo) -> Pair:
+        top = MAX_SIZE if info.field_name == "input_size" else MAX_WINDOW
+        if not all(1 <= x <= top for x in _pair(v)):
+            raise ValueError(f"must be between 1 and {top}")
+        return v
+
+    @field_validator("padding", "output_padding")
+    @classmethod
+    def _small(cls, v: Pair) -> Pair:
+        if not all(0 <= x <= MAX_WINDOW for x in _pair(v)):
+            raise ValueError(f"must be between 0 and {MAX_WINDOW}")
         return v
 
     @model_validator(mode="after")
@@ -78,12 +94,17 @@ class LayerList(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     image_size: int = Field(ge=8, le=2048)
-    layers: list[LayerSpec] = Field(min_length=1, max_length=100_000)
-    parameters: int | None = Field(default=None, ge=0)
+    # Distinct layers; repeats are one entry with a count.
+    layers: list[LayerSpec] = Field(min_length=1, max_length=10_000)
+    parameters: int | None = Field(default=None, ge=0, le=10**15)
 
 
 def parse(data: bytes) -> LayerList:
     """Validate an uploaded JSON layer list; an ExtractionError says which field of which layer is wrong."""
+    limit = get_settings().max_json_bytes
+    if len(data) > limit:
+        # Parsing JSON builds objects many times its size; a layer list is small (counts cover repeats).
+        raise PayloadTooLarge(f"a JSON layer list of {len(data)} bytes is over the JSON limit of {limit} bytes")
     try:
         return LayerList.model_validate_json(data)
     except ValidationError as exc:
@@ -91,14 +112,16 @@ def parse(data: bytes) -> LayerList:
         raise ExtractionError(f"invalid JSON layer list: {problems}") from exc
 
 
-def read(definition: dict[str, Any], image_size: int) -> tuple[list[ConvSignature], dict[str, Any]]:
-    """Signatures in order (repeated `count` times) and what is known of the workload."""
+def read(definition: dict[str, Any], image_size: int) -> tuple[Counter[ConvSignature], dict[str, Any]]:
+    """Each signature with its count, in order of first use, and what is known of the workload."""
     spec = LayerList.model_validate(definition)
     if image_size != spec.image_size:
         raise ExtractionError(
             f"this CNN is described at {spec.image_size} px; describe it again at {image_size} px to use that size"
         )
-    signatures = [layer.signature() for layer in spec.layers for _ in range(layer.count)]
+    signatures: Counter[ConvSignature] = Counter()
+    for layer in spec.layers:
+        signatures[layer.signature()] += layer.count
     workload: dict[str, Any] = {
         "ops": {},
         "parameters": spec.parameters,

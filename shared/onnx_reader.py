@@ -1,10 +1,13 @@
 """Reading an uploaded ONNX model: parsed and shape-inferred with the onnx package, never executed.
 
-What is stored is the graph with the values of large weight tensors removed (their shapes
-stay), so a 200 MB upload becomes a few kilobytes and can be read again at any image size.
+What is stored is the graph with the values of its constant tensors removed (their shapes stay):
+initializers, Constant nodes and tensor attributes, in subgraphs and functions too. A 200 MB upload
+becomes a few kilobytes and can be read again at any image size. Graphs are bounded in node count.
 """
 
 import math
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import onnx
@@ -13,12 +16,17 @@ import onnx.shape_inference
 from google.protobuf.message import DecodeError
 
 from shared.errors import ExtractionError
+from shared.settings import get_settings
 from shared.signatures import ConvSignature
 from shared.workload import Workload
 
-# Weight tensors larger than this lose their values; smaller ones (shape constants for
-# Reshape and the like) are kept because shape inference reads them.
+# Constant tensors larger than this lose their values; smaller ones (shape constants for Reshape,
+# Resize's scales and the like: 512 bytes at most) are kept because shape inference reads them.
 KEEP_VALUES_UP_TO = 64
+# What is stored of a graph once its tensor values are gone: names, attributes and shapes only.
+# Beyond this the structure itself is the payload (huge names, attribute lists).
+MAX_STORED_GRAPH_BYTES = 16 * 1024 * 1024
+_DATA_FIELDS = ("raw_data", "float_data", "double_data", "int32_data", "int64_data", "uint64_data", "string_data")
 _BATCH = 2  # the batch the graph is read at; figures are divided by it
 
 _KIND_OF = {
@@ -54,7 +62,11 @@ def parse(data: bytes) -> onnx.ModelProto:
         raise ExtractionError(f"not an ONNX model: the file does not decode as ONNX protobuf ({exc})") from exc
     if not model.graph.node:
         raise ExtractionError("not an ONNX model: the graph has no nodes")
-    external = [t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    limit = get_settings().max_onnx_nodes
+    nodes = sum(len(g.node) for g in _graphs(model))
+    if nodes > limit:
+        raise ExtractionError(f"the ONNX graph has {nodes} nodes; at most {limit} are allowed", nodes=nodes)
+    external = [t.name for t in _tensors(model) if t.data_location == onnx.TensorProto.EXTERNAL]
     if external:
         # External data would make us read other files; a single self-contained file is required.
         raise ExtractionError(f"tensors stored outside the file are not supported (e.g. {external[0]!r})")
@@ -69,14 +81,27 @@ def parse(data: bytes) -> onnx.ModelProto:
 
 
 def strip(model: onnx.ModelProto) -> bytes:
-    """The model without the values of its large tensors (shapes kept), as bytes."""
+    """The model without the values of its constant tensors (shapes kept) or its documentation, as bytes."""
     stripped = onnx.ModelProto()
     stripped.CopyFrom(model)
-    for tensor in stripped.graph.initializer:
+    stripped.ClearField("training_info")  # training graphs and their tensors are never read
+    stripped.ClearField("metadata_props")
+    stripped.ClearField("doc_string")
+    for graph in _graphs(stripped):
+        graph.ClearField("doc_string")
+        for node in graph.node:
+            node.ClearField("doc_string")
+            _constant_as_tensor(node)
+    for tensor in _tensors(stripped):
         if math.prod(tensor.dims) > KEEP_VALUES_UP_TO:
-            for name in ("raw_data", "float_data", "double_data", "int32_data", "int64_data"):
+            for name in _DATA_FIELDS:
                 tensor.ClearField(name)
-    return stripped.SerializeToString()
+    data = stripped.SerializeToString()
+    if len(data) > MAX_STORED_GRAPH_BYTES:
+        raise ExtractionError(
+            f"the ONNX graph's structure is {len(data)} bytes without its tensors; at most {MAX_STORED_GRAPH_BYTES}"
+        )
+    return data
 
 
 def input_size(model: onnx.ModelProto) -> tuple[int | None, int | None]:
@@ -85,8 +110,8 @@ def input_size(model: onnx.ModelProto) -> tuple[int | None, int | None]:
     return (dims[2].dim_value or None, dims[3].dim_value or None)
 
 
-def read(graph: bytes, image_size: int) -> tuple[list[ConvSignature], dict[str, Any]]:
-    """Conv signatures in node order and the workload, with the image input set to image_size."""
+def read(graph: bytes, image_size: int) -> tuple[Counter[ConvSignature], dict[str, Any]]:
+    """Each conv signature with its count (in node order of first use) and the workload, at image_size."""
     model = onnx.load_model_from_string(graph)
     dims = _image_input(model).type.tensor_type.shape.dim
     for axis in (2, 3):
@@ -103,7 +128,7 @@ def read(graph: bytes, image_size: int) -> tuple[list[ConvSignature], dict[str, 
     except (onnx.shape_inference.InferenceError, RuntimeError) as exc:
         raise ExtractionError(f"cannot infer shapes at {image_size}x{image_size}: {str(exc).splitlines()[0]}") from exc
     shapes, dtypes = _shapes(inferred)
-    signatures: list[ConvSignature] = []
+    signatures: Counter[ConvSignature] = Counter()
     work = Workload()
     params: set[str] = set()
     inits = {t.name for t in inferred.graph.initializer}
@@ -112,7 +137,7 @@ def read(graph: bytes, image_size: int) -> tuple[list[ConvSignature], dict[str, 
         if kind is None:
             continue
         if kind == "conv":
-            signatures.append(_conv(node, shapes, dtypes))
+            signatures[_conv(node, shapes, dtypes)] += 1
         params.update(
             node.input[i]
             for i in _PARAMETER_INPUTS.get(node.op_type, ())
@@ -125,6 +150,52 @@ def read(graph: bytes, image_size: int) -> tuple[list[ConvSignature], dict[str, 
     work.parameters = sum(math.prod(shapes[p]) for p in params)
     work.parameter_tensors = len(params)
     return signatures, work.per_sample(_BATCH).to_json()
+
+
+def _graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto | onnx.FunctionProto]:
+    """The main graph, every subgraph (If, Loop, Scan bodies) and every local function, nested ones too."""
+    pending: list[onnx.GraphProto | onnx.FunctionProto] = [model.graph, *model.functions]
+    while pending:
+        graph = pending.pop()
+        yield graph
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    pending.append(attr.g)
+                pending.extend(attr.graphs)
+
+
+def _tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor a model carries: initializers, sparse ones, and node attributes (Constant's value)."""
+    for graph in _graphs(model):
+        if isinstance(graph, onnx.GraphProto):
+            yield from graph.initializer
+            for sparse in graph.sparse_initializer:
+                yield from (sparse.values, sparse.indices)
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
+                for sparse in [attr.sparse_tensor, *attr.sparse_tensors]:
+                    yield from (sparse.values, sparse.indices)
+    for info in model.training_info:
+        yield from info.initialization.initializer
+        yield from info.algorithm.initializer
+
+
+def _constant_as_tensor(node: onnx.NodeProto) -> None:
+    # A Constant's value_floats / value_ints is its data as a list: made a tensor so strip keeps its shape only.
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
+        return
+    for attr in node.attribute:
+        kind = {"value_floats": onnx.TensorProto.FLOAT, "value_ints": onnx.TensorProto.INT64}.get(attr.name)
+        values = attr.floats if attr.name == "value_floats" else attr.ints
+        if kind is not None and len(values) > KEEP_VALUES_UP_TO:
+            tensor = onnx.TensorProto(name="value", data_type=kind, dims=[len(values)])
+            node.attribute.remove(attr)
+            node.attribute.append(onnx.helper.make_attribute("value", tensor))
+            return
 
 
 def _image_input(model: onnx.ModelProto) -> onnx.ValueInfoProto:

@@ -1,10 +1,51 @@
 """The job request: validated once at the API, read again by the worker."""
 
-from typing import Literal
+import re
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from shared.settings import get_settings
+
+# A machine type's name is also its benchmark queue's name (`bench.<name>`) and a URL segment.
+MACHINE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
+# The names shared.cnns accepts for a registered CNN (every built-in one fits too).
+CNN_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+# Bound of a range's fields, so no huge number reaches arithmetic; max_batch_size is checked after.
+_HUGE = 2**31 - 1
+
+# Prediction points (CNNs x machine types x batch sizes) a job may have. Set for each request at the
+# door (api/limits.py; an API key may set its own); unset elsewhere, so a worker re-reading a stored
+# request never refuses what the API accepted under another limit.
+points_limit: ContextVar[int | None] = ContextVar("points_limit", default=None)
+
+
+def _name(what: str, pattern: str, rule: str) -> Callable[[str], str]:
+    # fullmatch, not `$`: `$` lets a trailing newline through. No control character reaches PostgreSQL.
+    compiled = re.compile(pattern.removeprefix("^").removesuffix("$"))
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise ValueError(f"{what} name {value[:80]!r} is not valid: {rule}")
+        return value
+
+    return check
+
+
+CnnName = Annotated[
+    str,
+    AfterValidator(_name("CNN", CNN_NAME, "1-64 letters, digits, '_', '.' or '-', starting with a letter or digit")),
+]
+MachineName = Annotated[
+    str,
+    AfterValidator(
+        _name(
+            "machine type", MACHINE_NAME, "1-63 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"
+        )
+    ),
+]
 
 
 class BatchRange(BaseModel):
@@ -12,9 +53,9 @@ class BatchRange(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    min: int = Field(ge=1)
-    max: int = Field(ge=1)
-    step: int = Field(default=1, ge=1)
+    min: int = Field(ge=1, le=_HUGE)
+    max: int = Field(ge=1, le=_HUGE)
+    step: int = Field(default=1, ge=1, le=_HUGE)
 
     @model_validator(mode="after")
     def _ordered(self) -> "BatchRange":
@@ -28,11 +69,12 @@ class JobRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    cnns: list[str] = Field(min_length=1, max_length=100)
-    machines: list[str] = Field(min_length=1, max_length=100)
+    cnns: list[CnnName] = Field(min_length=1, max_length=100)
+    machines: list[MachineName] = Field(min_length=1, max_length=100)
     batch_sizes: list[int] | BatchRange
     epochs: int = Field(default=90, ge=1, le=100_000)
-    dataset_size: int = Field(default=1_281_167, ge=1)
+    # Bounded so steps x epochs stays a finite float in assembly (a trillion samples is far past any dataset).
+    dataset_size: int = Field(default=1_281_167, ge=1, le=10**12)
     image_size: int = Field(default=224, ge=8, le=2048)
     num_classes: int | None = Field(default=None, ge=1, le=1_000_000)
     optimizer: Literal["sgd", "adam"] = "sgd"
@@ -51,10 +93,24 @@ class JobRequest(BaseModel):
             raise ValueError(f"{len(sizes)} batch sizes requested; at most {settings.max_batch_sizes} are allowed")
         bad = [b for b in sizes if b < 1 or b > settings.max_batch_size]
         if bad:
-            raise ValueError(f"batch sizes must be between 1 and {settings.max_batch_size}; got {bad[:5]}")
+            shown = [b if abs(b) <= _HUGE else "…" for b in bad[:5]]  # a 400-digit number helps nobody
+            raise ValueError(f"batch sizes must be between 1 and {settings.max_batch_size}; got {shown}")
+        if isinstance(self.batch_sizes, list):
+            self.batch_sizes = sizes  # stored merged: [16, 8, 8] and [8, 16] are one request
         self.cnns = list(dict.fromkeys(self.cnns))
         self.machines = list(dict.fromkeys(self.machines))
+        limit = points_limit.get()
+        points = self.points()
+        if limit is not None and points > limit:
+            raise ValueError(
+                f"{points} prediction points requested ({len(self.cnns)} CNNs x {len(self.machines)} machine types"
+                f" x {len(sizes)} batch sizes); at most {limit} are allowed per job"
+            )
         return self
+
+    def points(self) -> int:
+        """Prediction points of the job: CNNs x machine types x batch sizes."""
+        return len(self.cnns) * len(self.machines) * len(self.batch_size_list())
 
     def batch_size_list(self) -> list[int]:
         """The batch sizes as a sorted list without repeats."""
@@ -66,17 +122,13 @@ class JobRequest(BaseModel):
         return sorted(set(self.batch_sizes))
 
 
-# A machine type's name is also its benchmark queue's name (`bench.<name>`) and a URL segment.
-MACHINE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
-
-
 class MachineCreate(BaseModel):
     """A machine type registered by its GPU's figures (POST /v1/machines)."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=MACHINE_NAME)
-    gpu: str = Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f]+$")
+    gpu: str = Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")
     gpu_count: int = Field(ge=1, le=64)
     gpu_memory_gib: float = Field(gt=0, le=4096, description="memory of one GPU")
     gpu_fp32_tflops: float = Field(gt=0, le=10_000)

@@ -37,13 +37,31 @@ class Settings(BaseSettings):
     # A job with no progress for this long gets its missing work sent again.
     reconcile_after_s: float = 120.0
     reconcile_every_s: float = 30.0
+    # Worker tasks (planning, fan-in, reconciling): past the soft limit a task's job fails with the
+    # reason; the hard limit ends the process running it.
+    worker_task_soft_time_limit_s: float = 600.0
+    worker_task_time_limit_s: float = 660.0
+    # An agent measuring one signature longer than this is taken as hung: its work is re-sent.
+    bench_stuck_after_s: float = 3600.0
+    # A job that ended this recently still has its queued benchmark work withdrawn by the reconciler.
+    withdraw_window_s: float = 900.0
+    # After a transient database error an agent waits this long, then hands its task back to the queue.
+    agent_db_retry_s: float = 5.0
     # Seconds an unacknowledged message stays invisible before Redis redelivers it;
     # longer than the longest benchmark task.
     visibility_timeout_s: int = 6 * 3600
     # Largest CNN upload (ONNX file or JSON layer list) the API accepts, in bytes.
     max_upload_bytes: int = 200 * 1024 * 1024
+    # API keys (issue 13): requests per second a key may send (token bucket in Redis, shared by every API
+    # process; a burst of one second's worth), unless the key has a rate of its own (`keys create --rate`).
+    api_rate_per_key_s: float = 20.0
     max_batch_sizes: int = 1000
     max_batch_size: int = 4096
+    # Bounded work (issue 13): request bodies other than uploads, prediction points per job
+    # (CNNs x machine types x batch sizes), and the nodes of an uploaded ONNX graph.
+    max_json_bytes: int = 1024 * 1024
+    max_points_per_job: int = 200_000
+    max_onnx_nodes: int = 20_000
     # A job that waits this long for an agent on a machine type with none alive fails, saying so.
     agent_wait_timeout_s: float = 1800.0
     # A job fails when one of its missing layer benchmarks raised this many times since it started.

@@ -20,8 +20,11 @@ from tests.agent_role import agent_url
 from tests.services import fresh_database, fresh_redis_db, servers
 
 ROOT = Path(__file__).resolve().parent.parent
-# One client for the tests' HTTP calls; a loaded 2-core box can answer slowly.
+# One client for the tests' HTTP calls; a loaded 2-core box can answer slowly. service_env gives it this run's
+# admin key as a default Authorization header, so every call is an admin's unless a test sends another key.
 http = httpx.Client(timeout=30)
+# The tests poll fast; their own rate limit is tested with keys of their own (tests/test_keys.py).
+ADMIN_RATE_PER_S = 10_000.0
 
 TRUNCATE = """
 TRUNCATE jobs, predictor_models, step_measurements, layer_benchmarks,
@@ -39,7 +42,23 @@ def service_env() -> Iterator[dict[str, str]]:
         from shared.migrate import migrate
 
         migrate(db_url)
-        yield env
+        from shared import keys
+
+        _row, admin_key = keys.create(name="tests-admin", scope="admin", rate_per_s=ADMIN_RATE_PER_S)
+        # In os.environ, so the Stack's processes, the CLI run as a subprocess and in-process all use it.
+        os.environ["TRAINCAST_API_KEY"] = admin_key
+        http.headers["Authorization"] = f"Bearer {admin_key}"
+        yield {**env, "TRAINCAST_API_KEY": admin_key}
+
+
+def admin_key() -> str:
+    """This run's admin API key (made by service_env)."""
+    return os.environ["TRAINCAST_API_KEY"]
+
+
+def bearer(key: str) -> dict[str, str]:
+    """The Authorization header of an API key."""
+    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 
 from tests.browser import LAPTOP, Page, chromium, png_size, wait_until
-from tests.conftest import ROOT, Stack
+from tests.conftest import ROOT, Stack, bearer
 from tests.services import fresh_database, fresh_redis_db, servers
 
 CNNS = ["resnet50"]
@@ -32,9 +32,9 @@ BATCH_SIZES = "16,32,64,128,256"
 HOVER = ("gcp", "H100")
 
 
-def gpu_machines(url: str) -> dict[tuple[str, str], str]:
+def gpu_machines(url: str, key: str) -> dict[tuple[str, str], str]:
     """The cheapest single-GPU machine type per (provider, GPU model prefix) in GPUS, from GET /v1/machines."""
-    listed = httpx.get(f"{url}/v1/machines", timeout=30).json()["machines"]
+    listed = httpx.get(f"{url}/v1/machines", headers=bearer(key), timeout=30).json()["machines"]
     chosen = {}
     for provider, gpu in GPUS:
         fits = [
@@ -62,6 +62,10 @@ def main() -> int:
         from shared.migrate import migrate
 
         migrate(db_url)
+        from shared import keys
+
+        _row, key = keys.create(name="page-screenshot", scope="admin", rate_per_s=1000)
+        env["TRAINCAST_API_KEY"] = key
         stack = Stack(env, Path(tmp))
         for name in ("api", "worker", "agent"):
             stack.start(name)
@@ -74,8 +78,10 @@ def main() -> int:
             driver = chromium(Path(tmp) / "profile")
             try:
                 page = Page(driver, stack.url)
+                driver.get(f"{stack.url}/static/app.css")
+                driver.execute_script("localStorage.setItem('traincast.apiKey', arguments[0])", key)
                 page.open()
-                gpus = gpu_machines(stack.url)
+                gpus = gpu_machines(stack.url, key)
                 for cnn in CNNS:
                     page.choose("cnn-picker", cnn)
                 for name in ["local", *gpus.values()]:

@@ -17,7 +17,7 @@ from selenium.webdriver.common.by import By
 from api.routers import web
 from shared.db import transaction
 from tests.browser import CHROMEDRIVER, CHROMIUM, INSTALL_HINT, LAPTOP, Page, chromium, png_size, wait_until
-from tests.conftest import ROOT, Stack, http
+from tests.conftest import ROOT, Stack, admin_key, http
 
 TRAINCAST = str(Path(sys.executable).parent / "traincast")
 # Where the test leaves its screenshot (.run/ is ignored by git); the README's comes from tests/page_screenshot.py.
@@ -26,6 +26,7 @@ UNIT_SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 # Tiny on purpose: image size 32 and two batch sizes keep the CPU agent's work to seconds.
 CNNS = ["resnet18", "squeezenet1_1"]
 SIZES = [2, 4]
+KEY_STORAGE = "traincast.apiKey"
 FLEET_LAUNCHED = """
 INSERT INTO fleet_instances (instance_id, machine_type, market, price_usd_per_hour)
 VALUES (%s, 'g5.xlarge', 'spot', 1)"""
@@ -59,6 +60,9 @@ def page(full_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         pytest.fail(f"Chromium is not installed: {INSTALL_HINT}")
     driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
     try:
+        # The page keeps its API key in localStorage (what a person types in once): this run's admin key.
+        driver.get(f"{full_stack.url}/static/app.css")
+        driver.execute_script("localStorage.setItem(arguments[0], arguments[1])", KEY_STORAGE, admin_key())
         yield Page(driver, full_stack.url)
     finally:
         driver.quit()
@@ -607,3 +611,37 @@ def wait_for_job(stack: Stack, job_id: str, timeout: float = 120) -> dict[str, A
             return job
         time.sleep(0.3)
     raise AssertionError(f"job {job_id} did not finish\nworker:\n{stack.log('worker')[-3000:]}")
+
+
+def test_the_page_asks_for_a_key_and_keeps_it(page: Page) -> None:
+    """With no key the page asks for one; a refused key asks again, saying why; a valid key loads the lists and
+    is kept across reloads; a read-only key's search is refused in plain words."""
+    from shared import keys
+
+    try:
+        page.js("localStorage.removeItem(arguments[0])", KEY_STORAGE)
+        page.open()
+        assert page.state() == "key" and page.find("#key-form").is_displayed()
+        assert page.js("return window.traincast.state.machines.length") == 0
+        page.type_into("#api-key", f"tc_{'0' * 12}_{'A' * 43}")
+        page.find("#key-save").click()
+        refused = wait_until(lambda: page.find("#key-message").is_displayed() and page.find("#key-message").text, 30,
+                             "the refusal")  # fmt: skip
+        assert "API key was refused" in refused and "unknown" in refused and page.state() == "key"
+
+        _row, reader = keys.create(name="page-reader", scope="read")
+        page.type_into("#api-key", reader)
+        page.find("#key-save").click()
+        wait_until(lambda: page.state() == "idle", 30, "the lists to load with a valid key")
+        assert not page.find("#key-form").is_displayed()
+        assert page.js("return localStorage.getItem(arguments[0])", KEY_STORAGE) == reader
+        page.open()
+        assert page.state() == "idle" and page.js("return window.traincast.state.machines.length") > 0
+
+        page.choose("cnn-picker", "resnet18")
+        page.choose("machine-picker", "local")
+        assert page.search() == "error"
+        error = page.find("#error").text
+        assert "may not do that" in error and "scope read" in error and "submit" in error
+    finally:
+        page.js("localStorage.setItem(arguments[0], arguments[1])", KEY_STORAGE, admin_key())

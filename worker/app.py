@@ -1,4 +1,4 @@
-"""The worker's Celery app: `celery -A worker.app worker -B -Q jobs`."""
+"""The worker's Celery app: `celery -A worker.app worker -Q jobs`, and one `celery -A worker.app beat`."""
 
 import uuid
 
@@ -12,21 +12,27 @@ app = tasks.make_app("traincast-worker")
 app.conf.beat_schedule = {
     "reconcile": {"task": tasks.RECONCILE, "schedule": get_settings().reconcile_every_s},
 }
+# Past the soft limit the task's job fails with the reason (planning.contained); the hard limit
+# ends a child that ignores it. A job whose worker died is taken up again by the reconciler.
+LIMITS = {
+    "soft_time_limit": get_settings().worker_task_soft_time_limit_s,
+    "time_limit": get_settings().worker_task_time_limit_s,
+}
 
 
-@app.task(name=tasks.PLAN_JOB)
+@app.task(name=tasks.PLAN_JOB, **LIMITS)
 def plan_job(job_id: str) -> None:
     """Plan a job: resolve its layers and send missing benchmarks to the agents."""
     planning.plan_job(uuid.UUID(job_id))
 
 
-@app.task(name=tasks.ADVANCE_JOBS)
+@app.task(name=tasks.ADVANCE_JOBS, **LIMITS)
 def advance_jobs(machine_type: str) -> None:
     """Benchmarks were stored on a machine type: move its jobs forward."""
     planning.advance_jobs(machine_type)
 
 
-@app.task(name=tasks.RECONCILE)
+@app.task(name=tasks.RECONCILE, **LIMITS)
 def reconcile_jobs() -> None:
-    """Re-send work for jobs that stopped moving (lost messages, restarts)."""
+    """Re-send work for jobs that stopped moving (lost messages, restarts); withdraw work of ended jobs."""
     reconcile.run()

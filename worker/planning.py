@@ -2,30 +2,39 @@
 
 import logging
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from shared import agents, fleet, layers, machines
 from shared.db import Json, transaction
 from shared.errors import TraincastError
 from shared.schemas import JobRequest
 from shared.settings import get_settings
-from worker import assemble, coverage
+from shared.transient import is_transient
+from worker import assemble, coverage, queued, withdrawal
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
 LOCK_OPEN_JOB = "SELECT * FROM jobs WHERE id = %s AND status IN ('queued', 'running') FOR UPDATE"
+# Every write below is conditional on the job being open: a cancel is never undone.
 START_JOB = """
 UPDATE jobs SET status = 'running', plan = %(plan)s, progress = %(progress)s,
        started_at = COALESCE(started_at, now()), updated_at = now()
-WHERE id = %(id)s"""
+WHERE id = %(id)s AND status IN ('queued', 'running')
+RETURNING id"""
 SET_PROGRESS = """
 UPDATE jobs SET progress = %(progress)s, updated_at = now()
 WHERE id = %(id)s AND status = 'running' AND progress IS DISTINCT FROM %(progress)s"""
 FINISH_JOB = """
-UPDATE jobs SET status = %(status)s, result = %(result)s, error = %(error)s, progress = %(progress)s,
+UPDATE jobs SET status = %(status)s, result = %(result)s, error = %(error)s,
+       progress = COALESCE(%(progress)s::jsonb, progress),
        finished_at = now(), updated_at = now()
-WHERE id = %(id)s"""
+WHERE id = %(id)s AND status IN ('queued', 'running')
+RETURNING *"""
 # Failures of this job's missing work since it started: re-sent work that fails the same way each time.
 SELECT_FAILED_TOO_OFTEN = """
 SELECT signature_id, machine_type, count(*) AS n, (array_agg(error ORDER BY failed_at DESC))[1] AS error
@@ -37,9 +46,40 @@ HAVING count(*) >= %(limit)s
 ORDER BY signature_id, machine_type
 LIMIT 1"""
 SELECT_RUNNING = "SELECT id FROM jobs WHERE status = 'running' AND request->'machines' ?| %s"
+SELECT_STATUS = "SELECT * FROM jobs WHERE id = %s"
+
+
+def contained(job_id: uuid.UUID, step: Callable[[], T]) -> T | None:
+    """Run one job's step; an unexpected error fails that job with its reason instead of escaping.
+
+    A transient error (PostgreSQL or Redis unreachable) is raised: the job is fine, and the
+    reconciler takes it up again once the service is back.
+    """
+    try:
+        return step()
+    except Exception as exc:
+        if is_transient(exc):
+            raise
+        log.exception("job %s failed with an unexpected error", job_id)
+        fail(job_id, f"unexpected error: {type(exc).__name__}: {str(exc)[:1000]}")
+        return None
+
+
+def fail(job_id: uuid.UUID, error: str) -> None:
+    """Mark an open job failed with the reason and withdraw its queued benchmark work."""
+    with transaction() as cur:
+        cur.execute(FINISH_JOB, {"id": job_id, "status": "failed", "result": None, "error": error, "progress": None})
+        row = cur.fetchone()
+    if row is not None:
+        withdrawal.withdraw_jobs([dict(row)])
 
 
 def plan_job(job_id: uuid.UUID) -> None:
+    """Plan a job, failing it (not the worker) on an unexpected error."""
+    contained(job_id, partial(_plan, job_id))
+
+
+def _plan(job_id: uuid.UUID) -> None:
     """Resolve signatures, send what is missing to the agents; finish at once if nothing is waited for."""
     with transaction() as cur:
         cur.execute(LOCK_OPEN_JOB, (job_id,))
@@ -55,6 +95,8 @@ def plan_job(job_id: uuid.UUID) -> None:
             }
         }
     except TraincastError as exc:
+        if is_transient(exc):
+            raise
         _finish(job_id, status="failed", error=exc.detail, progress=job["progress"])
         return
     # Fixed once, so the job's answer does not change source while it runs.
@@ -64,8 +106,17 @@ def plan_job(job_id: uuid.UUID) -> None:
     progress = _progress(plan, request, gaps)
     with transaction() as cur:
         cur.execute(START_JOB, {"id": job_id, "plan": Json(plan), "progress": Json(progress)})
+        if cur.fetchone() is None:
+            log.info("job %s was canceled while it was planned: nothing sent", job_id)
+            return
     coverage.send_work(coverage.routed(gaps, plan), request.precision)
-    if not coverage.waited_for(gaps, plan):
+    with transaction() as cur:
+        cur.execute(SELECT_STATUS, (job_id,))
+        job = cur.fetchone()
+    if job is not None and job["status"] != "running":
+        # Canceled while its work was being sent: take it back (later cancels: the reconciler).
+        withdrawal.withdraw_jobs([dict(job)])
+    elif not coverage.waited_for(gaps, plan):
         finish_if_complete(job_id)
 
 
@@ -84,7 +135,8 @@ def advance_jobs(machine: str) -> None:
         cur.execute(SELECT_RUNNING, (machines.peers_of(names=[machine])[machine],))
         ids = [r["id"] for r in cur.fetchall()]
     for job_id in ids:
-        finish_if_complete(job_id)
+        # One job's bad data must not keep the others from finishing.
+        contained(job_id, partial(finish_if_complete, job_id))
 
 
 def finish_if_complete(job_id: uuid.UUID) -> bool:
@@ -110,6 +162,8 @@ def finish_if_complete(job_id: uuid.UUID) -> bool:
                 result = assemble.result(request=request, plan=job["plan"], incomplete=set(gaps))
                 status, error = "succeeded", None
             except TraincastError as exc:
+                if is_transient(exc):
+                    raise  # an outage, not this job's fault
                 result, status, error = None, "failed", exc.detail
         cur.execute(
             FINISH_JOB,
@@ -121,19 +175,24 @@ def finish_if_complete(job_id: uuid.UUID) -> bool:
                 "progress": Json(progress),
             },
         )
+        finished = cur.fetchone()
     log.info("job %s %s", job_id, status)
+    if status == "failed" and finished is not None:
+        withdrawal.withdraw_jobs([dict(finished)])
     return True
 
 
-def resend_missing(job_id: uuid.UUID) -> None:
-    """Send a running job's missing benchmarks again (their messages may have been lost)."""
+def resend_missing(job_id: uuid.UUID) -> int:
+    """Send again the missing benchmarks of a running job that are neither queued nor being measured."""
     with transaction() as cur:
         cur.execute("SELECT * FROM jobs WHERE id = %s AND status = 'running'", (job_id,))
         job = cur.fetchone()
     if job is None or finish_if_complete(job_id):
-        return  # finished (complete, or failed after waiting too long for an agent)
+        return 0  # finished (complete, or failed after waiting too long for an agent)
     request = JobRequest.model_validate(job["request"])
-    coverage.send_work(coverage.waited_for(coverage.missing(job["plan"], request), job["plan"]), request.precision)
+    lost = withdrawal.lost(coverage.waited_for(coverage.missing(job["plan"], request), job["plan"]))
+    coverage.send_work(lost, request.precision)
+    return sum(len({s for s, _b in gap}) for gap in lost.values())
 
 
 def _progress(
@@ -148,8 +207,10 @@ def _progress(
         m: {"needed": per_machine, "done": per_machine - pending[m], "pending": pending[m]} for m in request.machines
     }
     if gaps:
-        alive_after = get_settings().agent_alive_after_s
-        alive = {a["machine_type"] for a in agents.list_all(alive_after_s=alive_after, limit=500) if a["alive"]}
+        settings = get_settings()
+        listed = agents.list_all(alive_after_s=settings.agent_alive_after_s, limit=500)
+        # A hung agent serves nobody: with only hung agents a type waits for one, and the wait times out.
+        alive = {a["machine_type"] for a in listed if a["alive"] and not queued.stuck(a, settings.bench_stuck_after_s)}
         before = (previous or {}).get("machines", {})
         # Asked only when some machine type waits: this runs after every stored signature.
         booting = fleet.booting() if any(c["pending"] and m not in alive for m, c in counts_by_type.items()) else {}

@@ -2,12 +2,13 @@
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
+from api.auth import require
 from shared import agents
 from shared.settings import get_settings
 
-router = APIRouter(prefix="/v1/agents", tags=["agents"])
+router = APIRouter(prefix="/v1/agents", tags=["agents"], dependencies=[Depends(require("read"))])
 
 
 @router.get("")

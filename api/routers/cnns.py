@@ -2,28 +2,29 @@
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
+from api.auth import Reader, Submitter, require
 from shared import cnns
 from shared.errors import InvalidRequest, PayloadTooLarge
 from shared.settings import get_settings
 
-router = APIRouter(prefix="/v1/cnns", tags=["cnns"])
+router = APIRouter(prefix="/v1/cnns", tags=["cnns"], dependencies=[Depends(require("read"))])
 
 CHUNK = 1024 * 1024
 
 
 @router.get("")
-def list_cnns() -> dict[str, Any]:
-    """Built-in and registered CNNs with their parameter counts."""
-    return {"cnns": cnns.list_all()}
+def list_cnns(principal: Reader) -> dict[str, Any]:
+    """Built-in CNNs and those this key registered (an admin key: every one), with parameter counts."""
+    return {"cnns": cnns.list_all(owner=principal.visible_owner)}
 
 
 @router.post("", status_code=201)
-async def register_cnn(request: Request) -> dict[str, Any]:
-    """Register a CNN: multipart form with `name` and `file` (an ONNX model or a JSON layer list)."""
+async def register_cnn(request: Request, principal: Submitter) -> dict[str, Any]:
+    """Register a CNN owned by this key: multipart form with `name` and `file` (an ONNX model or a JSON layer list)."""
     limit = get_settings().max_upload_bytes
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit + CHUNK:  # room for the form's own fields
@@ -38,19 +39,27 @@ async def register_cnn(request: Request) -> dict[str, Any]:
     if not isinstance(upload, UploadFile):
         raise InvalidRequest("form field 'file' is missing or not a file")
     data = await _read_capped(upload, limit)
-    created = await run_in_threadpool(cnns.create, name=name, data=data)
+    created = await run_in_threadpool(cnns.create, name=name, data=data, owner_key_id=principal.key_id)
     return created
 
 
 @router.get("/{name}")
 def get_cnn(
     name: str,
+    principal: Reader,
     image_size: Annotated[int | None, Query(ge=8, le=2048)] = None,
     num_classes: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
 ) -> dict[str, Any]:
     """A CNN's unique conv layers with counts, and its workload, at an image size."""
     size = image_size or cnns.default_image_size(name)
-    return cnns.describe(name=name, image_size=size, num_classes=num_classes)
+    return cnns.describe(name=name, image_size=size, num_classes=num_classes, owner=principal.visible_owner)
+
+
+@router.delete("/{name}", status_code=204)
+def delete_cnn(name: str, principal: Submitter) -> Response:
+    """Delete a CNN this key registered (an admin key: any registered CNN); 409 while an unfinished job names it."""
+    cnns.delete(name=name, owner=principal.visible_owner)
+    return Response(status_code=204)
 
 
 async def _read_capped(upload: UploadFile, limit: int) -> bytes:

@@ -4,14 +4,15 @@ import logging
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Depends, Header, Query, Response
 
+from api.auth import Reader, Submitter, require
 from shared import cnns, jobs, machines, tasks
 from shared.errors import InvalidRequest, NotFound
 from shared.schemas import JobRequest
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(require("read"))])
 
 # Seconds a client should wait before polling an unfinished job again.
 POLL_AFTER_S = 2
@@ -36,11 +37,11 @@ def job_view(job: dict[str, Any], *, full: bool = True) -> dict[str, Any]:
     return view
 
 
-def _validate_names(request: JobRequest) -> None:
+def _validate_names(request: JobRequest, owner: str | None) -> None:
     unknown_machines = machines.missing(names=request.machines)
     if unknown_machines:
         raise InvalidRequest(f"unknown machine type(s): {', '.join(unknown_machines)}; see GET /v1/machines")
-    unknown_cnns = cnns.unknown(names=request.cnns)
+    unknown_cnns = cnns.unknown(names=request.cnns, owner=owner)
     if unknown_cnns:
         raise InvalidRequest(f"unknown CNN(s): {', '.join(unknown_cnns)}; see GET /v1/cnns")
     for name in request.cnns:
@@ -57,11 +58,12 @@ def _set_poll_header(response: Response, job: dict[str, Any]) -> None:
 def create_job(
     request: JobRequest,
     response: Response,
+    principal: Submitter,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> dict[str, Any]:
-    """Submit a prediction job; it runs in the background."""
-    _validate_names(request)
-    job, created = jobs.create(request=request, idempotency_key=idempotency_key)
+    """Submit a prediction job; it runs in the background and belongs to the key that sent it."""
+    _validate_names(request, principal.visible_owner)
+    job, created = jobs.create(request=request, idempotency_key=idempotency_key, owner_key_id=principal.key_id)
     if created:
         try:
             tasks.send(tasks.PLAN_JOB, args=[str(job["id"])])
@@ -73,15 +75,18 @@ def create_job(
 
 
 @router.get("")
-def list_jobs(limit: Annotated[int, Query(ge=1, le=100)] = 20, cursor: uuid.UUID | None = None) -> dict[str, Any]:
-    """Jobs, newest first; pass next_cursor as cursor for the next page."""
+def list_jobs(
+    principal: Reader, limit: Annotated[int, Query(ge=1, le=100)] = 20, cursor: uuid.UUID | None = None
+) -> dict[str, Any]:
+    """The key's jobs (an admin key: every job), newest first; pass next_cursor as cursor for the next page."""
+    owner = principal.visible_owner
     before = None
     if cursor is not None:
         try:
-            before = jobs.get(job_id=cursor)
+            before = jobs.get(job_id=cursor, owner=owner)
         except NotFound as exc:
             raise InvalidRequest(f"cursor {cursor} is not a job id") from exc
-    page = jobs.list_page(limit=limit + 1, before=before)
+    page = jobs.list_page(limit=limit + 1, before=before, owner=owner)
     more = len(page) > limit
     page = page[:limit]
     return {
@@ -91,14 +96,14 @@ def list_jobs(limit: Annotated[int, Query(ge=1, le=100)] = 20, cursor: uuid.UUID
 
 
 @router.get("/{job_id}")
-def get_job(job_id: uuid.UUID, response: Response) -> dict[str, Any]:
-    """A job's status, progress and, when done, its result or error."""
-    job = jobs.get(job_id=job_id)
+def get_job(job_id: uuid.UUID, response: Response, principal: Reader) -> dict[str, Any]:
+    """A job's status, progress and, when done, its result or error; another key's job is 404."""
+    job = jobs.get(job_id=job_id, owner=principal.visible_owner)
     _set_poll_header(response, job)
     return job_view(job)
 
 
 @router.post("/{job_id}/cancel")
-def cancel_job(job_id: uuid.UUID) -> dict[str, Any]:
-    """Cancel a job that has not finished."""
-    return job_view(jobs.cancel(job_id=job_id))
+def cancel_job(job_id: uuid.UUID, principal: Submitter) -> dict[str, Any]:
+    """Cancel a job of this key (an admin key: any job) that has not finished."""
+    return job_view(jobs.cancel(job_id=job_id, owner=principal.visible_owner))

@@ -2,12 +2,13 @@
 
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 
+from api.auth import require
 from shared import machines
 from shared.schemas import MachineCreate
 
-router = APIRouter(prefix="/v1/machines", tags=["machines"])
+router = APIRouter(prefix="/v1/machines", tags=["machines"], dependencies=[Depends(require("read"))])
 
 
 @router.get("")
@@ -16,7 +17,7 @@ def list_machines() -> dict[str, Any]:
     return {"machines": [_view(m) for m in machines.list_all()]}
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, dependencies=[Depends(require("admin"))])
 def create_machine(figures: MachineCreate, response: Response) -> dict[str, Any]:
     """Register a machine type by its GPU's figures; jobs can name it at once (reference predictions)."""
     created = machines.create(figures=figures)

@@ -34,9 +34,64 @@
     }
   }
 
+  // ---- the API key: asked for once, kept in this browser, sent with every call ----------------
+
+  const KEY_STORAGE = "traincast.apiKey";
+  let memoryKey = "";  // when localStorage is unavailable (some private modes): kept for this page only
+  let keyWaiter = null;  // resolves the promise keyEntered() returned
+
+  function apiKey() {
+    try {
+      return localStorage.getItem(KEY_STORAGE) || memoryKey;
+    } catch (err) {
+      return memoryKey;
+    }
+  }
+
+  function showKeyForm(message) {
+    const box = $("#key-message");
+    box.textContent = message || "";
+    box.hidden = !message;
+    $("#key-form").hidden = false;
+    $("#api-key").value = "";
+    $("#api-key").focus();
+  }
+
+  // Show the prompt and wait until a key is entered.
+  function keyEntered(message) {
+    showKeyForm(message);
+    setState("key");
+    return new Promise((resolve) => { keyWaiter = resolve; });
+  }
+
+  function saveKey(event) {
+    event.preventDefault();
+    const key = $("#api-key").value.trim();
+    if (!key) {
+      showKeyForm("Paste an API key first.");
+      return;
+    }
+    memoryKey = key;
+    try {
+      localStorage.setItem(KEY_STORAGE, key);
+    } catch (err) {
+      // memoryKey holds it until the page is closed
+    }
+    $("#key-form").hidden = true;
+    if (keyWaiter) {
+      const resolve = keyWaiter;
+      keyWaiter = null;
+      resolve();
+    } else {
+      loadLists().catch((err) => showError(err.title || "Could not load the lists", err.message));
+    }
+  }
+
   // Fetch JSON; a problem+json answer (RFC 9457) becomes an ApiError carrying its title and detail.
   async function api(method, path, body) {
     const init = { method, headers: { accept: "application/json" } };
+    const key = apiKey();
+    if (key) init.headers.authorization = `Bearer ${key}`;
     if (body instanceof FormData) {
       init.body = body;
     } else if (body !== undefined) {
@@ -56,8 +111,16 @@
       data = null;
     }
     if (!response.ok) {
-      const title = (data && data.title) || `The server answered ${response.status}`;
+      let title = (data && data.title) || `The server answered ${response.status}`;
       const detail = (data && data.detail) || response.statusText || "no details were given";
+      if (response.status === 401) {
+        title = "The API key was refused";
+        showKeyForm(`${title}: ${detail}. Enter a valid key.`);
+      } else if (response.status === 403) {
+        title = "This API key may not do that";
+      } else if (response.status === 429) {
+        title = "Too many requests with this API key";
+      }
       throw new ApiError(title, detail, response.status);
     }
     return { data, response };
@@ -1173,7 +1236,23 @@
     renderMachines();
   }
 
+  // The CNN and machine lists; asks for a key first when there is none, and again while the API refuses it.
+  async function loadLists() {
+    if (!apiKey()) await keyEntered("");
+    for (;;) {
+      try {
+        await Promise.all([loadCnns(), loadMachines()]);
+        return;
+      } catch (err) {
+        if (err.status !== 401) throw err;
+        await keyEntered(`${err.title}: ${err.message}. Enter a valid key.`);
+      }
+    }
+  }
+
   async function start() {
+    $("#key-form").addEventListener("submit", saveKey);
+    $("#key-change").addEventListener("click", () => showKeyForm(""));
     $("#search-form").addEventListener("submit", search);
     $("#cancel").addEventListener("click", cancel);
     $("#upload-form").addEventListener("submit", upload);
@@ -1184,7 +1263,8 @@
       showError("The plotting library did not load", "static/plotly.min.js could not be fetched from the server");
     }
     try {
-      await Promise.all([loadCnns(), loadMachines()]);
+      await loadLists();
+      setState("loading");
     } catch (err) {
       showError(err.title || "Could not load the lists", err.message);
       setState("error");

@@ -1,0 +1,44 @@
+"""Who may call what: FastAPI dependencies that check the bearer key, its scope and its request rate."""
+
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+
+from api import ratelimit
+from shared import keys
+from shared.keys import Principal
+from shared.settings import get_settings
+
+# auto_error off: a missing key is our own 401 problem+json, not FastAPI's 403.
+bearer = HTTPBearer(auto_error=False, description="An API key: `traincast keys create --name N --scope S`")
+
+
+async def authenticate(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Principal:
+    """The request's key, checked and counted against its rate (once per request, however many routes ask)."""
+    principal = await run_in_threadpool(keys.authenticate, token=credentials.credentials if credentials else None)
+    rate = principal.rate_per_s or get_settings().api_rate_per_key_s
+    await run_in_threadpool(ratelimit.take, key_id=principal.key_id, rate_per_s=rate)
+    return principal
+
+
+def require(scope: str) -> Callable[[Principal], Principal]:
+    """A dependency giving the request's principal, 403 unless its scope includes `scope`."""
+    if scope not in keys.SCOPES:
+        raise ValueError(f"unknown scope {scope!r}")
+
+    def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+        keys.require(principal, scope)
+        return principal
+
+    check.__name__ = f"require_{scope}"
+    return check
+
+
+Reader = Annotated[Principal, Depends(require("read"))]
+Submitter = Annotated[Principal, Depends(require("submit"))]
+Admin = Annotated[Principal, Depends(require("admin"))]

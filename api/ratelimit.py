@@ -1,0 +1,56 @@
+"""Requests per second per API key: a token bucket in Redis, so every API process shares one bucket per key."""
+
+import logging
+import math
+
+import redis
+
+from shared import tasks
+from shared.errors import RateLimited
+
+log = logging.getLogger(__name__)
+
+# KEYS[1]: the bucket; ARGV: rate per second, capacity. Redis's own clock, so API hosts' clocks need not agree.
+# Returns {1, 0} when a token was taken, else {0, seconds until one is there} (as a string: Lua would round it).
+TAKE = """
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) + tonumber(now_parts[2]) / 1000000
+local rate, capacity = tonumber(ARGV[1]), tonumber(ARGV[2])
+local held = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(held[1]) or capacity
+local at = tonumber(held[2]) or now
+tokens = math.min(capacity, tokens + math.max(0, now - at) * rate)
+local wait = 0
+if tokens >= 1 then tokens = tokens - 1 else wait = (1 - tokens) / rate end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
+redis.call('EXPIRE', KEYS[1], math.ceil(capacity / rate) + 1)
+if wait > 0 then return {0, tostring(wait)} end
+return {1, '0'}
+"""
+
+_client: redis.Redis | None = None
+
+
+def _redis() -> redis.Redis:
+    global _client
+    if _client is None:
+        _client = tasks.redis_client(socket_connect_timeout=1, socket_timeout=1)
+    return _client
+
+
+def take(*, key_id: str, rate_per_s: float) -> None:
+    """Take one request from the key's bucket (a second's worth at most); RateLimited when it is empty."""
+    capacity = max(1.0, rate_per_s)
+    try:
+        allowed, wait = _redis().eval(TAKE, 1, f"traincast:rate:{key_id}", rate_per_s, capacity)
+    except redis.RedisError as exc:
+        # Fail open: a broker outage must not lock every key out of reading its jobs.
+        log.warning("rate limit not applied to key %s: Redis unreachable (%s)", key_id, exc)
+        return
+    if int(allowed) == 1:
+        return
+    retry_after = max(1, math.ceil(float(wait)))
+    raise RateLimited(
+        f"API key {key_id} is over its {rate_per_s:g} requests per second; retry after {retry_after} s",
+        retry_after_s=retry_after,
+    )

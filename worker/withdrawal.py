@@ -1,0 +1,77 @@
+"""Benchmark work of jobs that ended is taken back from the queues; lost work is told from work in hand."""
+
+import logging
+from collections import defaultdict
+from typing import Any
+
+from shared import agents
+from shared.db import transaction
+from shared.schemas import JobRequest
+from shared.settings import get_settings
+from worker import coverage, queued
+
+log = logging.getLogger(__name__)
+
+# Running jobs keep their queued work, whoever else asked for it too.
+SELECT_LIVE = "SELECT id, request, plan FROM jobs WHERE status = 'running' AND plan IS NOT NULL"
+SELECT_RECENTLY_ENDED = """
+SELECT id, request, plan FROM jobs
+WHERE status IN ('canceled', 'failed') AND plan IS NOT NULL
+  AND finished_at > now() - make_interval(secs => %s)"""
+
+
+def _targets(job: dict[str, Any]) -> dict[str, dict[int, set[int]]]:
+    """Queue (machine type) → signature → batch sizes a planned job may have sent there."""
+    plan, request = job["plan"], job["request"]
+    peers: dict[str, list[str]] = plan.get("peers") or {m: [m] for m in request["machines"]}
+    sizes = set(JobRequest.model_validate(request).batch_size_list())
+    out: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for machine in request["machines"]:
+        for queue in {machine, *peers.get(machine, [machine])}:
+            for sig in coverage.signature_ids(plan):
+                out[queue][sig] |= sizes
+    return out
+
+
+def withdraw_jobs(ended: list[dict[str, Any]]) -> int:
+    """Remove the queued benchmark tasks of ended jobs that no running job also needs; returns how many."""
+    unwanted: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for job in ended:
+        if job.get("plan"):
+            for queue, sigs in _targets(job).items():
+                for sig, sizes in sigs.items():
+                    unwanted[queue][sig] |= sizes
+    if not unwanted:
+        return 0
+    with transaction() as cur:
+        cur.execute(SELECT_LIVE)
+        live = cur.fetchall()
+    for job in live:
+        for queue, sigs in _targets(dict(job)).items():
+            for sig in sigs:
+                unwanted.get(queue, {}).pop(sig, None)
+    return sum(queued.withdraw(queue, dict(sigs)) for queue, sigs in unwanted.items())
+
+
+def sweep() -> int:
+    """Withdraw the queued work of jobs canceled or failed within WITHDRAW_WINDOW_S (cancels come from the API)."""
+    with transaction() as cur:
+        cur.execute(SELECT_RECENTLY_ENDED, (get_settings().withdraw_window_s,))
+        ended = [dict(r) for r in cur.fetchall()]
+    return withdraw_jobs(ended) if ended else 0
+
+
+def lost(gaps: coverage.Missing) -> coverage.Missing:
+    """The gaps whose work is neither waiting in its queue nor being measured by a live agent."""
+    if not gaps:
+        return gaps
+    settings = get_settings()
+    listed = agents.list_all(alive_after_s=settings.agent_alive_after_s, limit=500)
+    in_hand = queued.busy(listed, settings.bench_stuck_after_s)
+    out: coverage.Missing = {}
+    for machine, gap in gaps.items():
+        waiting = queued.signatures(machine)
+        left = {(s, b) for s, b in gap if s not in waiting and (machine, s) not in in_hand}
+        if left:
+            out[machine] = left
+    return out
