@@ -1,4 +1,4 @@
-"""Who may call what: FastAPI dependencies that check the bearer key, its scope and its request rate."""
+"""Who may call what: FastAPI dependencies that check the bearer key, its scope, its request rate and points limit."""
 
 from collections.abc import Callable
 from typing import Annotated
@@ -8,7 +8,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from api import ratelimit
-from shared import keys
+from shared import keys, schemas
 from shared.keys import Principal
 from shared.settings import get_settings
 
@@ -19,10 +19,15 @@ bearer = HTTPBearer(auto_error=False, description="An API key: `traincast keys c
 async def authenticate(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
-    """The request's key, checked and counted against its rate (once per request, however many routes ask)."""
+    """The request's key, checked and counted against its rate (once per request); sets its points per job limit."""
     principal = await run_in_threadpool(keys.authenticate, token=credentials.credentials if credentials else None)
     rate = principal.rate_per_s or get_settings().api_rate_per_key_s
     await run_in_threadpool(ratelimit.take, key_id=principal.key_id, rate_per_s=rate)
+    if principal.max_points_per_job is not None:
+        # Here, not in a sync dependency: a threadpool call sets the variable in a copy of the context. FastAPI
+        # validates the body (shared/schemas.py reads the limit) after the dependencies, in this context;
+        # api/limits.py set the default for the request and resets it when the request ends.
+        schemas.points_limit.set(principal.max_points_per_job)
     return principal
 
 

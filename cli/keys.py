@@ -14,6 +14,8 @@ from cli import render
 from shared import keys
 from shared.errors import TraincastError
 
+LIMIT_HEADERS = ["max jobs", "max points", "bench s/day"]
+
 
 def add_parser(sub: Any) -> None:
     """The `keys` subcommands."""
@@ -23,7 +25,22 @@ def add_parser(sub: Any) -> None:
     cr.add_argument("--name", required=True, help="who or what uses it")
     cr.add_argument("--scope", required=True, choices=keys.SCOPES, help="read ⊂ submit ⊂ admin")
     cr.add_argument("--rate", type=float, default=None, help="requests per second (default: API_RATE_PER_KEY_S)")
-    kc.add_parser("list", help="every key: id, name, scope, rate, created, last used, revoked (no secrets)")
+    cr.add_argument(
+        "--max-jobs",
+        type=int,
+        default=None,
+        help="jobs queued or running at once (default: MAX_UNFINISHED_JOBS_PER_KEY)",
+    )
+    cr.add_argument(
+        "--max-points", type=int, default=None, help="prediction points per job (default: MAX_POINTS_PER_JOB)"
+    )
+    cr.add_argument(
+        "--bench-seconds-per-day",
+        type=float,
+        default=None,
+        help="layer benchmark seconds its jobs may send agents in 24 h (default: MAX_BENCH_SECONDS_PER_KEY_DAY)",
+    )
+    kc.add_parser("list", help="every key: id, name, scope, rate, limits, created, last used, revoked (no secrets)")
     rv = kc.add_parser("revoke", help="revoke a key by id, or by name when one unrevoked key has it")
     rv.add_argument("ref", help="key id or name")
 
@@ -31,9 +48,19 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Carry out a `keys` subcommand."""
     if args.keys_command == "create":
-        row, key = keys.create(name=args.name, scope=args.scope, rate_per_s=args.rate)
+        row, key = keys.create(
+            name=args.name,
+            scope=args.scope,
+            rate_per_s=args.rate,
+            max_unfinished_jobs=args.max_jobs,
+            max_points_per_job=args.max_points,
+            bench_seconds_per_day=args.bench_seconds_per_day,
+        )
         rate = f"{row['rate_per_s']:g}/s" if row["rate_per_s"] else "the default rate"
-        print(f"created key {row['id']} ({row['name']}, scope {row['scope']}, {rate}); it is shown only once:")
+        limits = ", ".join(f"{label} {value}" for label, value in zip(LIMIT_HEADERS, _limits(row), strict=True))
+        print(
+            f"created key {row['id']} ({row['name']}, scope {row['scope']}, {rate}, {limits}); it is shown only once:"
+        )
         print(key)
         return 0
     if args.keys_command == "list":
@@ -43,18 +70,25 @@ def run(args: argparse.Namespace) -> int:
                 k["name"],
                 k["scope"],
                 f"{k['rate_per_s']:g}/s" if k["rate_per_s"] else "default",
+                *_limits(k),
                 _when(k["created_at"]),
                 _when(k["last_used_at"]),
                 _when(k["revoked_at"]) if k["revoked_at"] else "",
             ]
             for k in keys.list_all()
         ]
-        headers = ["id", "name", "scope", "rate", "created", "last used", "revoked"]
+        headers = ["id", "name", "scope", "rate", *LIMIT_HEADERS, "created", "last used", "revoked"]
         print(render.table(rows, headers) if rows else "no keys yet: traincast keys create --name N --scope admin")
         return 0
     row = keys.revoke(ref=args.ref)
     print(f"key {row['id']} ({row['name']}) revoked at {_when(row['revoked_at'])}")
     return 0
+
+
+def _limits(row: dict[str, Any]) -> list[str]:
+    # A key without its own limit follows the setting, which may change: say "default", not today's number.
+    values = (row["max_unfinished_jobs"], row["max_points_per_job"], row["bench_seconds_per_day"])
+    return [f"{v:g}" if v is not None else "default" for v in values]
 
 
 def _when(at: Any) -> str:

@@ -33,6 +33,21 @@ RETURNING *"""
 SELECT_OPEN_USING_CNN = """
 SELECT id FROM jobs WHERE status IN ('queued', 'running') AND request->'cnns' ? %s ORDER BY created_at LIMIT 5"""
 
+# What a key has running and spent, for its limits (shared/keys.py check_submission): unfinished jobs, benchmark
+# seconds its plans sent in the last 24 h (worker/planning.py records plan.bench_seconds), when the oldest of
+# those charges leaves the window, and whether this idempotency key is a retry (never refused).
+SELECT_KEY_USAGE = """
+SELECT count(*) FILTER (WHERE status IN ('queued', 'running')) AS unfinished,
+       COALESCE(sum((plan->>'bench_seconds')::float8) FILTER (WHERE created_at > now() - interval '24 hours'), 0)
+           AS bench_seconds_day,
+       EXTRACT(EPOCH FROM min(created_at) FILTER (
+           WHERE created_at > now() - interval '24 hours' AND (plan->>'bench_seconds')::float8 > 0
+       ) + interval '24 hours' - now()) AS bench_frees_in_s,
+       COALESCE(bool_or(idempotency_key = %(key)s), false) AS retry
+FROM jobs
+WHERE owner_key_id = %(owner)s
+  AND (status IN ('queued', 'running') OR created_at > now() - interval '24 hours' OR idempotency_key = %(key)s)"""
+
 
 def request_hash(request: JobRequest) -> str:
     """Hash of the normalised request, to tell a retry from a different request."""
@@ -108,3 +123,10 @@ def open_using_cnn(*, name: str) -> list[str]:
     with transaction() as cur:
         cur.execute(SELECT_OPEN_USING_CNN, (name,))
         return [str(r["id"]) for r in cur.fetchall()]
+
+
+def key_usage(*, owner_key_id: str, idempotency_key: str | None = None) -> dict[str, Any]:
+    """A key's unfinished jobs, benchmark seconds of the last 24 h, and whether `idempotency_key` is a retry."""
+    with transaction() as cur:
+        cur.execute(SELECT_KEY_USAGE, {"owner": owner_key_id, "key": idempotency_key})
+        return dict(cur.fetchone() or {})

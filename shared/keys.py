@@ -7,25 +7,31 @@ hash (nothing to guess from a dictionary), so a lookup costs one indexed SELECT.
 
 import hashlib
 import hmac
+import math
 import re
 import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from shared.db import transaction
-from shared.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthorized
+from shared.errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, Unauthorized
+from shared.settings import get_settings
 
 SCOPES = ("read", "submit", "admin")  # each includes the ones before it
 PREFIX = "tc"
 KEY = re.compile(r"^tc_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,100}$")
-SHOWN = "id, name, scope, rate_per_s, created_at, last_used_at, revoked_at"
+# A key's own limits (migrations/0013_key_limits.sql); NULL: the setting's default.
+LIMITS = "max_unfinished_jobs, max_points_per_job, bench_seconds_per_day"
+SHOWN = f"id, name, scope, rate_per_s, {LIMITS}, created_at, last_used_at, revoked_at"
+# Seconds a client refused for too many unfinished jobs should wait: about one job's planning and a poll.
+UNFINISHED_RETRY_AFTER_S = 10
 
 INSERT_KEY = f"""
-INSERT INTO api_keys (id, name, scope, secret_sha256, rate_per_s) VALUES (%s, %s, %s, %s, %s)
+INSERT INTO api_keys (id, name, scope, secret_sha256, rate_per_s, {LIMITS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
 RETURNING {SHOWN}"""
 SELECT_KEYS = f"SELECT {SHOWN} FROM api_keys ORDER BY created_at, id"
-SELECT_FOR_AUTH = "SELECT id, name, scope, secret_sha256, rate_per_s, revoked_at FROM api_keys WHERE id = %s"
+SELECT_FOR_AUTH = f"SELECT id, name, scope, secret_sha256, rate_per_s, {LIMITS}, revoked_at FROM api_keys WHERE id = %s"
 # A write per request would be wasteful: once a minute is enough to tell a used key from an idle one.
 TOUCH_KEY = """
 UPDATE api_keys SET last_used_at = now()
@@ -36,12 +42,15 @@ REVOKE_KEY = f"UPDATE api_keys SET revoked_at = now() WHERE id = %s AND revoked_
 
 @dataclass(frozen=True)
 class Principal:
-    """Who sent a request: the key's id (the owner of what it creates), name, scope and rate."""
+    """Who sent a request: the key's id (the owner of what it creates), name, scope, rate and limits (None: default)."""
 
     key_id: str
     name: str
     scope: str
     rate_per_s: float | None = None
+    max_unfinished_jobs: int | None = None
+    max_points_per_job: int | None = None
+    bench_seconds_per_day: float | None = None
 
     @property
     def is_admin(self) -> bool:
@@ -63,7 +72,15 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create(*, name: str, scope: str, rate_per_s: float | None = None) -> tuple[dict[str, Any], str]:
+def create(
+    *,
+    name: str,
+    scope: str,
+    rate_per_s: float | None = None,
+    max_unfinished_jobs: int | None = None,
+    max_points_per_job: int | None = None,
+    bench_seconds_per_day: float | None = None,
+) -> tuple[dict[str, Any], str]:
     """Store a new key; returns its row (no secret) and the key itself, which is never shown again."""
     if scope not in SCOPES:
         raise InvalidRequest(f"scope {scope!r}: use one of {', '.join(SCOPES)}")
@@ -71,9 +88,15 @@ def create(*, name: str, scope: str, rate_per_s: float | None = None) -> tuple[d
         raise InvalidRequest("a key's name is 1-100 characters with no control characters")
     if rate_per_s is not None and not 0 < rate_per_s <= 1e6:
         raise InvalidRequest(f"rate {rate_per_s}: requests per second must be above 0 and at most 1000000")
+    for what, value, low in (("max jobs", max_unfinished_jobs, 1), ("max points", max_points_per_job, 1)):
+        if value is not None and not low <= value <= 2**31 - 1:
+            raise InvalidRequest(f"{what} {value}: must be a whole number from {low} to {2**31 - 1}")
+    if bench_seconds_per_day is not None and not 0 <= bench_seconds_per_day <= 1e9:
+        raise InvalidRequest(f"bench seconds per day {bench_seconds_per_day}: must be from 0 to 1000000000")
     key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
     with transaction() as cur:
-        cur.execute(INSERT_KEY, (key_id, name, scope, digest(secret), rate_per_s))
+        limits = (max_unfinished_jobs, max_points_per_job, bench_seconds_per_day)
+        cur.execute(INSERT_KEY, (key_id, name, scope, digest(secret), rate_per_s, *limits))
         row: dict[str, Any] = dict(cur.fetchone() or {})
     return row, f"{PREFIX}_{key_id}_{secret}"
 
@@ -121,7 +144,15 @@ def authenticate(*, token: str | None) -> Principal:
         if row["revoked_at"] is not None:
             raise Unauthorized(f"API key {key_id} ({row['name']}) was revoked", key_id=key_id)
         cur.execute(TOUCH_KEY, (key_id,))
-    return Principal(key_id=key_id, name=row["name"], scope=row["scope"], rate_per_s=row["rate_per_s"])
+    return Principal(
+        key_id=key_id,
+        name=row["name"],
+        scope=row["scope"],
+        rate_per_s=row["rate_per_s"],
+        max_unfinished_jobs=row["max_unfinished_jobs"],
+        max_points_per_job=row["max_points_per_job"],
+        bench_seconds_per_day=row["bench_seconds_per_day"],
+    )
 
 
 def require(principal: Principal, scope: str) -> None:
@@ -131,4 +162,36 @@ def require(principal: Principal, scope: str) -> None:
             f"API key {principal.key_id} ({principal.name}) has scope {principal.scope}; this needs {scope}",
             key_scope=principal.scope,
             needed_scope=scope,
+        )
+
+
+def check_submission(principal: Principal, usage: dict[str, Any]) -> None:
+    """RateLimited when one more job would pass the key's unfinished jobs or its benchmark seconds of the day.
+
+    `usage` is shared/jobs.py's key_usage(): unfinished jobs, benchmark seconds charged in the last 24 h and
+    seconds until the oldest charge of them leaves the window.
+    """
+    settings = get_settings()
+    most = principal.max_unfinished_jobs
+    most = settings.max_unfinished_jobs_per_key if most is None else most
+    unfinished = int(usage["unfinished"])
+    if unfinished >= most:
+        raise RateLimited(
+            f"API key {principal.key_id} has {unfinished} unfinished jobs (queued or running); at most {most} at"
+            f" once are allowed: wait for one to finish or cancel one",
+            retry_after_s=UNFINISHED_RETRY_AFTER_S,
+            unfinished_jobs=unfinished,
+            limit=most,
+        )
+    budget = principal.bench_seconds_per_day
+    budget = settings.max_bench_seconds_per_key_day if budget is None else budget
+    spent = float(usage["bench_seconds_day"])
+    if spent > budget:
+        retry_after = max(1, math.ceil(float(usage["bench_frees_in_s"] or 0)))
+        raise RateLimited(
+            f"API key {principal.key_id} sent agents {spent:g} s of layer benchmarks in the last 24 h; its budget is"
+            f" {budget:g} s a day: retry after {retry_after} s",
+            retry_after_s=retry_after,
+            bench_seconds_day=spent,
+            limit=budget,
         )

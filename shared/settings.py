@@ -55,6 +55,11 @@ class Settings(BaseSettings):
     # API keys (issue 13): requests per second a key may send (token bucket in Redis, shared by every API
     # process; a burst of one second's worth), unless the key has a rate of its own (`keys create --rate`).
     api_rate_per_key_s: float = 20.0
+    # Limits per key (issue 13), each replaced by the key's own (`keys create --max-jobs / --bench-seconds-per-day`):
+    # jobs queued or running at once, and the benchmark seconds its jobs sent agents in the last 24 h (each
+    # (signature, batch size) point a plan sends counts 3 phases x BENCH_TIME_CAP_S). Points per job: below.
+    max_unfinished_jobs_per_key: int = 20
+    max_bench_seconds_per_key_day: float = 3600.0
     max_batch_sizes: int = 1000
     max_batch_size: int = 4096
     # Bounded work (issue 13): request bodies other than uploads, prediction points per job

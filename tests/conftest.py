@@ -44,7 +44,14 @@ def service_env() -> Iterator[dict[str, str]]:
         migrate(db_url)
         from shared import keys
 
-        _row, admin_key = keys.create(name="tests-admin", scope="admin", rate_per_s=ADMIN_RATE_PER_S)
+        # Per-key job and benchmark budgets are tested with keys of their own (tests/test_key_limits.py).
+        _row, admin_key = keys.create(
+            name="tests-admin",
+            scope="admin",
+            rate_per_s=ADMIN_RATE_PER_S,
+            max_unfinished_jobs=100_000,
+            bench_seconds_per_day=1e9,
+        )
         # In os.environ, so the Stack's processes, the CLI run as a subprocess and in-process all use it.
         os.environ["TRAINCAST_API_KEY"] = admin_key
         http.headers["Authorization"] = f"Bearer {admin_key}"

@@ -12,7 +12,7 @@ import redis
 
 from shared import layers, tasks
 from shared.db import transaction
-from tests.conftest import Stack, queued_tasks
+from tests.conftest import Stack, http, queued_tasks
 
 # What a Celery 5 worker (kombu's Redis transport) consuming bench.local and sending to jobs
 # touches. docs/FLEET.md has the production line; keep the two alike.
@@ -69,6 +69,19 @@ def channel_rules(db: int) -> list[str]:
     return [f"&/{db}.celery.pidbox", f"&/{db}.celeryev/worker.*"]
 
 
+# The API's and the workers' users, as docs/FLEET.md gives them (keep the two alike). The API sends to
+# jobs and keeps per-key token buckets (api/ratelimit.py: a Lua script of TIME, HMGET, HSET, EXPIRE).
+API_RULES = [
+    *("resetkeys", "resetchannels", "-@all", "+@connection", "+select", "+@transaction", "+@list", "+@set"),
+    *("+hmget", "+hset", "+expire", "+time", "+eval", "+evalsha", "+script|load", "-@dangerous"),
+    *("%W~jobs", "(~jobs* +llen)", "~_kombu.binding*", "~traincast:rate:*"),
+]
+# Workers consume jobs, send to (and take back queued work from) bench.*, and run beat, remote control and events.
+WORKER_RULES = [
+    *ACL_RULES[: ACL_RULES.index("~bench.local*")],
+    *("~jobs*", "~bench.*", "~_kombu.binding*", "~unacked", "~unacked_index", "~unacked_mutex"),
+    *("~*.reply.celery.pidbox*", "~*@*.celery.pidbox*", "~celeryev.*"),
+]
 SELECT_ROWS = "SELECT count(*) AS n FROM layer_benchmarks WHERE signature_id = %s"
 
 
@@ -129,6 +142,52 @@ def test_agent_runs_as_its_redis_acl_user(
         agent.execute_command("FLUSHDB")
     with pytest.raises(redis.exceptions.NoPermissionError):  # another run's database claim, in db 0
         redis.Redis.from_url(urlunsplit(urlsplit(agent_redis)._replace(path="/0"))).get("traincast:test-db-claim:1")
+
+
+def test_api_worker_and_agent_run_as_their_redis_acl_users(
+    service_env: dict[str, str], clean_db: None, tmp_path: Path
+) -> None:
+    """A job over HTTP to the end, each process under its own user: no ACL denial; the API's user cannot consume."""
+    admin = redis.Redis.from_url(service_env["REDIS_URL"])
+    parts = urlsplit(service_env["REDIS_URL"])
+    db = int(parts.path.lstrip("/") or 0)
+    urls: dict[str, str] = {}
+    users: list[str] = []
+    stacks: dict[str, Stack] = {}
+    try:
+        for kind, rules in (("api", API_RULES), ("worker", WORKER_RULES), ("agent", ACL_RULES)):
+            name, password = f"traincast-{kind}-test-{secrets.token_hex(4)}", secrets.token_hex(16)
+            channels = [] if kind == "api" else channel_rules(db)
+            admin.execute_command("ACL", "SETUSER", name, "on", f">{password}", *rules, *channels)
+            users.append(name)
+            urls[kind] = urlunsplit(parts._replace(netloc=f"{name}:{password}@{parts.netloc}"))
+        try:
+            for kind, url in urls.items():
+                stacks[kind] = Stack({**service_env, "REDIS_URL": url}, tmp_path / kind)
+                stacks[kind].logs.mkdir()
+                stacks[kind].start(kind)
+            api = stacks["api"]
+            api.wait_ready()
+            body = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [1, 2], "image_size": 32}
+            job_id = http.post(f"{api.url}/v1/jobs", json=body).json()["id"]
+            deadline = time.monotonic() + 240
+            while (job := http.get(f"{api.url}/v1/jobs/{job_id}").json())["status"] not in ("succeeded", "failed"):
+                refused = {name: denials(admin, name) for name in users}
+                assert time.monotonic() < deadline, f"{job}\n{refused}\n{stacks['worker'].log('worker')[-3000:]}"
+                time.sleep(0.3)
+            assert job["status"] == "succeeded", job
+        finally:
+            for stack in stacks.values():
+                for proc in list(stack.procs):
+                    stack.stop(proc)
+        assert {name: denials(admin, name) for name in users} == dict.fromkeys(users, [])
+        as_api = redis.Redis.from_url(urls["api"])
+        for command in (("RPOP", "jobs"), ("LRANGE", "jobs", "0", "-1"), ("HGETALL", "unacked"), ("KEYS", "*")):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                as_api.execute_command(*command)
+    finally:
+        for name in users:
+            admin.execute_command("ACL", "DELUSER", name)
 
 
 def _text(value: object) -> str:

@@ -16,7 +16,15 @@ from shared.db import Json, transaction
 from shared.settings import get_settings
 from tests.agent_role import AGENT_LOGIN, agent_url
 
-GRANTED_TABLES = {"environments", "layer_benchmarks", "step_measurements", "step_failures", "agents", "layer_failures"}
+GRANTED_TABLES = {
+    "environments",
+    "layer_benchmarks",
+    "step_measurements",
+    "step_failures",
+    "agents",
+    "layer_failures",
+    "agent_logins",
+}
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 PUBLIC_TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
 HAS_TABLE_PRIVILEGE = "SELECT has_table_privilege(%s, %s, %s) AS granted"
@@ -37,6 +45,8 @@ DENIED = [
     "SELECT forward_ms FROM layer_benchmarks",
     "SELECT details FROM environments",
     "SELECT host FROM agents",
+    "INSERT INTO agent_logins (role, machine_type) VALUES (current_user, 'g5.xlarge')",
+    "DELETE FROM agent_logins",
     "INSERT INTO jobs (id, request, request_hash) VALUES (gen_random_uuid(), '{}', 'x')",
     "UPDATE jobs SET status = 'failed'",
     "UPDATE layer_benchmarks SET forward_ms = 0",

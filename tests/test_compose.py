@@ -20,13 +20,86 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+# As written, with ${…} references: what the port and password checks read.
+RAW_COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+# Passwords an operator would set: the other checks read the file as compose would, interpolated.
+TEST_ENV = {"POSTGRES_PASSWORD": "pg-test-pw", "REDIS_PASSWORD": "redis-test-pw"}
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 SEED_SQL = (ROOT / "migrations" / "0002_seed_machine_types.sql").read_text()
 PYTHON_SERVICES = ("migrate", "api", "worker", "beat", "agent", "gpu-agent", "fleet")
 APP_SERVICES = ("api", "worker", "agent", "gpu-agent", "fleet")
 NEEDED_DEPS = {"postgres": "service_healthy", "redis": "service_healthy", "migrate": "service_completed_successfully"}
 COPIED_FOR_COMMANDS = {"api", "worker", "gpu_agent", "shared", "migrations", "pyproject.toml"}
+
+
+REFERENCE = re.compile(r"\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
+REQUIRED = re.compile(r"\$\{\w+:\?[^}]*\}")  # `:?`: unset and empty are both refused
+URL_PASSWORD = re.compile(r"^\w[\w+.-]*://[^/@:]*:(.*)@[^@]*$")
+SECRET_KEY = re.compile(r"PASSWORD|AUTH|SECRET", re.IGNORECASE)
+
+
+def interpolate(value: Any, env: dict[str, str]) -> Any:
+    """value with compose's ${VAR}, ${VAR:-default} and ${VAR:?error} filled from env; ValueError as compose fails."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def fill(m: re.Match[str]) -> str:
+        name, op, arg = m.group(1), m.group(2), m.group(3)
+        unset = env.get(name) is None or (op is not None and op.startswith(":") and env.get(name) == "")
+        if not unset:
+            return env[name]
+        if op is not None and op.endswith("?"):
+            raise ValueError(f"{name}: {arg}")
+        return arg if op is not None else ""
+
+    return "$".join(REFERENCE.sub(fill, part) for part in value.split("$$"))
+
+
+def strings(value: Any, where: str = "") -> list[tuple[str, str]]:
+    """Every string in a parsed compose file, with where it is (keys joined by dots, list items by index)."""
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in strings(v, f"{where}.{k}")]
+    if isinstance(value, list):
+        return [s for i, v in enumerate(value) for s in strings(v, f"{where}[{i}]")]
+    return [(where, value)] if isinstance(value, str) else []
+
+
+def port_problems(compose: dict[str, Any]) -> list[str]:
+    """Published ports that listen on more than 127.0.0.1 (compose's default is every interface)."""
+    problems: list[str] = []
+    for name, service in compose["services"].items():
+        for port in service.get("ports") or []:
+            host_ip = port.get("host_ip") if isinstance(port, dict) else str(port).rsplit(":", 2)[0]
+            if host_ip != "127.0.0.1" or (isinstance(port, str) and port.count(":") != 2):
+                problems.append(f"{name}: port {port!r} is not bound to 127.0.0.1")
+    return problems
+
+
+def password_problems(compose: dict[str, Any]) -> list[str]:
+    """Passwords written in the file, or taken from the environment with a default instead of required."""
+    problems: list[str] = []
+    for where, text in strings(compose):
+        for m in REFERENCE.finditer(text):
+            if SECRET_KEY.search(m.group(1)) and not REQUIRED.fullmatch(m.group(0)):
+                problems.append(f"{where}: {m.group(0)} has a default or is optional; use ${{{m.group(1)}:?…}}")
+        url = URL_PASSWORD.match(text)
+        if url and not REQUIRED.fullmatch(url.group(1)):
+            problems.append(f"{where}: a URL's password is not a required ${{VAR:?…}}")
+        if SECRET_KEY.search(where.rsplit(".", 1)[-1]) and ".environment." in where and not REQUIRED.fullmatch(text):
+            problems.append(f"{where}: not a required ${{VAR:?…}}")
+    for name, service in compose["services"].items():
+        argv = argv_of(service)
+        for i, arg in enumerate(argv[:-1]):
+            if arg == "--requirepass" and not REQUIRED.fullmatch(argv[i + 1]):
+                problems.append(f"{name}: --requirepass is not a required ${{VAR:?…}}")
+    return problems
+
+
+COMPOSE: dict[str, Any] = interpolate(RAW_COMPOSE, TEST_ENV)
 
 
 class ServiceSettings(Settings):
@@ -174,6 +247,48 @@ def test_services_and_gpu_profile() -> None:
     devices = services["gpu-agent"]["deploy"]["resources"]["reservations"]["devices"]
     assert any(d["driver"] == "nvidia" and "gpu" in d["capabilities"] for d in devices)
     assert "--appendonly" in argv_of(services["redis"])
+
+
+RAW_CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {"ports": port_problems, "passwords": password_problems}
+
+
+@pytest.mark.parametrize("check", sorted(RAW_CHECKS))
+def test_ports_are_local_and_passwords_required(check: str) -> None:
+    """Every published port binds 127.0.0.1; every password comes from the environment, with no default."""
+    assert RAW_CHECKS[check](RAW_COMPOSE) == []
+
+
+def test_compose_refuses_to_start_without_passwords() -> None:
+    """Leaving out either password is an error (as `docker compose` reports it), not an empty or default one."""
+    for missing in TEST_ENV:
+        with pytest.raises(ValueError, match=f"set {missing}"):
+            interpolate(RAW_COMPOSE, {k: v for k, v in TEST_ENV.items() if k != missing})
+    env = env_of(COMPOSE["services"]["api"])
+    assert urlsplit(env["DATABASE_URL"]).password == TEST_ENV["POSTGRES_PASSWORD"]
+    assert urlsplit(env["REDIS_URL"]).password == TEST_ENV["REDIS_PASSWORD"]
+
+
+@pytest.mark.parametrize(
+    ("check", "service", "key", "value"),
+    [
+        ("ports", "api", "ports", ["8000:8000"]),
+        ("ports", "postgres", "ports", ["0.0.0.0:5432:5432"]),
+        ("ports", "redis", "ports", [{"target": 6379, "published": 6379}]),
+        ("ports", "redis", "ports", ["6379"]),
+        ("passwords", "postgres", "environment", {"POSTGRES_PASSWORD": "postgres"}),
+        ("passwords", "postgres", "environment", {"POSTGRES_PASSWORD": "${POSTGRES_PASSWORD:-postgres}"}),
+        ("passwords", "postgres", "environment", {"POSTGRES_PASSWORD": "${POSTGRES_PASSWORD}"}),
+        ("passwords", "postgres", "environment", {"POSTGRES_PASSWORD": "${POSTGRES_PASSWORD?empty is fine}"}),
+        ("passwords", "api", "environment", {"DATABASE_URL": "postgresql://postgres:postgres@postgres/traincast"}),
+        ("passwords", "worker", "environment", {"REDIS_URL": "redis://:${REDIS_PASSWORD-x}@redis:6379/0"}),
+        ("passwords", "redis", "command", ["redis-server", "--requirepass", "hunter2"]),
+    ],
+)
+def test_exposed_port_or_default_password_is_rejected(check: str, service: str, key: str, value: Any) -> None:
+    """A port on every interface, a written password or one with a default fails its check."""
+    broken = copy.deepcopy(RAW_COMPOSE)
+    broken["services"][service][key] = value
+    assert RAW_CHECKS[check](broken) != []
 
 
 @pytest.mark.parametrize("check", sorted(CHECKS))

@@ -135,6 +135,10 @@ def _reference(
     points = []
     for e in estimates:
         conv = e.conv_forward_ms + e.conv_backward_data_ms + e.conv_backward_weight_ms
+        if not (math.isfinite(e.step_ms) and math.isfinite(conv)):
+            # GPU figures far outside what the model learnt from: no number, never NaN in a result.
+            points.append(_blank(cnn, machine, e.batch_size, spec, source="reference", fits=None, conv_ms=None))
+            continue
         # Memory is not modelled yet: whether a batch fits is unknown (null), not assumed.
         point = _blank(cnn, machine, e.batch_size, spec, source="reference", fits=None, conv_ms=conv)
         point["reference_error_pct"] = model.accuracy["whole_step_mape"]

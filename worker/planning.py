@@ -104,12 +104,15 @@ def _plan(job_id: uuid.UUID) -> None:
     plan["waits_on"] = _waits_on(request)
     gaps = coverage.missing(plan, request)
     progress = _progress(plan, request, gaps)
+    sent = coverage.routed(gaps, plan)
+    # Issue 13: what this job asks agents to measure, charged to its key's benchmark seconds (shared/jobs.py).
+    plan["bench_seconds"] = sum(map(len, sent.values())) * 3 * get_settings().bench_time_cap_s
     with transaction() as cur:
         cur.execute(START_JOB, {"id": job_id, "plan": Json(plan), "progress": Json(progress)})
         if cur.fetchone() is None:
             log.info("job %s was canceled while it was planned: nothing sent", job_id)
             return
-    coverage.send_work(coverage.routed(gaps, plan), request.precision)
+    coverage.send_work(sent, request.precision)
     with transaction() as cur:
         cur.execute(SELECT_STATUS, (job_id,))
         job = cur.fetchone()

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query, Response
 
 from api.auth import Reader, Submitter, require
-from shared import cnns, jobs, machines, tasks
+from shared import cnns, jobs, keys, machines, tasks
 from shared.errors import InvalidRequest, NotFound
 from shared.schemas import JobRequest
 
@@ -62,6 +62,9 @@ def create_job(
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> dict[str, Any]:
     """Submit a prediction job; it runs in the background and belongs to the key that sent it."""
+    usage = jobs.key_usage(owner_key_id=principal.key_id, idempotency_key=idempotency_key)
+    if not usage["retry"]:  # a retry returns its job (or 409) whatever the key has running now
+        keys.check_submission(principal, usage)
     _validate_names(request, principal.visible_owner)
     job, created = jobs.create(request=request, idempotency_key=idempotency_key, owner_key_id=principal.key_id)
     if created:
