@@ -20,7 +20,6 @@ import subprocess
 import sys
 import sysconfig
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -36,6 +35,7 @@ from gpu_agent.fleet import boot, publish
 from shared import layers, tasks
 from tests.agent_role import agent_url
 from tests.conftest import free_port, queued_tasks
+from tests.faultkit import until
 from tests.imds import Imds
 from tests.test_agent import rows
 
@@ -96,13 +96,8 @@ class Host:
 
 
 def wait_for(check: Callable[[], T | None], what: str, host: Host, timeout: float = 120) -> T:
-    """Poll until check() returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; console and agent:\n{host.log()[-4000:]}")
+    """Poll until check() returns something truthy (tests/faultkit.py's loop, with this host's output)."""
+    return until(what, check, timeout, log=lambda: "console and agent:\n" + host.log())
 
 
 def dependencies_without_traincast(dest: Path) -> Path:
