@@ -7,7 +7,7 @@ from fastapi import FastAPI
 
 from api import problems
 from api.limits import RequestLimits
-from api.routers import agents, cnns, fleet, health, jobs, machines, web
+from api.routers import agents, cnns, fleet, health, jobs, keys, machines, web
 from shared import cnn_zoo, secrets
 
 # With TRAINCAST_SSM_PATH set, DATABASE_URL and REDIS_URL come from SSM (before any request reads them).
@@ -29,5 +29,6 @@ app = FastAPI(
 )
 problems.install(app)
 app.add_middleware(RequestLimits)
-for router in (jobs.router, cnns.router, machines.router, agents.router, fleet.router, health.router, web.router):
+routers = (jobs, cnns, machines, agents, fleet, keys, health, web)
+for router in (module.router for module in routers):
     app.include_router(router)

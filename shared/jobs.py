@@ -3,6 +3,7 @@
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from shared.db import Json, transaction
@@ -48,6 +49,11 @@ FROM jobs
 WHERE owner_key_id = %(owner)s
   AND (status IN ('queued', 'running') OR created_at > now() - interval '24 hours' OR idempotency_key = %(key)s)"""
 
+# Submissions of one key take turns from counting its jobs to storing the new one (released at commit), so
+# concurrent ones cannot all pass its limit. Two int4 keys: a key space apart from shared/migrate.py's bigint one.
+LOCK_OWNER = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+OWNER_LOCK_CLASS = 13
+
 
 def request_hash(request: JobRequest) -> str:
     """Hash of the normalised request, to tell a retry from a different request."""
@@ -56,9 +62,17 @@ def request_hash(request: JobRequest) -> str:
 
 
 def create(
-    *, request: JobRequest, idempotency_key: str | None = None, owner_key_id: str | None = None
+    *,
+    request: JobRequest,
+    idempotency_key: str | None = None,
+    owner_key_id: str | None = None,
+    admit: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Store a new queued job of an owner; with an idempotency key it used before, that job. (job, created)."""
+    """Store a new queued job of an owner; with an idempotency key it used before, that job. (job, created).
+
+    `admit` (shared/keys.check_submission) sees the owner's usage (key_usage's shape) under the owner's lock, in the
+    transaction that stores the job, and raises to refuse it; a retry of a stored idempotency key is not refused.
+    """
     digest = request_hash(request)
     params = {
         "id": uuid.uuid4(),
@@ -68,6 +82,12 @@ def create(
         "owner": owner_key_id,
     }
     with transaction() as cur:
+        if admit is not None and owner_key_id is not None:
+            cur.execute(LOCK_OWNER, (OWNER_LOCK_CLASS, owner_key_id))
+            cur.execute(SELECT_KEY_USAGE, {"owner": owner_key_id, "key": idempotency_key})
+            usage = dict(cur.fetchone() or {})
+            if not usage["retry"]:
+                admit(usage)
         cur.execute(INSERT_JOB, params)
         row = cur.fetchone()
         if row is not None:

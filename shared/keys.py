@@ -20,7 +20,8 @@ from shared.settings import get_settings
 SCOPES = ("read", "submit", "admin")  # each includes the ones before it
 PREFIX = "tc"
 KEY = re.compile(r"^tc_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
-NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,100}$")
+# No control characters, nor lone surrogates (JSON can carry them; PostgreSQL's UTF-8 cannot store them).
+NAME = re.compile(r"^[^\x00-\x1f\x7f\ud800-\udfff]{1,100}$")
 # A key's own limits (migrations/0013_key_limits.sql); NULL: the setting's default.
 LIMITS = "max_unfinished_jobs, max_points_per_job, bench_seconds_per_day"
 SHOWN = f"id, name, scope, rate_per_s, {LIMITS}, created_at, last_used_at, revoked_at"
@@ -37,6 +38,9 @@ TOUCH_KEY = """
 UPDATE api_keys SET last_used_at = now()
 WHERE id = %s AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')"""
 SELECT_BY_REF = f"SELECT {SHOWN} FROM api_keys WHERE id = %(ref)s OR (name = %(ref)s AND revoked_at IS NULL)"
+SELECT_KEY = f"SELECT {SHOWN} FROM api_keys WHERE id = %s"
+# Row locks on every active admin key: of two concurrent revocations of the last two, the second sees one left.
+LOCK_ACTIVE_ADMINS = "SELECT id FROM api_keys WHERE scope = 'admin' AND revoked_at IS NULL ORDER BY id FOR UPDATE"
 REVOKE_KEY = f"UPDATE api_keys SET revoked_at = now() WHERE id = %s AND revoked_at IS NULL RETURNING {SHOWN}"
 
 
@@ -108,8 +112,43 @@ def list_all() -> list[dict[str, Any]]:
         return [dict(r) for r in cur.fetchall()]
 
 
+def get(*, key_id: str) -> dict[str, Any]:
+    """One key by id (revoked or not); never its secret or hash."""
+    with transaction() as cur:
+        cur.execute(SELECT_KEY, (key_id,))
+        row = cur.fetchone()
+    if row is None:
+        raise NotFound(f"no API key with id {key_id}", key_id=key_id)
+    return dict(row)
+
+
+def revoke_id(*, key_id: str) -> dict[str, Any]:
+    """Revoke a key by id, as `DELETE /v1/keys/{id}` does: a revoked one stays as it is; never the last active admin.
+
+    Keeping one admin key means nobody locks the API's administration out over HTTP; `traincast keys` (straight in
+    the database) can still revoke any key and make a new admin one.
+    """
+    with transaction() as cur:
+        cur.execute(SELECT_KEY, (key_id,))
+        row = cur.fetchone()
+        if row is None:
+            raise NotFound(f"no API key with id {key_id}", key_id=key_id)
+        if row["revoked_at"] is not None:
+            return dict(row)
+        if row["scope"] == "admin":
+            cur.execute(LOCK_ACTIVE_ADMINS)
+            if [r["id"] for r in cur.fetchall()] == [key_id]:
+                raise Conflict(
+                    f"API key {key_id} ({row['name']}) is the last active admin key; create another admin key"
+                    " first (POST /v1/keys), or revoke it with `traincast keys revoke`",
+                    key_id=key_id,
+                )
+        cur.execute(REVOKE_KEY, (key_id,))
+        return dict(cur.fetchone() or row)
+
+
 def revoke(*, ref: str) -> dict[str, Any]:
-    """Revoke the key with this id, or the one unrevoked key with this name."""
+    """Revoke the key with this id, or the one unrevoked key with this name (the CLI: any key, even the last admin)."""
     with transaction() as cur:
         cur.execute(SELECT_BY_REF, {"ref": ref})
         rows = [dict(r) for r in cur.fetchall()]

@@ -5,8 +5,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -94,6 +95,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def at_once(count: int, send: Callable[[int], httpx.Response]) -> list[httpx.Response]:
+    """`send(i)` for i in range(count), each in its own thread, all released together."""
+    start, answers = threading.Barrier(count), [httpx.Response(0)] * count
+
+    def one(i: int) -> None:
+        start.wait()
+        answers[i] = send(i)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return answers
 
 
 class Stack:

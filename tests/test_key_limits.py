@@ -13,7 +13,7 @@ from shared import jobs, keys
 from shared.db import transaction
 from shared.schemas import JobRequest
 from shared.settings import get_settings
-from tests.conftest import Stack, bearer, broker
+from tests.conftest import Stack, at_once, bearer, broker
 from tests.jobflow import _body
 from tests.test_keys import TRAINCAST
 from worker import planning
@@ -107,6 +107,32 @@ def test_unfinished_jobs_over_the_limit_are_429(limits_stack: Stack) -> None:
     assert again.status_code == 202 and again.json()["id"] == first.json()["id"]
     jobs.cancel(job_id=uuid.UUID(first.json()["id"]))
     assert submit(limits_stack, a, JOB | {"epochs": 3}).status_code == 202
+
+
+def test_concurrent_submissions_never_pass_the_unfinished_jobs_limit(limits_stack: Stack) -> None:
+    """Eight submissions of one key sent at once, limit two: exactly two are stored (202), six are 429; then at
+    the limit, concurrent retries of a stored Idempotency-Key all return that job while new jobs are refused."""
+    key = new_key(max_unfinished_jobs=2)
+    answers = at_once(8, lambda i: submit(limits_stack, key, JOB | {"epochs": i + 1}))
+    assert sorted(r.status_code for r in answers) == [202] * 2 + [429] * 6, [r.text for r in answers]
+    assert owned_jobs(key) == 2
+    for refused in (r for r in answers if r.status_code == 429):
+        assert_refused(refused, 429, "2 unfinished jobs", "at most 2 at once")
+
+    tight = new_key(max_unfinished_jobs=1)
+    first = submit(limits_stack, tight, JOB, **{"Idempotency-Key": "race-1"})
+    assert first.status_code == 202, first.text
+
+    def retry_or_new(i: int) -> httpx.Response:
+        if i % 2:
+            return submit(limits_stack, tight, JOB, **{"Idempotency-Key": "race-1"})
+        return submit(limits_stack, tight, JOB | {"epochs": i + 2})
+
+    mixed = at_once(6, retry_or_new)
+    retries, news = mixed[1::2], mixed[0::2]
+    assert [(r.status_code, r.json()["id"]) for r in retries] == [(202, first.json()["id"])] * 3
+    assert [r.status_code for r in news] == [429] * 3
+    assert owned_jobs(tight) == 1
 
 
 def test_admin_keys_are_limited_unless_their_own_limit_is_higher(limits_stack: Stack) -> None:

@@ -263,3 +263,13 @@ def test_nul_in_an_idempotency_key_never_reaches_the_app(limits_api: Stack) -> N
     status, _reply, _sent = raw_request(limits_api, head, iter([body.encode(), b""]), budget=len(body))
     assert 400 <= status < 500
     assert counts() == before
+
+
+@pytest.mark.parametrize(("value", "code"), [("a\x1bb", "0x1b"), ("del\x7f", "0x7f"), ("tab\there", "0x09")])
+def test_control_characters_that_reach_the_app_are_422(limits_api: Stack, value: str, code: str) -> None:
+    """ESC, DEL or a tab in an Idempotency-Key pass the HTTP parser; the app refuses them with a 422 problem
+    naming the header and the character, and stores nothing."""
+    before = counts()
+    r = http.post(f"{limits_api.url}/v1/jobs", json=GOOD, headers={"Idempotency-Key": value})
+    assert_problem(r, 422, "idempotency-key", "control character", code)
+    assert counts() == before

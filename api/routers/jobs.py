@@ -1,10 +1,13 @@
 """Prediction jobs: submit, poll, list, cancel."""
 
+import functools
 import logging
+import re
 import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Response
+from pydantic import AfterValidator
 
 from api.auth import Reader, Submitter, require
 from shared import cnns, jobs, keys, machines, tasks
@@ -16,6 +19,26 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(requi
 
 # Seconds a client should wait before polling an unfinished job again.
 POLL_AFTER_S = 2
+# uvicorn's parser (h11) refuses NUL, CR and LF in a header with a plain 400 before the app runs; the other
+# control characters (ESC, DEL, …) reach the app and are refused here.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _printable(value: str | None) -> str | None:
+    found = CONTROL.search(value or "")
+    if found:
+        raise ValueError(
+            f"holds a control character (0x{ord(found.group()):02x} at position {found.start()});"
+            " an idempotency key is printable text"
+        )
+    return value
+
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(max_length=200, description="a retry with the same key returns the same job; no control characters"),
+    AfterValidator(_printable),
+]
 
 
 def job_view(job: dict[str, Any], *, full: bool = True) -> dict[str, Any]:
@@ -59,14 +82,18 @@ def create_job(
     request: JobRequest,
     response: Response,
     principal: Submitter,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
     """Submit a prediction job; it runs in the background and belongs to the key that sent it."""
+    admit = functools.partial(keys.check_submission, principal)
+    # Refused early, before reading the CNNs; jobs.create checks again under the key's lock, which is what holds.
     usage = jobs.key_usage(owner_key_id=principal.key_id, idempotency_key=idempotency_key)
     if not usage["retry"]:  # a retry returns its job (or 409) whatever the key has running now
-        keys.check_submission(principal, usage)
+        admit(usage)
     _validate_names(request, principal.visible_owner)
-    job, created = jobs.create(request=request, idempotency_key=idempotency_key, owner_key_id=principal.key_id)
+    job, created = jobs.create(
+        request=request, idempotency_key=idempotency_key, owner_key_id=principal.key_id, admit=admit
+    )
     if created:
         try:
             tasks.send(tasks.PLAN_JOB, args=[str(job["id"])])

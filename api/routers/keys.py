@@ -1,0 +1,92 @@
+"""API keys over HTTP (admin scope): create, list, show, revoke. `traincast keys` does the same in the database."""
+
+import logging
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Path, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.auth import Admin, require
+from shared import keys
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/keys", tags=["keys"], dependencies=[Depends(require("admin"))])
+KeyId = Annotated[str, Path(pattern=r"^[0-9a-f]{12}$", description="the key's public id: 12 hex digits")]
+Scope = Literal["read", "submit", "admin"]
+MAX_INT = 2**31 - 1
+
+
+class NewKey(BaseModel):
+    """A key to create: who uses it, its scope and, optionally, limits of its own (null: the setting's default)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    name: str = Field(min_length=1, max_length=100, description="who or what uses it; no control characters")
+    scope: Scope = Field(description="read ⊂ submit ⊂ admin")
+    rate_per_s: float | None = Field(None, gt=0, le=1e6, description="requests per second (API_RATE_PER_KEY_S)")
+    max_unfinished_jobs: int | None = Field(
+        None, ge=1, le=MAX_INT, description="jobs queued or running at once (MAX_UNFINISHED_JOBS_PER_KEY)"
+    )
+    max_points_per_job: int | None = Field(
+        None, ge=1, le=MAX_INT, description="prediction points per job (MAX_POINTS_PER_JOB)"
+    )
+    bench_seconds_per_day: float | None = Field(
+        None, ge=0, le=1e9, description="benchmark seconds its jobs may send in 24 h (MAX_BENCH_SECONDS_PER_KEY_DAY)"
+    )
+
+
+class KeyView(BaseModel):
+    """A key as the API shows it: never its secret nor the secret's hash."""
+
+    id: str
+    name: str
+    scope: Scope
+    rate_per_s: float | None
+    max_unfinished_jobs: int | None
+    max_points_per_job: int | None
+    bench_seconds_per_day: float | None
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class CreatedKey(KeyView):
+    """A new key's metadata and the key itself, shown in this response only."""
+
+    key: str = Field(description="Authorization: Bearer <key>; only its hash is stored, so it is never shown again")
+
+
+class KeyList(BaseModel):
+    """Every key, oldest first, revoked ones included."""
+
+    keys: list[KeyView]
+
+
+@router.post("", status_code=201, response_model=CreatedKey)
+def create_key(body: NewKey, response: Response, principal: Admin) -> CreatedKey:
+    """Create a key; the response holds the key itself, which is never shown again."""
+    row, key = keys.create(**body.model_dump())
+    log.info("API key %s (%s, scope %s) created by key %s", row["id"], row["name"], row["scope"], principal.key_id)
+    response.headers["Location"] = f"/v1/keys/{row['id']}"
+    response.headers["Cache-Control"] = "no-store"  # the secret must not sit in a cache
+    return CreatedKey(**row, key=key)
+
+
+@router.get("", response_model=KeyList)
+def list_keys() -> KeyList:
+    """Every key with its scope, limits, when it was created, last used and revoked."""
+    return KeyList(keys=[KeyView(**row) for row in keys.list_all()])
+
+
+@router.get("/{key_id}", response_model=KeyView)
+def get_key(key_id: KeyId) -> KeyView:
+    """One key by id (revoked ones too)."""
+    return KeyView(**keys.get(key_id=key_id))
+
+
+@router.delete("/{key_id}", status_code=204, response_class=Response)
+def revoke_key(key_id: KeyId, principal: Admin) -> Response:
+    """Revoke a key (again: still 204); 409 for the last active admin key, so administration is never locked out."""
+    row = keys.revoke_id(key_id=key_id)
+    log.info("API key %s (%s) revoked by key %s", key_id, row["name"], principal.key_id)
+    return Response(status_code=204)
