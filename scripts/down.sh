@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Stop what scripts/up.sh started; the agent finishes its current measurement first.
+# Stop what scripts/up.sh started: SIGTERM to each supervisor, which passes it on and waits (the agent finishes
+# its current measurement first); after 30 s, or for anything left in its session, SIGKILL.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
+RUN=${TRAINCAST_RUN_DIR:-.run}
 for name in api beat worker agent; do
-  pidfile=.run/$name.pid
+  pidfile=$RUN/$name.pid
   [ -f "$pidfile" ] || continue
   pid=$(cat "$pidfile")
   if kill -0 "$pid" 2>/dev/null; then
     kill -TERM "$pid"
     for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+    # The supervisor leads its own process group (up.sh starts it with setsid): end the whole group, so neither
+    # a process that ignored SIGTERM nor a killed worker's pool processes outlive it.
+    kill -0 -- "-$pid" 2>/dev/null && kill -KILL -- "-$pid" 2>/dev/null
     echo "$name stopped"
   fi
-  rm -f "$pidfile"
+  rm -f "$pidfile" "$RUN/$name.child.pid"
 done

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Start the stack in the background: API on :8000, worker (with the reconciler), local agent.
+# Start the stack in the background: API on :8000, worker, beat (the reconciler's schedule), local agent.
+# Each runs under scripts/supervise.sh, which starts it again when it exits on its own; scripts/down.sh stops all.
+# TRAINCAST_RUN_DIR (default .run) holds the pid files, logs and the local admin key.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh
 VENV=${VENV:-.venv}
-RUN=.run
+RUN=${TRAINCAST_RUN_DIR:-.run}
 mkdir -p "$RUN"
 "$VENV/bin/python" -m shared.prestart 10
 
@@ -16,9 +18,10 @@ start() {  # name, command…
   if [ -f "$RUN/$name.pid" ] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null; then
     echo "$name already running (pid $(cat "$RUN/$name.pid"))"; return
   fi
-  nohup "$@" >"$RUN/$name.log" 2>&1 &
+  # A session of its own per supervisor: down.sh can then end whatever is left of it (a killed worker's pool).
+  setsid scripts/supervise.sh "$RUN" "$name" "$@" </dev/null >/dev/null 2>&1 &
   echo $! >"$RUN/$name.pid"
-  echo "$name started (pid $!, log $RUN/$name.log)"
+  echo "$name started (supervisor pid $!, log $RUN/$name.log)"
 }
 
 start api "$VENV/bin/uvicorn" api.main:app --host 127.0.0.1 --port "${API_PORT:-8000}"
