@@ -1,6 +1,7 @@
 """`traincast keys`: create, list and revoke API keys, straight in PostgreSQL (DATABASE_URL) like `migrate`.
 
-Talking to the database, not the API, is what lets the first admin key be made when no key exists yet.
+Talking to the database, not the API, is what lets the first admin key be made when no key exists yet; once one
+exists, an admin key can do the same over HTTP (`/v1/keys`, api/routers/keys.py), which keeps the last admin key.
 `python -m cli.keys PATH` keeps a working local admin key in PATH (mode 0600): what `make up` runs.
 """
 
