@@ -102,11 +102,9 @@ def map_agent(cur: psycopg2.extras.RealDictCursor, login: str, machine_types: It
     wanted = list(machine_types)
     cur.execute(UNMAP_OTHERS, (login, wanted))
     for machine in wanted:
-        cur.execute("SAVEPOINT map_agent")
         try:
             cur.execute(MAP, (login, machine))
         except psycopg2.errors.ForeignKeyViolation:
-            cur.execute("ROLLBACK TO SAVEPOINT map_agent")
             raise InvalidRequest(f"machine type {machine!r} is not in the catalog (traincast machines)") from None
 
 

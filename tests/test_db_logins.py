@@ -179,3 +179,20 @@ def test_bad_input_is_one_line_and_changes_nothing(owner_url: str, env: dict[str
     with transaction(owner_url) as cur:
         cur.execute(MAPPED, (logins.LOGINS["agent"],))
         assert [r["machine_type"] for r in cur.fetchall()] == ["local"]
+
+
+def test_a_login_that_could_bypass_row_security_is_refused(owner_url: str) -> None:
+    """A role of a login's name with BYPASSRLS is not given a password: the operator is told, one line."""
+    given = passwords()
+    assert run_logins(owner_url, **given, AGENT_DB_MACHINE_TYPES="local").returncode == 0
+    with transaction(owner_url) as cur:
+        cur.execute("ALTER ROLE traincast_agent_login BYPASSRLS")
+    try:
+        failed = run_logins(owner_url, AGENT_DB_PASSWORD=secrets.token_hex(24), AGENT_DB_MACHINE_TYPES="local")
+        assert (
+            failed.returncode == 1 and "traincast_agent_login is a superuser, CREATEROLE or BYPASSRLS" in failed.stderr
+        )
+        assert not refused(login_url(owner_url, "agent", given))
+    finally:
+        with transaction(owner_url) as cur:
+            cur.execute("ALTER ROLE traincast_agent_login NOBYPASSRLS")
