@@ -185,6 +185,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return migrate.main()
 
 
+def cmd_db_logins(args: argparse.Namespace) -> int:
+    """Create or update the processes' PostgreSQL logins."""
+    from shared import logins
+
+    return logins.main()
+
+
 def _print_model(model: dict[str, Any]) -> None:
     ev = model["evaluation"]
     pooled = ev.get("pooled_from", [])
@@ -243,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="learn from every machine type's steps (default: when this type has steps of fewer than 5 CNNs)",
     )  # fmt: skip
     sub.add_parser("migrate", help="apply database migrations")
+    sub.add_parser(
+        "db-logins",
+        help="create or update a PostgreSQL login per process kind (API_DB_PASSWORD, WORKER_DB_PASSWORD, "
+        "FLEET_DB_PASSWORD, AGENT_DB_PASSWORD with AGENT_DB_MACHINE_TYPES); as the owner, after migrate",
+    )
     fleet.add_parser(sub)
     machines.add_parser(sub)
     catalog.add_parser(sub)
@@ -271,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             return catalog.run(args)
         if args.command == "keys":
             return keys.run(args)
-        admin = {"calibrate": cmd_calibrate, "train": cmd_train, "migrate": cmd_migrate}
+        admin = {"calibrate": cmd_calibrate, "train": cmd_train, "migrate": cmd_migrate, "db-logins": cmd_db_logins}
         return admin[args.command](args)
     except (CliError, TraincastError) as exc:
         print(f"error: {exc}", file=sys.stderr)

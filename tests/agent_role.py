@@ -7,41 +7,26 @@ A separate role, rather than ALTER ROLE traincast_agent LOGIN, because roles are
 the cluster is shared: a test run must not change the role other runs (and deployments) see.
 
 Since migrations/0014_least_privilege.sql a login stores rows only for the machine types
-agent_logins maps it to. That table is per database, so each run maps its own login.
+agent_logins maps it to. That table is per database, so each run maps its own login. Both go through
+shared/logins.py, the operator's `traincast db-logins`, without passwords: the tests' cluster trusts 127.0.0.1.
 """
 
 from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
-import psycopg2
+from shared import logins
+from shared.db import transaction
 
-AGENT_LOGIN = "traincast_agent_login"
+AGENT_LOGIN = logins.LOGINS["agent"]
 # The machine types the end-to-end tests run agents as (the Stack's `local`, and the fleet's and
 # instance tests' g4dn.xlarge); an agent of any other type is refused by the database.
 TEST_MACHINES = ("local", "g4dn.xlarge")
-# Trust auth in the tests' cluster: LOGIN without a password. Created once per cluster, kept.
-CREATE_LOGIN = """
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{login}') THEN
-        CREATE ROLE {login} LOGIN INHERIT IN ROLE {group};
-    END IF;
-EXCEPTION WHEN duplicate_object OR unique_violation THEN
-    NULL;
-END
-$$"""
-MAP_LOGIN = "INSERT INTO agent_logins (role, machine_type) VALUES (%s, %s) ON CONFLICT DO NOTHING"
 
 
 def login_role(owner_url: str, login: str, group: str) -> None:
-    """Create login as a LOGIN member of group, once per cluster (never altered or dropped: shared)."""
-    conn = psycopg2.connect(owner_url)
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(CREATE_LOGIN.format(login=login, group=group))
-    finally:
-        conn.close()
+    """Make login a LOGIN member of group without a password (trust auth here); an existing one is left as it is."""
+    with transaction(owner_url) as cur:
+        logins.ensure_login(cur, login, group, password=None)
 
 
 def as_user(owner_url: str, login: str) -> str:
@@ -54,11 +39,6 @@ def as_user(owner_url: str, login: str) -> str:
 def agent_url(owner_url: str, machines: Iterable[str] = TEST_MACHINES, login: str = AGENT_LOGIN) -> str:
     """owner_url (a migrated database) as an agent login mapped to machines; creates and maps it if missing."""
     login_role(owner_url, login, "traincast_agent")
-    conn = psycopg2.connect(owner_url)
-    try:
-        with conn, conn.cursor() as cur:
-            for machine in machines:
-                cur.execute(MAP_LOGIN, (login, machine))
-    finally:
-        conn.close()
+    with transaction(owner_url) as cur:
+        logins.map_agent(cur, login, machines)
     return as_user(owner_url, login)

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
+from shared import logins
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,11 +25,18 @@ ROOT = Path(__file__).resolve().parent.parent
 RAW_COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 # Passwords an operator would set: the other checks read the file as compose would, interpolated.
 TEST_ENV = {"POSTGRES_PASSWORD": "pg-test-pw", "REDIS_PASSWORD": "redis-test-pw"}
+TEST_ENV |= {f"{kind.upper()}_DB_PASSWORD": f"{kind}-db-test-pw" for kind in logins.GROUPS}
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 SEED_SQL = (ROOT / "migrations" / "0002_seed_machine_types.sql").read_text()
-PYTHON_SERVICES = ("migrate", "api", "worker", "beat", "agent", "gpu-agent", "fleet")
-APP_SERVICES = ("api", "worker", "agent", "gpu-agent", "fleet")
-NEEDED_DEPS = {"postgres": "service_healthy", "redis": "service_healthy", "migrate": "service_completed_successfully"}
+PYTHON_SERVICES = ("migrate", "db-logins", "api", "worker", "beat", "agent", "gpu-agent", "fleet")
+APP_SERVICES = ("api", "worker", "beat", "agent", "gpu-agent", "fleet")
+# Only these connect as the owner: they run once and exit (and `docker compose run --rm migrate traincast …`).
+ONE_SHOTS = ("migrate", "db-logins")
+OWNER = "postgres"
+# The process kind (shared/logins.py) whose login each long-running service connects as.
+OWNER_URLS = {"DATABASE_URL": "postgresql://postgres:pw@postgres:5432/traincast", "REDIS_URL": "redis://redis:6379/0"}
+KIND_OF = {"api": "api", "worker": "worker", "beat": "worker", "fleet": "fleet", "agent": "agent", "gpu-agent": "agent"}
+NEEDED_DEPS = {"postgres": "service_healthy", "redis": "service_healthy", "db-logins": "service_completed_successfully"}
 COPIED_FOR_COMMANDS = {"api", "worker", "gpu_agent", "shared", "migrations", "pyproject.toml"}
 
 
@@ -178,7 +186,11 @@ def env_problems(compose: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     for name in PYTHON_SERVICES:
         env = env_of(compose["services"][name])
-        problems += [f"{name}: {k} is not a Settings field" for k in env if k.lower() not in Settings.model_fields]
+        # db-logins alone also reads the processes' passwords (shared/logins.py), which no Settings holds.
+        known = set(Settings.model_fields)
+        if name == "db-logins":
+            known |= set(logins.LoginSettings.model_fields)
+        problems += [f"{name}: {k} is not a Settings field" for k in env if k.lower() not in known]
         for key, host in (("DATABASE_URL", "postgres"), ("REDIS_URL", "redis")):
             if urlsplit(env.get(key, "")).hostname != host or host not in compose["services"]:
                 problems.append(f"{name}: {key} does not point at service {host!r}")
@@ -194,6 +206,11 @@ def depends_problems(compose: dict[str, Any]) -> list[str]:
         for dep, condition in NEEDED_DEPS.items():
             if not isinstance(deps, dict) or (deps.get(dep) or {}).get("condition") != condition:
                 problems.append(f"{name}: depends_on {dep} needs condition {condition}")
+    # The logins' group roles and agent_logins exist only once the migrations ran.
+    if ((services["db-logins"].get("depends_on") or {}).get("migrate") or {}).get("condition") != (
+        "service_completed_successfully"
+    ):
+        problems.append("db-logins: depends_on migrate needs condition service_completed_successfully")
     for name, service in services.items():
         deps = service.get("depends_on") or {}
         for dep, spec in deps.items() if isinstance(deps, dict) else []:
@@ -264,7 +281,8 @@ def test_compose_refuses_to_start_without_passwords() -> None:
         with pytest.raises(ValueError, match=f"set {missing}"):
             interpolate(RAW_COMPOSE, {k: v for k, v in TEST_ENV.items() if k != missing})
     env = env_of(COMPOSE["services"]["api"])
-    assert urlsplit(env["DATABASE_URL"]).password == TEST_ENV["POSTGRES_PASSWORD"]
+    assert urlsplit(env["DATABASE_URL"]).password == TEST_ENV["API_DB_PASSWORD"]
+    assert urlsplit(env_of(COMPOSE["services"]["migrate"])["DATABASE_URL"]).password == TEST_ENV["POSTGRES_PASSWORD"]
     assert urlsplit(env["REDIS_URL"]).password == TEST_ENV["REDIS_PASSWORD"]
 
 
@@ -317,6 +335,9 @@ def test_dockerfile_copies_what_commands_need() -> None:
         ("depends", "api", "depends_on", {"postgres": {"condition": "service_healthy"}}),
         ("depends", "worker", "depends_on", {d: {"condition": "service_started"} for d in NEEDED_DEPS}),
         ("depends", "migrate", "depends_on", {"worker": {"condition": "service_healthy"}}),
+        ("depends", "db-logins", "depends_on", {"postgres": {"condition": "service_healthy"}}),
+        ("depends", "beat", "depends_on", {"postgres": {"condition": "service_healthy"}}),
+        ("env", "db-logins", "environment", {"APIDB_PASSWORD": "x", **OWNER_URLS}),
         ("machine", "agent", "environment", {"AGENT_MACHINE_TYPE": "nope"}),
         ("machine", "gpu-agent", "environment", {"AGENT_MACHINE_TYPE": "${GPU_MACHINE_TYPE:-g9.mega}"}),
     ],

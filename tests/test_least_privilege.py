@@ -16,6 +16,7 @@ from gpu_agent import environment, lifecycle, store
 from gpu_agent.fleet import store as fleet_store
 from gpu_agent.fleet.ec2 import LiveInstance
 from gpu_agent.windows import Outcome
+from shared import logins
 from shared.db import Json, transaction
 from shared.settings import get_settings
 from tests.agent_role import AGENT_LOGIN, agent_url, as_user, login_role
@@ -26,7 +27,8 @@ from tests.test_reference_jobs import OWN_GPU
 
 # A login of the agent's role mapped to `local` only (AGENT_LOGIN is mapped to every type the tests use).
 LOCAL_ONLY = "traincast_agent_local_only"
-LOGINS = {"api": "traincast_api_login", "worker": "traincast_worker_login", "fleet": "traincast_fleet_login"}
+# The logins `traincast db-logins` makes (shared/logins.py), here with no password: the cluster trusts 127.0.0.1.
+LOGINS = {kind: login for kind, login in logins.LOGINS.items() if kind != "agent"}
 OTHER = "g4dn.xlarge"
 NEW_SIGNATURE = "INSERT INTO conv_signatures (hash, spec) VALUES (%s, %s) RETURNING id"
 NEW_CNN = "INSERT INTO cnns (name, source) VALUES ('lp-test-cnn', 'json') ON CONFLICT DO NOTHING"
