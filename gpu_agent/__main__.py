@@ -48,12 +48,15 @@ def main() -> None:
     if loaded := secrets.load_from_environment():
         # Celery configures logging only later; names only, never values.
         print(f"loaded {', '.join(loaded)} from SSM", file=sys.stderr)
-    from gpu_agent import app as agent
-    from gpu_agent.app import app
     from shared import tasks
 
+    if not tasks.valid_machine_type(machine := get_settings().agent_machine_type):
+        print(f"error: AGENT_MACHINE_TYPE={machine[:80]!r} is not a machine type name", file=sys.stderr)
+        sys.exit(2)
+    from gpu_agent import app as agent
+    from gpu_agent.app import app
+
     settings = get_settings()
-    machine = settings.agent_machine_type
     if reason := gpu_missing(machine):
         print(f"error: {reason}", file=sys.stderr)
         sys.exit(3)

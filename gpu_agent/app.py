@@ -20,7 +20,8 @@ from shared.signatures import ConvSignature
 from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
-app = tasks.make_app("traincast-agent")
+# Its in-flight messages under its machine type's own keys: its Redis user needs no access to others'.
+app = tasks.make_app("traincast-agent", agent_machine_type=get_settings().agent_machine_type)
 # A whole step gets this many times a layer phase's time cap: it is one long operation, not three.
 STEP_CAP_FACTOR = 4
 

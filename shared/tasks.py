@@ -4,6 +4,7 @@ The API never imports worker or agent code: it sends tasks by the names below.
 """
 
 import logging
+import re
 import ssl
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -11,6 +12,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import redis
 from celery import Celery
 
+from shared.schemas import MACHINE_NAME
 from shared.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -22,9 +24,37 @@ BENCH_LAYERS = "gpu_agent.bench_layers"
 MEASURE_STEPS = "gpu_agent.measure_steps"
 
 
+_MACHINE_NAME = re.compile(MACHINE_NAME.removeprefix("^").removesuffix("$"))
+
+
 def bench_queue(machine_type: str) -> str:
     """The queue the agents of a machine type consume."""
     return f"bench.{machine_type}"
+
+
+def valid_machine_type(name: str) -> bool:
+    """Whether name is a machine type name the API would accept (shared.schemas.MACHINE_NAME)."""
+    return _MACHINE_NAME.fullmatch(name) is not None
+
+
+def agent_unacked_keys(machine_type: str) -> dict[str, str]:
+    """kombu's transport options naming the keys that hold a machine type's agents' unacknowledged messages.
+
+    kombu keeps them in one hash (plus an index and a lock), shared by every consumer unless these
+    are set; Redis ACLs grant keys, not hash fields, so each type gets keys of its own that one
+    pattern, agent_unacked_pattern(), grants. The ':' ends the type (no machine type name has one):
+    g5's pattern must not match g5.xlarge's keys.
+    """
+    if not valid_machine_type(machine_type):
+        # A ':' or a glob character in it would let its pattern reach another type's keys.
+        raise ValueError(f"{machine_type[:80]!r} is not a machine type name")
+    base = f"unacked.{bench_queue(machine_type)}:"
+    return {"unacked_key": f"{base}messages", "unacked_index_key": f"{base}index", "unacked_mutex_key": f"{base}mutex"}
+
+
+def agent_unacked_pattern(machine_type: str) -> str:
+    """The Redis ACL key pattern (without '~') granting exactly agent_unacked_keys(machine_type)."""
+    return f"unacked.{bench_queue(machine_type)}:*"
 
 
 _CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
@@ -75,9 +105,15 @@ def redis_client(url: str | None = None, **kwargs: Any) -> redis.Redis:
     return redis.Redis.from_url(url, **(tls or {}), **kwargs)
 
 
-def make_app(name: str) -> Celery:
-    """A Celery app on our broker, with the delivery guarantees every process relies on."""
+def make_app(name: str, *, agent_machine_type: str | None = None) -> Celery:
+    """A Celery app on our broker, with the delivery guarantees every process relies on.
+
+    An agent's app (agent_machine_type set) keeps its unacknowledged messages under its type's keys.
+    """
     settings = get_settings()
+    transport: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
+    if agent_machine_type is not None:
+        transport |= agent_unacked_keys(agent_machine_type)
     broker_url, tls = redis_tls(settings.redis_url)
     app = Celery(name, broker=broker_url)
     if tls is not None:
@@ -90,7 +126,7 @@ def make_app(name: str) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options=transport,
         broker_connection_retry_on_startup=True,
         task_default_queue=settings.jobs_queue,
         task_serializer="json",

@@ -4,6 +4,7 @@ import secrets
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -41,18 +42,19 @@ ACL_RULES = [
     "+script|load",
     "+script|exists",
     "-@dangerous",
-    # Its queue (with kombu's priority variants), and the jobs queue to send to: write only.
-    "~bench.local*",
+    # Its queue and kombu's priority variants (the name, \x06\x16, the priority), and the jobs queue to
+    # send to: write only. Not `~bench.local*`, which would grant the queue of a type local.xl too.
+    "~bench.local",
+    "~bench.local[^-A-Za-z0-9._+]*",
     "%W~jobs",
     # A selector: declaring jobs when sending reads its length (and its priority lists') and nothing else.
     "(~jobs* +llen)",
-    # Exchange binding tables (with kombu's deadlines and permanent sets), the shared table of
-    # unacknowledged messages and its lock, and the reply lists of Celery's worker handshake
-    # (mingle) and remote control.
+    # Exchange binding tables (with kombu's deadlines and permanent sets), its machine type's own
+    # table of unacknowledged messages with its index and lock (shared/tasks.py agent_unacked_keys;
+    # not the workers' `unacked`), and the reply lists of Celery's worker handshake (mingle) and
+    # remote control.
     "~_kombu.binding*",
-    "~unacked",
-    "~unacked_index",
-    "~unacked_mutex",
+    "~unacked.bench.local:*",
     "~*.reply.celery.pidbox*",
     # Its own remote-control queue (the --hostname gpu_agent/__main__.py gives it) and the
     # event queues Celery's gossip declares: their sizes are read when declared.
@@ -78,24 +80,44 @@ API_RULES = [
 ]
 # Workers consume jobs, send to (and take back queued work from) bench.*, and run beat, remote control and events.
 WORKER_RULES = [
-    *ACL_RULES[: ACL_RULES.index("~bench.local*")],
+    *ACL_RULES[: ACL_RULES.index("~bench.local")],
     *("~jobs*", "~bench.*", "~_kombu.binding*", "~unacked", "~unacked_index", "~unacked_mutex"),
     *("~*.reply.celery.pidbox*", "~*@*.celery.pidbox*", "~celeryev.*"),
 ]
 SELECT_ROWS = "SELECT count(*) AS n FROM layer_benchmarks WHERE signature_id = %s"
+AGENT_UNACKED = "unacked.bench.local:messages"
+# Other consumers' in-flight messages: the workers' (kombu's default keys) and other machine types'
+# (local.xl's keys begin with local's queue name: the ':' after the type keeps them apart).
+OTHERS_IN_FLIGHT = [
+    *(("HGETALL", "unacked"), ("HDEL", "unacked", "1"), ("ZRANGE", "unacked_index", "0", "-1")),
+    *(("SET", "unacked_mutex", "1"), ("HGETALL", "unacked.bench.g5.xlarge:messages")),
+    *(("HDEL", "unacked.bench.local.xl:messages", "1"), ("ZREM", "unacked.bench.local.xl:index", "1")),
+]
+
+
+@contextmanager
+def redis_user(redis_url: str, rules: list[str]) -> Iterator[tuple[str, str]]:
+    """A Redis ACL user with these rules (the server is shared: a name of its own); yields (name, its URL)."""
+    admin = redis.Redis.from_url(redis_url)
+    name, password = f"traincast-agent-test-{secrets.token_hex(4)}", secrets.token_hex(16)
+    admin.execute_command("ACL", "SETUSER", name, "on", f">{password}", *rules)
+    parts = urlsplit(redis_url)
+    try:
+        yield name, urlunsplit(parts._replace(netloc=f"{name}:{password}@{parts.netloc}"))
+    finally:
+        admin.execute_command("ACL", "DELUSER", name)
+
+
+def agent_rules(redis_url: str) -> list[str]:
+    """ACL_RULES with the broadcast channels of the URL's db."""
+    return [*ACL_RULES, *channel_rules(int(urlsplit(redis_url).path.lstrip("/") or 0))]
 
 
 @pytest.fixture
 def acl_user(service_env: dict[str, str]) -> Iterator[tuple[str, str]]:
-    """A Redis ACL user for this test (the server is shared: a name of its own); yields (name, password)."""
-    admin = redis.Redis.from_url(service_env["REDIS_URL"])
-    name, password = f"traincast-agent-test-{secrets.token_hex(4)}", secrets.token_hex(16)
-    db = int(urlsplit(service_env["REDIS_URL"]).path.lstrip("/") or 0)
-    admin.execute_command("ACL", "SETUSER", name, "on", f">{password}", *ACL_RULES, *channel_rules(db))
-    try:
-        yield name, password
-    finally:
-        admin.execute_command("ACL", "DELUSER", name)
+    """The agent's Redis ACL user for this test; yields (name, password)."""
+    with redis_user(service_env["REDIS_URL"], agent_rules(service_env["REDIS_URL"])) as (name, url):
+        yield name, urlsplit(url).password or ""
 
 
 def denials(admin: redis.Redis, user: str) -> list[str]:
@@ -135,7 +157,8 @@ def test_agent_runs_as_its_redis_acl_user(
     assert password not in stack.log("agent") and f"{name}:**@" in stack.log("agent")  # masked, not absent
 
     agent = redis.Redis.from_url(agent_redis)
-    for command in (("KEYS", "*"), ("SCAN", "0"), ("LRANGE", "jobs", "0", "-1"), ("GET", "other")):
+    others = (("LRANGE", "jobs", "0", "-1"), ("RPOP", "bench.local.xl"), ("GET", "other"), *OTHERS_IN_FLIGHT)
+    for command in (("KEYS", "*"), ("SCAN", "0"), *others):
         with pytest.raises(redis.exceptions.NoPermissionError):
             agent.execute_command(*command)
     with pytest.raises(redis.exceptions.NoPermissionError):
@@ -185,6 +208,10 @@ def test_api_worker_and_agent_run_as_their_redis_acl_users(
         for command in (("RPOP", "jobs"), ("LRANGE", "jobs", "0", "-1"), ("HGETALL", "unacked"), ("KEYS", "*")):
             with pytest.raises(redis.exceptions.NoPermissionError):
                 as_api.execute_command(*command)
+        # The workers' in-flight messages and the agents' are apart: neither user reaches the other's.
+        for kind, command in [*(("agent", c) for c in OTHERS_IN_FLIGHT), ("worker", ("HGETALL", AGENT_UNACKED))]:
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                redis.Redis.from_url(urls[kind]).execute_command(*command)
     finally:
         for name in users:
             admin.execute_command("ACL", "DELUSER", name)
