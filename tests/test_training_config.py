@@ -143,6 +143,6 @@ def test_local_calibrated_for_another_config_fails_fast_with_the_command(clean_d
     )
     bf16 = run(precision="amp_bf16", momentum=0.9)
     assert bf16["status"] == "failed" and "--momentum 0.9 --precision amp_bf16" in bf16["error"]
-    ok = run()
+    ok = run(batch_sizes=[2])
     assert ok["status"] == "succeeded" and ok["result"]["models"]["local"]["training"] == "sgd/fp32"
     assert jobs.get(job_id=ok["id"])["result"]["predictions"][0]["iteration_seconds"] > 0
