@@ -20,7 +20,7 @@ from worker.reference import layerfit
 from worker.reference.data import ROOT
 from worker.reference.model import ReferenceModel
 from worker.reference.specs import GpuSpecs, simt_tflops, tensor_tflops
-from worker.reference.steps import cpu_ms, optimizer_ms, other_ms
+from worker.reference.steps import cpu_ms, kernel_precision, optimizer_ms, other_ms
 
 WHOLE_STEPS = ROOT / "data" / "reference" / "whole_steps.csv"
 # Same silicon under two names: holding one out holds out the other too.
@@ -98,8 +98,12 @@ def network(cnn: str, image_size: int) -> tuple[tuple[tuple[dict[str, Any], int]
 
 
 def row_config(row: StepRow) -> TrainConfig:
-    """How a public row trained: SGD rows with momentum 0.9 (every public set's recipe), Adam, fp32 or AMP fp16."""
-    precision: Precision = "amp_fp16" if row.precision in ("amp_fp16", "fp16") else "fp32"
+    """How a public row trained: SGD rows with momentum 0.9 (every public set's recipe), Adam, tf32 or AMP fp16.
+
+    Public fp32 rows are costed as tf32 (TF32 matmuls where the GPU has them), as the fit always costed them:
+    NGC containers (Lambda) and PyTorch before 1.12 allow TF32 matmuls, unlike PyTorch's own default since.
+    """
+    precision: Precision = "amp_fp16" if row.precision in ("amp_fp16", "fp16") else "tf32"
     if row.optimizer.startswith("adam"):
         return TrainConfig(optimizer="adam", precision=precision)
     return TrainConfig(optimizer="sgd", momentum=LEGACY_SGD_MOMENTUM, precision=precision)
@@ -123,7 +127,7 @@ def row_parts(model: ReferenceModel, row: StepRow, gpu: GpuSpecs) -> np.ndarray:
     precision = config.precision
     gpu = gpu.filled()
     c = {k: v for k, v in model.params["step"].items() if not k.startswith("scale_")}
-    paths = model.conv_paths(convs, [row.batch], gpu, precision)[0].sum(axis=0)
+    paths = model.conv_paths(convs, [row.batch], gpu, kernel_precision(precision))[0].sum(axis=0)
     other = float(other_ms(work, np.array([float(row.batch)]), gpu, precision, c)[0])
     if "opt" in row.includes:
         other += optimizer_ms(work, gpu, config, c)
