@@ -24,7 +24,8 @@ MODELS = ("lightgbm", "base_only", "conv_scale", "flops_scale")
 SELECT_STEPS = """
 SELECT cnn_name, batch_size, step_ms FROM step_measurements
 WHERE machine_type = %(machine)s AND precision = %(precision)s AND image_size = %(image_size)s
-  AND optimizer = %(optimizer)s AND NOT oom
+  AND optimizer = %(optimizer)s AND momentum = %(momentum)s AND weight_decay = %(weight_decay)s
+  AND channels_last = %(channels_last)s AND NOT oom
 ORDER BY measured_at"""
 
 
@@ -44,7 +45,7 @@ def noise_floor(plan: calibrate.Plan, cnns: list[str]) -> dict[str, Any]:
                 again[bs] = outcome.timings["step"].value_ms
 
         step_bench.measure(
-            cnn, list(plan.batch_sizes), plan.image_size, plan.optimizer, plan.precision, environment.device(),
+            cnn, list(plan.batch_sizes), plan.image_size, plan.config, environment.device(),
             policy=Policy.from_settings(app.STEP_CAP_FACTOR), window_points=len(plan.batch_sizes), save=save,
             stop=lambda: False,
         )  # fmt: skip
@@ -103,7 +104,7 @@ def report(model: dict[str, Any], noise: dict[str, Any] | None, plan: calibrate.
         f"Command: `.venv/bin/python bench/accuracy.py --machine {plan.machine} --batch-sizes "
         f"{','.join(map(str, plan.batch_sizes))}` (stack up). Model "
         f"{model['kind']} v{model['version']}, {ev['rows']} whole steps of {ev['cnns']} CNNs at "
-        f"{plan.image_size} px, batch sizes {', '.join(map(str, plan.batch_sizes))}, {plan.optimizer}.",
+        f"{plan.image_size} px, batch sizes {', '.join(map(str, plan.batch_sizes))}, {plan.config.cost_key()}.",
         "",
         "| split | model | MAPE | median APE | max APE | vs conv×k |",
         "|---|---|---|---|---|---|",

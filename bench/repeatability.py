@@ -39,6 +39,7 @@ from gpu_agent.timing import Policy, Timing, sync  # noqa: E402
 from gpu_agent.windows import Outcome  # noqa: E402
 from shared import cnn_zoo  # noqa: E402
 from shared.settings import get_settings  # noqa: E402
+from shared.training import TrainConfig  # noqa: E402
 
 LAYER_CNNS, LAYER_SIZE, LAYER_BATCHES = ("resnet18", "mobilenet_v2"), 112, (4, 16)
 STEP_CNNS, STEP_SIZE, STEP_BATCHES = (
@@ -144,8 +145,7 @@ def child(out: Path, run: int, quick: bool) -> None:
                 cnn,
                 step_batches,
                 STEP_SIZE,
-                "sgd",
-                "fp32",
+                TrainConfig(),
                 dev,
                 policy=step_policy,
                 window_points=s.bench_window_points,
@@ -154,9 +154,9 @@ def child(out: Path, run: int, quick: bool) -> None:
             )
 
         def old_steps(cnn: str = cnn) -> None:
-            model, opt = step_bench.build(cnn, "sgd", "fp32", dev)
+            model, opt = step_bench.build(cnn, TrainConfig(), dev)
             for bs in step_batches:
-                step = step_bench.prepare(model, opt, bs, STEP_SIZE, "fp32", dev).phases["step"]
+                step = step_bench.prepare(model, opt, bs, STEP_SIZE, TrainConfig(), dev).phases["step"]
                 ms = consecutive(step, dev, time_cap_s=step_policy.time_cap_s, max_runs=20)
                 points.setdefault(f"step/{cnn}/{bs}", {})["consecutive"] = ms
 

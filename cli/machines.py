@@ -27,6 +27,10 @@ def add_parser(sub: Any) -> None:
     ad.add_argument("name")
     for flag, kind in {**FIGURES, **OPTIONAL}.items():
         ad.add_argument(f"--{flag.replace('_', '-')}", type=kind, required=flag in FIGURES, dest=flag)
+    ad.add_argument(
+        "--gpu-bf16", action=argparse.BooleanOptionalAction, default=None, dest="gpu_bf16",
+        help="the GPU computes in bf16 (default: compute capability 8.0 or more)",
+    )  # fmt: skip
 
 
 def run(api: Api, args: argparse.Namespace) -> int:
@@ -34,7 +38,7 @@ def run(api: Api, args: argparse.Namespace) -> int:
     if args.machines_command == "add":
         body = {
             "name": args.name,
-            **{k: getattr(args, k) for k in (*FIGURES, *OPTIONAL) if getattr(args, k) is not None},
+            **{k: getattr(args, k) for k in (*FIGURES, *OPTIONAL, "gpu_bf16") if getattr(args, k) is not None},
         }
         row = api.call("POST", "/v1/machines", json=body)
         print(f"{row['name']}: registered ({row['gpu_count']} x {row['gpu']}, ${row['price_usd_per_hour']:.2f}/h)")

@@ -7,8 +7,12 @@ import sys
 import time
 from typing import Any
 
+from pydantic import ValidationError
+
 from cli import catalog, fleet, keys, machines, render
 from cli.client import Api, CliError
+from shared.errors import InvalidRequest
+from shared.training import OPTIMIZERS, PRECISIONS, TrainConfig, config_of
 
 DEFAULT_API = "http://127.0.0.1:8000"
 
@@ -38,7 +42,7 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
         "epochs": args.epochs,
         "dataset_size": args.dataset_size,
         "image_size": args.image_size,
-        "optimizer": args.optimizer,
+        **training_of(args).model_dump(),
         "wait_for_benchmarks": args.wait_for_benchmarks,
     }
     job = api.call("POST", "/v1/jobs", json=body)
@@ -121,10 +125,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         cnns=tuple(_split(args.cnns)) if args.cnns else calibrate.SETS[args.set],
         batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
         image_size=args.image_size or calibrate.default_image_size(args.machine),
+        config=training_of(args),
     )
     print(
         f"calibrating {plan.machine}: {len(plan.cnns)} CNNs at {plan.image_size} px, batch sizes "
-        f"{','.join(map(str, plan.batch_sizes))}",
+        f"{','.join(map(str, plan.batch_sizes))}, {plan.config.cost_key()}",
         file=sys.stderr,
     )
 
@@ -174,7 +179,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Fit a model from the stored measurements (talks to the database)."""
     from worker import predictor
 
-    _print_model(predictor.train(machine=args.machine, pool=args.pool))
+    _print_model(predictor.train(machine=args.machine, pool=args.pool, config=training_of(args)))
     return 0
 
 
@@ -203,6 +208,26 @@ def _print_model(model: dict[str, Any]) -> None:
     print(render.evaluation(ev))
 
 
+def add_training_flags(p: argparse.ArgumentParser) -> None:
+    """--optimizer, --momentum, --weight-decay, --precision, --channels-last (shared/training.py)."""
+    p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd")
+    p.add_argument("--momentum", type=float, default=0.0, help="SGD only (default 0, as PyTorch)")
+    p.add_argument("--weight-decay", type=float, default=None, help="default PyTorch's: 0, or 0.01 for adamw")
+    p.add_argument("--precision", choices=list(PRECISIONS), default="fp32")
+    p.add_argument("--channels-last", action="store_true", help="model and images in channels_last memory format")
+
+
+def training_of(args: argparse.Namespace) -> TrainConfig:
+    """The training configuration the flags name; a bad combination is a one-line error."""
+    try:
+        return config_of(
+            optimizer=args.optimizer, precision=args.precision, momentum=args.momentum,
+            weight_decay=args.weight_decay, channels_last=args.channels_last,
+        )  # fmt: skip
+    except ValidationError as exc:
+        raise InvalidRequest("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line grammar."""
     p = argparse.ArgumentParser(prog="traincast", description=__doc__)
@@ -216,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--epochs", type=int, default=90)
     pr.add_argument("--dataset-size", type=int, default=1_281_167)
     pr.add_argument("--image-size", type=int, default=224)
-    pr.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    add_training_flags(pr)
     pr.add_argument(
         "--wait-for-benchmarks",
         action="store_true",
@@ -240,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--batch-sizes", default="4,8")
     ca.add_argument("--image-size", type=int, default=None, help="default: 112 on a CPU machine type, else 224")
     ca.add_argument("--timeout", type=float, default=1800)
+    add_training_flags(ca)
     ag = sub.add_parser("agents", help="list benchmark agents and what they are doing")
     ag.add_argument("--machine", default=None)
     ag.add_argument("--json", action="store_true")
@@ -249,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--pool", action=argparse.BooleanOptionalAction, default=None,
         help="learn from every machine type's steps (default: when this type has steps of fewer than 5 CNNs)",
     )  # fmt: skip
+    add_training_flags(tr)
     sub.add_parser("migrate", help="apply database migrations")
     sub.add_parser(
         "db-logins",

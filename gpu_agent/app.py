@@ -17,6 +17,7 @@ from shared import tasks
 from shared.errors import InvalidRequest
 from shared.settings import get_settings
 from shared.signatures import ConvSignature
+from shared.training import LEGACY_SGD_MOMENTUM, TrainConfig
 from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
@@ -120,41 +121,50 @@ def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]
 
 @app.task(name=tasks.MEASURE_STEPS)
 def measure_steps(
-    machine_type: str, cnn: str, image_size: int, optimizer: str, precision: str, batch_sizes: list[int]
+    machine_type: str,
+    cnn: str,
+    image_size: int,
+    optimizer: str,
+    precision: str,
+    batch_sizes: list[int],
+    config: dict[str, Any] | None = None,
 ) -> int:
-    """Time whole training steps of a CNN at several batch sizes; skip what is stored."""
+    """Time whole training steps of a CNN at several batch sizes; skip what is stored.
+
+    config: a shared.training.TrainConfig; without it (a sender older than issue 14) the step is what was
+    measured then: SGD(momentum=0.9) or Adam, in the precision given.
+    """
     _check_machine(machine_type)
-    run = partial(_measure_steps, machine_type, cnn, image_size, optimizer, precision, batch_sizes)
+    momentum = LEGACY_SGD_MOMENTUM if optimizer == "sgd" else 0.0
+    train = TrainConfig.model_validate(config or {"optimizer": optimizer, "precision": precision, "momentum": momentum})
+    run = partial(_measure_steps, machine_type, cnn, image_size, train, batch_sizes)
     return _retrying_outages(tasks.MEASURE_STEPS, run)
 
 
-def _measure_steps(
-    machine_type: str, cnn: str, image_size: int, optimizer: str, precision: str, batch_sizes: list[int]
-) -> int:
+def _measure_steps(machine_type: str, cnn: str, image_size: int, config: TrainConfig, batch_sizes: list[int]) -> int:
     dev = environment.device()
     env_id = environment.environment_id(str(dev))
-    key: dict[str, Any] = {"cnn": cnn, "machine": machine_type, "image_size": image_size, "optimizer": optimizer}
-    done = store.step_batch_sizes_done(**key, precision=precision, environment_id=env_id)
+    key: dict[str, Any] = {"cnn": cnn, "machine": machine_type, "image_size": image_size, "config": config}
+    done = store.step_batch_sizes_done(**key, environment_id=env_id)
     todo = sorted(set(batch_sizes) - done)
     if not todo:
         return 0
     written: list[int] = []
 
     def save(bs: int, outcome: Outcome) -> None:
-        store.save_step(**key, batch_size=bs, precision=precision, environment_id=env_id, outcome=outcome)
+        store.save_step(**key, batch_size=bs, environment_id=env_id, outcome=outcome)
         written.append(bs)
 
     lifecycle.set_work(
         {"task": tasks.MEASURE_STEPS, "cnn": cnn, "image_size": image_size, "batch_sizes": todo}
-        | {"since": datetime.now(UTC).isoformat()}
+        | {"training": config.cost_key(), "since": datetime.now(UTC).isoformat()}
     )
     try:
         left = step_bench.measure(
             cnn,
             todo,
             image_size,
-            optimizer,
-            precision,
+            config,
             dev,
             policy=Policy.from_settings(STEP_CAP_FACTOR),
             window_points=get_settings().bench_window_points,

@@ -1,4 +1,10 @@
-"""Whole training iterations of a CNN: zero_grad, forward, loss, backward, optimizer step."""
+"""Whole training iterations of a CNN as its configuration says: zero_grad, forward, loss, backward, optimizer step.
+
+The optimizer is built as a PyTorch user writes it (torch.optim.SGD with the momentum and weight decay given,
+Adam, AdamW; every other argument PyTorch's default, so foreach on CUDA), autocast runs the step for amp_fp16
+and amp_bf16 (with a GradScaler for fp16), TF32 matmuls are allowed for tf32 only, and channels_last puts the
+model and the images in that memory format.
+"""
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -8,18 +14,20 @@ import torch
 import torchvision
 
 from gpu_agent import memory, windows
-from gpu_agent.layer_bench import DTYPES
 from gpu_agent.timing import Policy, sync
 from gpu_agent.windows import Outcome, Prepared, Spec
 from shared import cnn_zoo
+from shared.errors import InvalidRequest
+from shared.training import TrainConfig
+
+AUTOCAST = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
 
 
 def measure(
     cnn: str,
     batch_sizes: Sequence[int],
     image_size: int,
-    optimizer: str,
-    precision: str,
+    config: TrainConfig,
     device: torch.device,
     *,
     policy: Policy,
@@ -33,7 +41,11 @@ def measure(
     recorded as infeasible with torch's message; out of memory is recorded as such.
     """
     try:
-        model, opt = build(cnn, optimizer, precision, device)
+        model, opt = build(cnn, config, device)
+    except InvalidRequest as exc:  # a precision this device's torch cannot run: every point says why
+        for bs in batch_sizes:
+            save(bs, Outcome(reason=exc.detail))
+        return []
     except Exception as exc:
         if not windows.is_oom(exc):
             raise
@@ -52,12 +64,12 @@ def measure(
             signatures=pairs,
             batch_sizes=sizes,
             image_size=image_size,
-            optimizer=optimizer,
-            precision=precision,
+            optimizer="sgd" if config.optimizer == "sgd" else "adam",  # Adam and AdamW keep two states
+            precision=config.layer_precision,
         )
 
     spec = Spec(
-        prepare=lambda bs: prepare(model, opt, bs, image_size, precision, device),
+        prepare=lambda bs: prepare(model, opt, bs, image_size, config, device),
         footprint=footprint,
         # torch raises ValueError for a configuration the model cannot train in (batch norm over
         # a single value per channel); anything else is a failure of the task.
@@ -73,33 +85,73 @@ def measure(
     )
 
 
-def build(cnn: str, optimizer: str, precision: str, device: torch.device) -> tuple[torch.nn.Module, Any]:
-    """A freshly initialised CNN in training mode on the device, with its optimizer."""
+def make_optimizer(params: Any, config: TrainConfig) -> torch.optim.Optimizer:
+    """The optimizer the configuration names, with PyTorch's defaults for everything it does not set."""
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=0.01, momentum=config.momentum, weight_decay=config.weight_decay)
+    cls = torch.optim.Adam if config.optimizer == "adam" else torch.optim.AdamW
+    return cls(params, lr=1e-3, weight_decay=config.weight_decay)
+
+
+def check_autocast(config: TrainConfig, device: torch.device) -> None:
+    """Raise InvalidRequest when this torch cannot autocast to the configuration's dtype on the device."""
+    dtype = AUTOCAST.get(config.precision)
+    if dtype is None:
+        return
+    try:
+        with torch.autocast(device.type, dtype=dtype):
+            out = torch.nn.functional.conv2d(
+                torch.ones(1, 1, 3, 3, device=device), torch.ones(1, 1, 1, 1, device=device)
+            )
+        ok = out.dtype == dtype
+    except Exception:  # torch raises (or warns and disables) for an unsupported dtype
+        ok = False
+    if not ok:
+        raise InvalidRequest(
+            f"{config.precision} is not supported on {device.type} by torch {torch.__version__} "
+            "(autocast to that dtype does not run convolutions in it)"
+        )
+
+
+def build(cnn: str, config: TrainConfig, device: torch.device) -> tuple[torch.nn.Module, Any]:
+    """A freshly initialised CNN in training mode on the device (fp32 master weights), with its optimizer."""
+    check_autocast(config, device)
     kwargs: dict[str, Any] = {"weights": None}
     if cnn in ("googlenet", "inception_v3"):
         kwargs["init_weights"] = False
-    model = torchvision.models.get_model(cnn, **kwargs).to(device=device, dtype=DTYPES[precision]).train()
-    params = model.parameters()
-    opt: torch.optim.Optimizer = (
-        torch.optim.SGD(params, lr=0.01, momentum=0.9) if optimizer == "sgd" else torch.optim.Adam(params, lr=1e-3)
-    )
-    return model, opt
+    model = torchvision.models.get_model(cnn, **kwargs).to(device=device).train()
+    if config.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    return model, make_optimizer(model.parameters(), config)
 
 
 def prepare(
-    model: torch.nn.Module, opt: Any, batch_size: int, image_size: int, precision: str, device: torch.device
+    model: torch.nn.Module, opt: Any, batch_size: int, image_size: int, config: TrainConfig, device: torch.device
 ) -> Prepared:
     """Synthetic data of one batch size already on the device, and one step run once (not a sample)."""
-    x = torch.randn(batch_size, 3, image_size, image_size, device=device, dtype=DTYPES[precision])
+    fmt = torch.channels_last if config.channels_last else torch.contiguous_format
+    x = torch.randn(batch_size, 3, image_size, image_size, device=device).to(memory_format=fmt)
     target = torch.randint(0, 1000, (batch_size,), device=device)
     loss_fn = torch.nn.CrossEntropyLoss()
+    dtype = AUTOCAST.get(config.precision)
+    # GradScaler only for fp16 (bf16 has fp32's range); it unscales and checks the gradients for inf each step.
+    scaler = torch.amp.GradScaler(device.type) if config.precision == "amp_fp16" else None
+    tf32 = config.precision == "tf32"
 
     def step() -> None:
+        torch.backends.cuda.matmul.allow_tf32 = tf32  # process-wide: set on every step, other tasks share it
         opt.zero_grad(set_to_none=True)
-        out = model(x)
-        logits = out.logits if hasattr(out, "logits") else out  # inception/googlenet aux outputs
-        loss_fn(logits, target).backward()
-        opt.step()
+        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            out = model(x)
+            logits = out.logits if hasattr(out, "logits") else out  # inception/googlenet aux outputs
+            loss = loss_fn(logits, target)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
 
     step()
     sync(device)

@@ -4,6 +4,7 @@ from typing import Any
 
 from gpu_agent.windows import Outcome
 from shared.db import Json, transaction
+from shared.training import TrainConfig
 
 METHOD = "interleaved-rounds"
 
@@ -16,25 +17,25 @@ INSERT INTO layer_benchmarks (signature_id, machine_type, batch_size, precision,
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (signature_id, machine_type, batch_size, precision, environment_id) DO NOTHING"""
 # Infeasible steps count as done: measuring them again would fail the same way.
-SELECT_STEP_DONE = """
-SELECT batch_size FROM step_measurements
-WHERE cnn_name = %(cnn)s AND machine_type = %(machine)s AND image_size = %(image_size)s
-  AND optimizer = %(optimizer)s AND precision = %(precision)s AND environment_id = %(env)s
+_STEP_KEY = """cnn_name = %(cnn)s AND machine_type = %(machine)s AND image_size = %(image_size)s
+  AND optimizer = %(optimizer)s AND momentum = %(momentum)s AND weight_decay = %(weight_decay)s
+  AND precision = %(precision)s AND channels_last = %(channels_last)s AND environment_id = %(env)s"""
+SELECT_STEP_DONE = f"""
+SELECT batch_size FROM step_measurements WHERE {_STEP_KEY}
 UNION
-SELECT batch_size FROM step_failures
-WHERE cnn_name = %(cnn)s AND machine_type = %(machine)s AND image_size = %(image_size)s
-  AND optimizer = %(optimizer)s AND precision = %(precision)s AND environment_id = %(env)s"""
-INSERT_STEP = """
-INSERT INTO step_measurements (cnn_name, machine_type, batch_size, image_size, optimizer, precision,
-                               environment_id, oom, step_ms, stats)
-VALUES (%(cnn)s, %(machine)s, %(batch_size)s, %(image_size)s, %(optimizer)s, %(precision)s,
-        %(env)s, %(oom)s, %(step_ms)s, %(stats)s)
-ON CONFLICT (cnn_name, machine_type, batch_size, image_size, optimizer, precision, environment_id) DO NOTHING"""
-INSERT_STEP_FAILURE = """
-INSERT INTO step_failures (cnn_name, machine_type, batch_size, image_size, optimizer, precision,
-                           environment_id, reason)
-VALUES (%(cnn)s, %(machine)s, %(batch_size)s, %(image_size)s, %(optimizer)s, %(precision)s, %(env)s, %(reason)s)
-ON CONFLICT (cnn_name, machine_type, batch_size, image_size, optimizer, precision, environment_id) DO NOTHING"""
+SELECT batch_size FROM step_failures WHERE {_STEP_KEY}"""
+_STEP_COLUMNS = """cnn_name, machine_type, batch_size, image_size, optimizer, momentum, weight_decay, precision,
+    channels_last, environment_id"""
+_STEP_VALUES = """%(cnn)s, %(machine)s, %(batch_size)s, %(image_size)s, %(optimizer)s, %(momentum)s, %(weight_decay)s,
+    %(precision)s, %(channels_last)s, %(env)s"""
+INSERT_STEP = f"""
+INSERT INTO step_measurements ({_STEP_COLUMNS}, oom, step_ms, stats)
+VALUES ({_STEP_VALUES}, %(oom)s, %(step_ms)s, %(stats)s)
+ON CONFLICT ({_STEP_COLUMNS}) DO NOTHING"""
+INSERT_STEP_FAILURE = f"""
+INSERT INTO step_failures ({_STEP_COLUMNS}, reason)
+VALUES ({_STEP_VALUES}, %(reason)s)
+ON CONFLICT ({_STEP_COLUMNS}) DO NOTHING"""
 
 INSERT_LAYER_FAILURE = """
 INSERT INTO layer_failures (signature_id, machine_type, precision, environment_id, batch_sizes, error)
@@ -76,44 +77,25 @@ def save_layer(
         )
 
 
+def _step_params(cnn: str, machine: str, image_size: int, config: TrainConfig, env: int) -> dict[str, Any]:
+    return {"cnn": cnn, "machine": machine, "image_size": image_size, "env": env, **config.model_dump()}
+
+
 def step_batch_sizes_done(
-    *, cnn: str, machine: str, image_size: int, optimizer: str, precision: str, environment_id: int
+    *, cnn: str, machine: str, image_size: int, config: TrainConfig, environment_id: int
 ) -> set[int]:
-    """Batch sizes whose whole step is stored in this environment, measured or infeasible."""
-    params = {
-        "cnn": cnn,
-        "machine": machine,
-        "image_size": image_size,
-        "optimizer": optimizer,
-        "precision": precision,
-        "env": environment_id,
-    }
+    """Batch sizes whose whole step is stored in this environment and configuration, measured or infeasible."""
     with transaction() as cur:
-        cur.execute(SELECT_STEP_DONE, params)
+        cur.execute(SELECT_STEP_DONE, _step_params(cnn, machine, image_size, config, environment_id))
         return {r["batch_size"] for r in cur.fetchall()}
 
 
 def save_step(
-    *,
-    cnn: str,
-    machine: str,
-    batch_size: int,
-    image_size: int,
-    optimizer: str,
-    precision: str,
-    environment_id: int,
+    *, cnn: str, machine: str, batch_size: int, image_size: int, config: TrainConfig, environment_id: int,
     outcome: Outcome,
-) -> None:
+) -> None:  # fmt: skip
     """Store one whole-step measurement, its out of memory, or why the CNN cannot take the step."""
-    params: dict[str, Any] = {
-        "cnn": cnn,
-        "machine": machine,
-        "batch_size": batch_size,
-        "image_size": image_size,
-        "optimizer": optimizer,
-        "precision": precision,
-        "env": environment_id,
-    }
+    params = _step_params(cnn, machine, image_size, config, environment_id) | {"batch_size": batch_size}
     with transaction() as cur:
         if outcome.infeasible:
             cur.execute(INSERT_STEP_FAILURE, {**params, "reason": outcome.reason})

@@ -25,6 +25,12 @@ GPU_COLUMNS = {
 SELECT_ALL = "SELECT * FROM machine_types ORDER BY provider = 'local' DESC, provider, price_usd_per_hour, name"
 SELECT_NAMES = "SELECT name FROM machine_types WHERE name = ANY(%s)"
 SELECT_ONE = "SELECT * FROM machine_types WHERE name = %s"
+# GPU types without bf16: said so, or unknown on a GPU older than Ampere (compute capability < 8.0).
+SELECT_WITHOUT_BF16 = """
+SELECT name, gpu FROM machine_types
+WHERE name = ANY(%s) AND gpu IS NOT NULL
+  AND NOT COALESCE(gpu_bf16, COALESCE(substring(gpu_compute_capability from '^[0-9]+')::int, 0) >= 8)
+ORDER BY name"""
 # Machine types with the same GPU model: measurements of one serve the others. Itself first, then AWS
 # types (the fleet can start those), then by name.
 SELECT_PEERS = """
@@ -58,10 +64,11 @@ ON CONFLICT (name) DO UPDATE SET
 INSERT_REGISTERED = """
 INSERT INTO machine_types (name, provider, gpu, gpu_count, gpu_memory_gib, vcpus, memory_gib, price_usd_per_hour,
     gpu_fp32_tflops, gpu_tf32_tflops, gpu_fp16_tflops, gpu_mem_bandwidth_gbs, gpu_sm_count, gpu_l2_mib,
-    gpu_compute_capability, gpu_tdp_watts, source, specs_source, price_source, registered_at)
+    gpu_compute_capability, gpu_bf16, gpu_tdp_watts, source, specs_source, price_source, registered_at)
 VALUES (%(name)s, %(provider)s, %(gpu)s, %(gpu_count)s, %(gpu_memory_gib_total)s, %(vcpus)s, %(memory_gib)s,
     %(price_usd_per_hour)s, %(gpu_fp32_tflops)s, %(gpu_tf32_tflops)s, %(gpu_fp16_tflops)s,
-    %(gpu_mem_bandwidth_gbs)s, %(gpu_sm_count)s, %(gpu_l2_mib)s, %(gpu_compute_capability)s, %(gpu_tdp_watts)s,
+    %(gpu_mem_bandwidth_gbs)s, %(gpu_sm_count)s, %(gpu_l2_mib)s, %(gpu_compute_capability)s, %(gpu_bf16)s,
+    %(gpu_tdp_watts)s,
     'registered by its specs (POST /v1/machines)', 'given by the user', 'given by the user', now())
 RETURNING *"""
 
@@ -89,6 +96,13 @@ def missing(*, names: list[str]) -> list[str]:
         cur.execute(SELECT_NAMES, (names,))
         known = {r["name"] for r in cur.fetchall()}
     return [n for n in names if n not in known]
+
+
+def without_bf16(*, names: list[str]) -> list[dict[str, Any]]:
+    """The GPU machine types among `names` whose GPU cannot compute in bf16 (name, gpu); a CPU can."""
+    with transaction() as cur:
+        cur.execute(SELECT_WITHOUT_BF16, (names,))
+        return [dict(r) for r in cur.fetchall()]
 
 
 def peers_of(*, names: list[str]) -> dict[str, list[str]]:

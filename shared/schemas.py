@@ -3,11 +3,12 @@
 import re
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from shared.settings import get_settings
+from shared.training import Optimizer, Precision, TrainConfig, config_of
 
 # A machine type's name is also its benchmark queue's name (`bench.<name>`) and a URL segment.
 MACHINE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
@@ -77,11 +78,34 @@ class JobRequest(BaseModel):
     dataset_size: int = Field(default=1_281_167, ge=1, le=10**12)
     image_size: int = Field(default=224, ge=8, le=2048)
     num_classes: int | None = Field(default=None, ge=1, le=1_000_000)
-    optimizer: Literal["sgd", "adam"] = "sgd"
-    precision: Literal["fp32"] = "fp32"
+    optimizer: Optimizer = "sgd"
+    # SGD only (PyTorch's default 0); adam and adamw with a non-zero momentum are refused.
+    momentum: float = Field(default=0.0, ge=0, lt=1)
+    # None: PyTorch's default for the optimizer (0 for sgd and adam, 0.01 for adamw), filled in at the door.
+    weight_decay: float | None = Field(default=None, ge=0, le=1)
+    # fp32: PyTorch's defaults (TF32 for convs on Ampere+); tf32: matmuls too; amp_*: torch.autocast (+GradScaler).
+    precision: Precision = "fp32"
+    channels_last: bool = False
     # False: a GPU machine type with no benchmarks of its own is answered at once by the reference
     # predictor (its layer benchmarks are still queued where an agent or the fleet can measure them).
     wait_for_benchmarks: bool = False
+
+    @model_validator(mode="after")
+    def _training_config(self) -> "JobRequest":
+        self.weight_decay = self.training().weight_decay  # raises for momentum with adam/adamw
+        return self
+
+    def training(self) -> TrainConfig:
+        """The optimizer, precision and layout the CNN is trained with."""
+        return config_of(
+            optimizer=self.optimizer, precision=self.precision, momentum=self.momentum,
+            weight_decay=self.weight_decay, channels_last=self.channels_last,
+        )  # fmt: skip
+
+    @property
+    def layer_precision(self) -> str:
+        """The precision key of the conv layer benchmarks this request needs (fp32, fp16, bf16)."""
+        return self.training().layer_precision
 
     @model_validator(mode="after")
     def _batch_sizes_in_bounds(self) -> "JobRequest":
@@ -140,6 +164,8 @@ class MachineCreate(BaseModel):
     price_usd_per_hour: float = Field(ge=0, le=100_000)
     gpu_compute_capability: str | None = Field(default=None, pattern=r"^\d{1,2}\.\d{1,2}$")
     gpu_tf32_tflops: float | None = Field(default=None, ge=0.01, le=100_000)
+    # None: true when gpu_compute_capability is 8.0 or more (Ampere and later have bf16), else false.
+    gpu_bf16: bool | None = None
     vcpus: int | None = Field(default=None, ge=1, le=100_000)
     memory_gib: float | None = Field(default=None, gt=0, le=1_000_000)
     provider: str | None = Field(default=None, min_length=1, max_length=32, pattern=r"^[a-z0-9][a-z0-9_-]*$")
@@ -150,4 +176,6 @@ class MachineCreate(BaseModel):
             raise ValueError(f"provider {self.provider!r} is the catalog's own; name your own (default 'own')")
         if self.gpu_fp16_tflops < self.gpu_fp32_tflops / 64:
             raise ValueError("gpu_fp16_tflops is below 1/64 of gpu_fp32_tflops: check the figures")
+        if self.gpu_bf16 is None:
+            self.gpu_bf16 = self.gpu_compute_capability is not None and float(self.gpu_compute_capability) >= 8.0
         return self

@@ -14,6 +14,7 @@ from gpu_agent.timing import Timing
 from gpu_agent.windows import Outcome
 from shared.db import Json, transaction
 from shared.settings import get_settings
+from shared.training import TrainConfig
 from tests.agent_role import AGENT_LOGIN, agent_url
 
 GRANTED_TABLES = {
@@ -121,8 +122,8 @@ def test_the_agent_stores_measurements_and_keeps_its_row(
         cur.execute("SELECT error FROM layer_failures WHERE signature_id = %s", (sig_id,))
         assert cur.fetchone()["error"] == "RuntimeError: role-test"
 
-    step: dict[str, Any] = {"cnn": "role-test-cnn", "machine": "local", "image_size": 32, "optimizer": "sgd"}
-    step |= {"precision": "fp32", "environment_id": env_id}
+    step: dict[str, Any] = {"cnn": "role-test-cnn", "machine": "local", "image_size": 32, "config": TrainConfig()}
+    step |= {"environment_id": env_id}
     store.save_step(**step, batch_size=8, outcome=Outcome(timings={"step": timing(9.0)}))
     store.save_step(**step, batch_size=1, outcome=Outcome(reason="Expected more than 1 value per channel"))
     assert store.step_batch_sizes_done(**step) == {1, 8}

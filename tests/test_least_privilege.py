@@ -19,6 +19,7 @@ from gpu_agent.windows import Outcome
 from shared import logins
 from shared.db import Json, transaction
 from shared.settings import get_settings
+from shared.training import TrainConfig
 from tests.agent_role import AGENT_LOGIN, agent_url, as_user, login_role
 from tests.conftest import Stack, http
 from tests.test_agent_role import timing
@@ -105,7 +106,7 @@ def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, servi
         cur.execute(NEW_CNN)
     env_id = environment.environment_id("cpu")
     phases = {p: timing(1.5) for p in ("forward", "backward_data", "backward_weight")}
-    step: dict[str, Any] = {"cnn": "lp-test-cnn", "image_size": 32, "optimizer": "sgd", "precision": "fp32"}
+    step: dict[str, Any] = {"cnn": "lp-test-cnn", "image_size": 32, "config": TrainConfig()}
     step["environment_id"] = env_id
     host = f"lp-{uuid.uuid4().hex[:8]}"
 

@@ -133,7 +133,7 @@ def test_job_result_names_the_model_version(clean_db: None) -> None:
     result = jobs.get(job_id=job["id"])["result"]
     assert result["models"]["local"] == {
         "status": "ok", "source": "benchmarked", "version": model["version"], "kind": "lightgbm_base_ratio",
-        "loco_mape": model["evaluation"]["loco_mape"], "pooled_from": ["local"],
+        "loco_mape": model["evaluation"]["loco_mape"], "pooled_from": ["local"], "training": "sgd/fp32",
     }  # fmt: skip
     (point,) = result["predictions"]
     assert point["iteration_seconds_p10"] <= point["iteration_seconds"] <= point["iteration_seconds_p90"]

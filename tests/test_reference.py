@@ -7,6 +7,7 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
+from shared.training import TrainConfig
 from worker.reference import GpuSpecs, ReferenceModel, layerfit, load
 from worker.reference import data as ref_data
 from worker.reference.fit import STEP_DEFAULTS, fit_memory_ops, gpu_table
@@ -124,8 +125,12 @@ def test_resnet50_256_batch_sizes_fast_finite_increasing(model: ReferenceModel) 
 
     convs, work = network("resnet50", 224)
     batches = list(range(1, 257))
-    est = model.predict_steps(convs=convs, workload=work, batch_sizes=batches, gpu=A100, optimizer="adam")
-    [alone] = model.predict_steps(convs=convs, workload=work, batch_sizes=[37], gpu=A100, optimizer="adam")
+    est = model.predict_steps(
+        convs=convs, workload=work, batch_sizes=batches, gpu=A100, training=TrainConfig(optimizer="adam")
+    )
+    [alone] = model.predict_steps(
+        convs=convs, workload=work, batch_sizes=[37], gpu=A100, training=TrainConfig(optimizer="adam")
+    )
     steps = np.array([e.step_ms for e in est])
     assert len(est) == 256 and np.isfinite(steps).all() and [e.batch_size for e in est] == batches
     assert np.mean(np.diff(steps) > 0) > 0.8 and steps[-1] > 10 * steps[0] / 2

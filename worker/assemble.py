@@ -23,6 +23,10 @@ GPU_NOTE = (
     "a point is training on one GPU of the machine (gpus_used); cost_usd is the machine's price for that time, "
     "cost_per_gpu_usd its share per GPU"
 )
+CHANNELS_LAST_NOTE = (
+    "channels_last is not modelled by the reference predictor (no public measurements of it): its answers are "
+    "those of the default NCHW layout; benchmarked answers come from steps measured in channels_last"
+)
 TIMES = ("iteration_seconds", "epoch_seconds", "total_seconds", "cost_usd", "energy_kwh")
 
 
@@ -37,7 +41,11 @@ def result(
     peers: dict[str, list[str]] = (plan or {}).get("peers") or {m: [m] for m in request.machines}
     specs = {m["name"]: m for m in machines.list_all()}
     variants = {cnn: _variant(cnn, request) for cnn in request.cnns}
-    models = predictor.latest_of(machines=sorted({p for m in request.machines for p in peers[m]}))
+    training = request.training()
+    everyone = sorted({p for m in request.machines for p in peers[m]})
+    # Only a model fitted for this training configuration's work answers it (shared/training.py).
+    models = predictor.latest_of(machines=everyone, cost_key=training.cost_key())
+    other_keys = predictor.keys_of(machines=everyone)
     # Machine types with the same GPU figures get the same reference answer: computed once per CNN.
     reference_cache: dict[tuple[Any, str], list[Any]] = {}
     predictions: list[dict[str, Any]] = []
@@ -49,9 +57,12 @@ def result(
         model = models.get(fitted_on) if fitted_on else None
         measured = machine not in incomplete and (model is not None or spec["gpu"] is None)
         if measured:
-            model_info[machine] = _model_summary(model, machine, fitted_on)
+            model_info[machine] = _model_summary(model, machine, fitted_on, request)
         else:
-            model_info[machine] = _reference_summary(machine, spec, layers_measured=machine not in incomplete)
+            keys = sorted({k for p in peers[machine] for k in other_keys.get(p, [])})
+            model_info[machine] = _reference_summary(
+                machine, spec, layers_measured=machine not in incomplete, request=request, other_keys=keys
+            )
         for cnn in request.cnns:  # request order: the plan is jsonb, whose keys PostgreSQL reorders
             members, work = variants[cnn]
             if measured:
@@ -60,13 +71,17 @@ def result(
                 points = _reference(cnn, machine, members, work, spec, request, sizes, reference_cache)
             predictions.extend(points)
             best.append(_best(cnn, machine, points))
-    return {
+    out = {
+        "training": training.model_dump(),
         "predictions": predictions,
         "best": best,
         "models": model_info,
         "energy_note": ENERGY_NOTE,
         "gpu_note": GPU_NOTE,
     }
+    if training.channels_last and any(m["source"] == "reference" for m in model_info.values()):
+        out["channels_last_note"] = CHANNELS_LAST_NOTE
+    return out
 
 
 def _variant(cnn: str, request: JobRequest) -> tuple[list[tuple[int, dict[str, Any], int]], dict[str, Any]]:
@@ -90,7 +105,7 @@ def _measured(
     sizes: list[int],
 ) -> list[dict[str, Any]]:
     rows = layers.newest(
-        signature_ids=[m[0] for m in members], machines=peers, batch_sizes=sizes, precision=request.precision
+        signature_ids=[m[0] for m in members], machines=peers, batch_sizes=sizes, precision=request.layer_precision
     )
     points = []
     for bs in sizes:
@@ -127,7 +142,7 @@ def _reference(
     if (gpu, cnn) not in cache:
         cache[(gpu, cnn)] = model.predict_steps(
             convs=[(layer, count) for _sig, layer, count in members], workload=work, batch_sizes=sizes,
-            gpu=gpu, optimizer=request.optimizer, precision=request.precision,
+            gpu=gpu, training=request.training(),
         )  # fmt: skip
     estimates = cache[(gpu, cnn)]
     low = math.exp(model.accuracy["whole_step_log_ratio_p10"])
@@ -208,18 +223,26 @@ def _best(cnn: str, machine: str, points: list[dict[str, Any]]) -> dict[str, Any
     }
 
 
-def _model_summary(model: dict[str, Any] | None, machine: str, fitted_on: str | None) -> dict[str, Any]:
+def _model_summary(
+    model: dict[str, Any] | None, machine: str, fitted_on: str | None, request: JobRequest
+) -> dict[str, Any]:
+    training = request.training()
     if model is None:
         return {
             "status": "no_model",
             "source": "benchmarked",
-            "detail": f"no predictor model for {machine} yet: run `traincast calibrate --machine {machine}`",
+            "training": training.cost_key(),
+            "detail": (
+                f"no predictor model for {machine} trained with {training.cost_key()} yet: run "
+                f"`{training.calibrate_command(machine)}`"
+            ),
         }
     summary = {
         "status": "ok",
         "source": "benchmarked",
         "version": model["version"],
         "kind": model["kind"],
+        "training": model["cost_key"],
         "loco_mape": model["evaluation"].get("loco_mape"),
         # More than this machine type: the model also learnt from other types' steps (few of its own).
         "pooled_from": model["evaluation"].get("pooled_from", [machine]),
@@ -229,18 +252,26 @@ def _model_summary(model: dict[str, Any] | None, machine: str, fitted_on: str | 
     return summary
 
 
-def _reference_summary(machine: str, spec: dict[str, Any], *, layers_measured: bool) -> dict[str, Any]:
+def _reference_summary(
+    machine: str, spec: dict[str, Any], *, layers_measured: bool, request: JobRequest, other_keys: list[str]
+) -> dict[str, Any]:
     model = reference.load()
     mape = model.accuracy["whole_step_mape"]
-    why = (
-        f"has layer benchmarks but no whole-step model yet (`traincast calibrate --machine {machine}`)"
-        if layers_measured
-        else "has no benchmarks of its own yet"
-    )
+    training = request.training()
+    if other_keys:
+        why = (
+            f"has whole-step models for {', '.join(other_keys)} only, none for {training.cost_key()} "
+            f"(`{training.calibrate_command(machine)}`)"
+        )
+    elif layers_measured:
+        why = f"has layer benchmarks but no whole-step model yet (`{training.calibrate_command(machine)}`)"
+    else:
+        why = "has no benchmarks of its own yet"
     return {
         "status": "reference",
         "source": "reference",
         "kind": "reference",
+        "training": training.cost_key(),
         "version": model.version,
         "whole_step_mape": mape,
         "evaluated_on": model.accuracy.get("evaluated_on"),

@@ -9,6 +9,7 @@ from shared import agents, layers, machines, tasks
 from shared.db import transaction
 from shared.errors import TraincastError
 from shared.settings import get_settings
+from shared.training import TrainConfig
 from worker import coverage, predictor
 
 # Families that behave differently: plain (alexnet, vgg), residual (resnet), dense (densenet),
@@ -57,31 +58,35 @@ CPU_IMAGE_SIZE = 112
 GPU_IMAGE_SIZE = 224
 
 # Completeness is judged per environment: rows of two environments never make one calibration.
-COUNT_BY_ENVIRONMENT = """
+_CONFIG = """optimizer = %(optimizer)s AND momentum = %(momentum)s AND weight_decay = %(weight_decay)s
+      AND precision = %(precision)s AND channels_last = %(channels_last)s"""
+COUNT_BY_ENVIRONMENT = f"""
 SELECT environment_id, sum(n) AS n FROM (
     SELECT environment_id, count(DISTINCT (signature_id, batch_size)) AS n FROM layer_benchmarks
-    WHERE machine_type = %(machine)s AND precision = %(precision)s
+    WHERE machine_type = %(machine)s AND precision = %(layer_precision)s
       AND signature_id = ANY(%(sigs)s) AND batch_size = ANY(%(batch_sizes)s)
     GROUP BY environment_id
     UNION ALL
     SELECT environment_id, count(DISTINCT (cnn_name, batch_size)) AS n FROM (
-        SELECT environment_id, cnn_name, batch_size, image_size, optimizer, machine_type, precision
+        SELECT environment_id, cnn_name, batch_size, image_size, machine_type, optimizer, momentum, weight_decay,
+               precision, channels_last
         FROM step_measurements
         UNION ALL
-        SELECT environment_id, cnn_name, batch_size, image_size, optimizer, machine_type, precision
+        SELECT environment_id, cnn_name, batch_size, image_size, machine_type, optimizer, momentum, weight_decay,
+               precision, channels_last
         FROM step_failures
     ) s
-    WHERE machine_type = %(machine)s AND precision = %(precision)s AND image_size = %(image_size)s
-      AND optimizer = %(optimizer)s AND cnn_name = ANY(%(cnns)s) AND batch_size = ANY(%(batch_sizes)s)
+    WHERE machine_type = %(machine)s AND image_size = %(image_size)s AND {_CONFIG}
+      AND cnn_name = ANY(%(cnns)s) AND batch_size = ANY(%(batch_sizes)s)
     GROUP BY environment_id
 ) per_kind
 GROUP BY environment_id
 ORDER BY n DESC
 LIMIT 1"""
-SELECT_FAILURES = """
+SELECT_FAILURES = f"""
 SELECT DISTINCT cnn_name, batch_size, reason FROM step_failures
-WHERE machine_type = %(machine)s AND precision = %(precision)s AND image_size = %(image_size)s
-  AND optimizer = %(optimizer)s AND cnn_name = ANY(%(cnns)s) AND batch_size = ANY(%(batch_sizes)s)
+WHERE machine_type = %(machine)s AND image_size = %(image_size)s AND {_CONFIG}
+  AND cnn_name = ANY(%(cnns)s) AND batch_size = ANY(%(batch_sizes)s)
 ORDER BY cnn_name, batch_size"""
 
 
@@ -93,16 +98,15 @@ class Plan:
     cnns: tuple[str, ...] = DEFAULT_CNNS
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     image_size: int = GPU_IMAGE_SIZE
-    optimizer: str = "sgd"
-    precision: str = "fp32"
+    config: TrainConfig = TrainConfig()  # SGD without momentum in fp32: what a request asks by default
 
     def params(self, sig_ids: list[int] | None = None) -> dict[str, Any]:
         """Query parameters naming this plan's rows."""
         return {
+            **self.config.model_dump(),
+            "layer_precision": self.config.layer_precision,
             "machine": self.machine,
-            "precision": self.precision,
             "image_size": self.image_size,
-            "optimizer": self.optimizer,
             "cnns": list(self.cnns),
             "batch_sizes": list(self.batch_sizes),
             "sigs": sig_ids or [],
@@ -120,7 +124,7 @@ def send(plan: Plan) -> tuple[list[int], int]:
     for cnn in plan.cnns:
         sig_ids.update(s for s, _ in layers.register_builtin(name=cnn, image_size=plan.image_size))
     # Everything, not just what some environment has: the agent skips what its own has stored.
-    coverage.send_work({plan.machine: {(s, b) for s in sig_ids for b in plan.batch_sizes}}, plan.precision)
+    coverage.send_work({plan.machine: {(s, b) for s in sig_ids for b in plan.batch_sizes}}, plan.config.layer_precision)
     for cnn in plan.cnns:
         tasks.send(
             tasks.MEASURE_STEPS,
@@ -128,9 +132,10 @@ def send(plan: Plan) -> tuple[list[int], int]:
             machine_type=plan.machine,
             cnn=cnn,
             image_size=plan.image_size,
-            optimizer=plan.optimizer,
-            precision=plan.precision,
+            optimizer=plan.config.optimizer,
+            precision=plan.config.precision,
             batch_sizes=list(plan.batch_sizes),
+            config=plan.config.model_dump(),
         )
     return sorted(sig_ids), len(plan.cnns) * len(plan.batch_sizes)
 
@@ -167,7 +172,7 @@ def run(plan: Plan, *, timeout_s: float, on_progress: Callable[[int, int], None]
                 f"measurements stored in one environment; {_agents_hint(plan.machine)}"
             )
         time.sleep(1.0)
-    return predictor.train(machine=plan.machine)
+    return predictor.train(machine=plan.machine, config=plan.config)
 
 
 def _agents_hint(machine: str) -> str:

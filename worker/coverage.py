@@ -1,4 +1,4 @@
-"""Which layer benchmarks a job still lacks per machine type, which of them it waits for, and where they go.
+"""Which layer benchmarks (and calibrations) a job still lacks per machine type, which it waits for, and where they go.
 
 A machine type's benchmarks count as present when any machine type with its GPU model has them
 (the plan's `peers`), so a T4 measured on g4dn.xlarge serves every cloud's T4 types.
@@ -10,6 +10,7 @@ from typing import Any
 from shared import agents, fleet, layers, machines, tasks
 from shared.schemas import JobRequest
 from shared.settings import get_settings
+from worker import predictor
 
 # Machine type → the (signature id, batch size) pairs it has no benchmark for; types lacking none are left out.
 Missing = dict[str, set[tuple[int, int]]]
@@ -26,7 +27,7 @@ def missing(plan: dict[str, Any], request: JobRequest) -> Missing:
     sizes = request.batch_size_list()
     peers: dict[str, list[str]] = plan.get("peers") or {m: [m] for m in request.machines}
     everyone = sorted({p for m in request.machines for p in peers[m]})
-    done = layers.measured(signature_ids=sigs, machines=everyone, batch_sizes=sizes, precision=request.precision)
+    done = layers.measured(signature_ids=sigs, machines=everyone, batch_sizes=sizes, precision=request.layer_precision)
     by_type: dict[str, set[tuple[int, int]]] = defaultdict(set)
     for sig, machine, bs in done:
         by_type[machine].add((sig, bs))
@@ -85,3 +86,23 @@ def send_work(gaps: Missing, precision: str) -> None:
             precision=precision,
             items=[item],
         )
+
+
+def uncalibrated(request: JobRequest) -> str | None:
+    """Why the job cannot be answered: a CPU type (no reference) calibrated, but not for this training config.
+
+    A CPU type with no model at all keeps the `no_model` answer (its layer benchmarks are still measured).
+    """
+    cpus = [m["name"] for m in machines.list_all() if m["name"] in request.machines and m["gpu"] is None]
+    if not cpus:
+        return None
+    training = request.training()
+    key = training.cost_key()
+    have = predictor.keys_of(machines=cpus)
+    for m in cpus:
+        if have.get(m) and key not in have[m]:
+            return (
+                f"{m} has no model calibrated for {key} (only for {', '.join(have[m])}) and no reference "
+                f"predictor covers a CPU: run `{training.calibrate_command(m)}`, then submit the job again"
+            )
+    return None

@@ -99,6 +99,10 @@ def _plan(job_id: uuid.UUID) -> None:
             raise
         _finish(job_id, status="failed", error=exc.detail, progress=job["progress"])
         return
+    uncalibrated = coverage.uncalibrated(request)
+    if uncalibrated:
+        _finish(job_id, status="failed", error=uncalibrated, progress=job["progress"])
+        return
     # Fixed once, so the job's answer does not change source while it runs.
     plan["peers"] = machines.peers_of(names=request.machines)
     plan["waits_on"] = _waits_on(request)
@@ -112,7 +116,7 @@ def _plan(job_id: uuid.UUID) -> None:
         if cur.fetchone() is None:
             log.info("job %s was canceled while it was planned: nothing sent", job_id)
             return
-    coverage.send_work(sent, request.precision)
+    coverage.send_work(sent, request.layer_precision)
     with transaction() as cur:
         cur.execute(SELECT_STATUS, (job_id,))
         job = cur.fetchone()
@@ -194,7 +198,7 @@ def resend_missing(job_id: uuid.UUID) -> int:
         return 0  # finished (complete, or failed after waiting too long for an agent)
     request = JobRequest.model_validate(job["request"])
     lost = withdrawal.lost(coverage.waited_for(coverage.missing(job["plan"], request), job["plan"]))
-    coverage.send_work(lost, request.precision)
+    coverage.send_work(lost, request.layer_precision)
     return sum(len({s for s, _b in gap}) for gap in lost.values())
 
 
@@ -246,7 +250,7 @@ def _failed_too_often(job: dict[str, Any], request: JobRequest, waited: coverage
     params = {
         "sigs": sorted({s for gap in waited.values() for s, _b in gap}),
         "machines": sorted(waited),
-        "precision": request.precision,
+        "precision": request.layer_precision,
         "since": job["started_at"],
         "limit": get_settings().bench_max_failures,
     }

@@ -10,13 +10,16 @@ from typing import Any
 from shared import layers, machines
 from shared.db import Json, one, transaction
 from shared.errors import InvalidRequest
+from shared.training import LAYER_PRECISION, TrainConfig
 from worker import features, models
 
 KIND = "lightgbm_base_ratio"
+DEFAULT_KEY = TrainConfig().cost_key()  # what a request asks by default: SGD without momentum, fp32
 BUILTIN_CLASSES = 1000  # whole steps are measured with torchvision's default classes
 
 SELECT_STEPS = """
-SELECT id, cnn_name, batch_size, image_size, optimizer, precision, environment_id, step_ms
+SELECT id, cnn_name, batch_size, image_size, optimizer, momentum, weight_decay, precision, channels_last,
+       environment_id, step_ms
 FROM step_measurements WHERE machine_type = %s AND NOT oom
 ORDER BY id"""
 # Layer rows of the step's own environment: timings of two environments are never combined.
@@ -28,23 +31,30 @@ SELECT_MEASURED_TYPES = "SELECT DISTINCT machine_type FROM step_measurements WHE
 # Below this many CNNs with whole steps of its own, a machine type's model pools every type's steps.
 MIN_OWN_CNNS = 5
 SELECT_LATEST = """
-SELECT * FROM predictor_models WHERE machine_type = %s ORDER BY version DESC LIMIT 1"""
+SELECT * FROM predictor_models WHERE machine_type = %s AND cost_key = %s ORDER BY version DESC LIMIT 1"""
 SELECT_LATEST_OF = """
-SELECT DISTINCT ON (machine_type) * FROM predictor_models WHERE machine_type = ANY(%s)
+SELECT DISTINCT ON (machine_type) * FROM predictor_models WHERE machine_type = ANY(%s) AND cost_key = %s
 ORDER BY machine_type, version DESC"""
+SELECT_KEYS_OF = "SELECT DISTINCT machine_type, cost_key FROM predictor_models WHERE machine_type = ANY(%s)"
 INSERT_MODEL = """
-INSERT INTO predictor_models (machine_type, version, kind, params, training_rows, evaluation)
-SELECT %(machine)s, COALESCE(MAX(version), 0) + 1, %(kind)s, %(params)s, %(rows)s, %(evaluation)s
+INSERT INTO predictor_models (machine_type, version, kind, cost_key, params, training_rows, evaluation)
+SELECT %(machine)s, COALESCE(MAX(version), 0) + 1, %(kind)s, %(cost_key)s, %(params)s, %(rows)s, %(evaluation)s
 FROM predictor_models WHERE machine_type = %(machine)s
 RETURNING *"""
 
 
-def dataset(machine: str) -> list[models.Point]:
-    """Every whole step measured on a machine type whose layer benchmarks (same environment) are all stored."""
+def _config(step: dict[str, Any]) -> TrainConfig:
+    keys = ("optimizer", "momentum", "weight_decay", "precision", "channels_last")
+    return TrainConfig.model_validate({k: step[k] for k in keys})
+
+
+def dataset(machine: str, cost_key: str = DEFAULT_KEY) -> list[models.Point]:
+    """Every whole step of this cost key measured on a machine type with its layer benchmarks (same environment)."""
     spec = machines.get_by_name(name=machine)
     with transaction() as cur:
         cur.execute(SELECT_STEPS, (machine,))
         steps = [dict(r) for r in cur.fetchall()]
+    steps = [s for s in steps if _config(s).cost_key() == cost_key]
     points = []
     for s in steps:
         key = {"name": s["cnn_name"], "image_size": s["image_size"], "num_classes": BUILTIN_CLASSES}
@@ -54,7 +64,13 @@ def dataset(machine: str) -> list[models.Point]:
         with transaction() as cur:
             cur.execute(
                 SELECT_LAYERS,
-                (machine, s["batch_size"], s["precision"], s["environment_id"], [m[0] for m in members]),
+                (
+                    machine,
+                    s["batch_size"],
+                    LAYER_PRECISION[s["precision"]],
+                    s["environment_id"],
+                    [m[0] for m in members],
+                ),
             )
             rows = {r["signature_id"]: dict(r) for r in cur.fetchall()}
         if len(rows) < len(members):
@@ -75,13 +91,17 @@ def dataset(machine: str) -> list[models.Point]:
     return points
 
 
-def train(*, machine: str, pool: bool | None = None) -> dict[str, Any]:
+def train(*, machine: str, pool: bool | None = None, config: TrainConfig | None = None) -> dict[str, Any]:
     """Fit, evaluate (held-out CNNs and families, baselines beside) and store a new model version.
 
+    config: the training configuration whose whole steps it learns from, and which alone it will serve
+    (any with the same cost key); default SGD without momentum in fp32.
     pool: learn from the whole steps of every machine type (their specs are features), for a type
     with few of its own; None: pool when the type has whole steps of fewer than MIN_OWN_CNNS CNNs.
     """
-    points = dataset(machine)
+    config = config or TrainConfig()
+    key = config.cost_key()
+    points = dataset(machine, key)
     if pool is None:
         pool = len({p.cnn for p in points}) < MIN_OWN_CNNS
     sources = [machine]
@@ -90,21 +110,22 @@ def train(*, machine: str, pool: bool | None = None) -> dict[str, Any]:
             cur.execute(SELECT_MEASURED_TYPES, (machine,))
             others = [r["machine_type"] for r in cur.fetchall()]
         for other in others:
-            theirs = dataset(other)
+            theirs = dataset(other, key)
             points += theirs
             sources += [other] if theirs else []
     cnns = {p.cnn for p in points}
     if len(cnns) < 2:
         where = "on any machine type" if pool else f"on {machine}"
         raise InvalidRequest(
-            f"need whole-step measurements of at least 2 CNNs {where} (with their layer benchmarks), "
-            f"found {len(cnns)}; run `traincast calibrate --machine {machine}` first",
+            f"need whole-step measurements ({key}) of at least 2 CNNs {where} (with their layer benchmarks), "
+            f"found {len(cnns)}; run `{config.calibrate_command(machine)}` first",
             machine=machine,
         )
     evaluation = models.evaluate(points)
     evaluation["loco_mape"] = evaluation["loco"]["lightgbm"]["mape"]
     evaluation["pooled_from"] = sorted(sources)
     evaluation["own_rows"] = sum(1 for p in points if p.machine == machine)
+    evaluation["training"] = key
     params = {"features": list(features.NAMES), "base_terms": list(models.BASE_TERMS), **models.fit_lgbm(points)}
     with transaction() as cur:
         cur.execute(
@@ -112,6 +133,7 @@ def train(*, machine: str, pool: bool | None = None) -> dict[str, Any]:
             {
                 "machine": machine,
                 "kind": KIND,
+                "cost_key": key,
                 "params": Json(params),
                 "rows": Json([p.id for p in points]),
                 "evaluation": Json(evaluation),
@@ -120,19 +142,30 @@ def train(*, machine: str, pool: bool | None = None) -> dict[str, Any]:
         return one(cur)
 
 
-def latest(*, machine: str) -> dict[str, Any] | None:
-    """The newest model of a machine type, or None."""
+def latest(*, machine: str, cost_key: str = DEFAULT_KEY) -> dict[str, Any] | None:
+    """The newest model of a machine type for a cost key, or None."""
     with transaction() as cur:
-        cur.execute(SELECT_LATEST, (machine,))
+        cur.execute(SELECT_LATEST, (machine, cost_key))
         row = cur.fetchone()
     return dict(row) if row else None
 
 
-def latest_of(*, machines: list[str]) -> dict[str, dict[str, Any]]:
-    """The newest model of each of these machine types that has one."""
+def latest_of(*, machines: list[str], cost_key: str = DEFAULT_KEY) -> dict[str, dict[str, Any]]:
+    """The newest model for this cost key of each of these machine types that has one."""
     with transaction() as cur:
-        cur.execute(SELECT_LATEST_OF, (machines,))
+        cur.execute(SELECT_LATEST_OF, (machines, cost_key))
         return {r["machine_type"]: dict(r) for r in cur.fetchall()}
+
+
+def keys_of(*, machines: list[str]) -> dict[str, list[str]]:
+    """The cost keys each of these machine types has a model for (those with none are absent)."""
+    with transaction() as cur:
+        cur.execute(SELECT_KEYS_OF, (machines,))
+        rows = cur.fetchall()
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        out.setdefault(r["machine_type"], []).append(r["cost_key"])
+    return {m: sorted(k) for m, k in out.items()}
 
 
 @lru_cache(maxsize=32)

@@ -64,6 +64,11 @@ def _validate_names(request: JobRequest, owner: str | None) -> None:
     unknown_machines = machines.missing(names=request.machines)
     if unknown_machines:
         raise InvalidRequest(f"unknown machine type(s): {', '.join(unknown_machines)}; see GET /v1/machines")
+    if request.precision == "amp_bf16":
+        lacking = machines.without_bf16(names=request.machines)
+        if lacking:
+            named = ", ".join(f"{m['name']} ({m['gpu']})" for m in lacking)
+            raise InvalidRequest(f"precision amp_bf16 needs a GPU with bf16; these machine types have none: {named}")
     unknown_cnns = cnns.unknown(names=request.cnns, owner=owner)
     if unknown_cnns:
         raise InvalidRequest(f"unknown CNN(s): {', '.join(unknown_cnns)}; see GET /v1/cnns")

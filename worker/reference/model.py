@@ -10,9 +10,10 @@ from typing import Any
 import lightgbm as lgb
 import numpy as np
 
+from shared.training import TrainConfig
 from worker.reference import convs
 from worker.reference.specs import GpuSpecs
-from worker.reference.steps import StepEstimate, compose
+from worker.reference.steps import StepEstimate, compose, kernel_precision
 
 MODEL_JSON = Path(__file__).resolve().parents[2] / "data" / "reference" / "model.json"
 
@@ -116,15 +117,20 @@ class ReferenceModel:
         workload: Mapping[str, Any],
         batch_sizes: Sequence[int],
         gpu: GpuSpecs,
-        optimizer: str = "sgd",
-        precision: str = "fp32",
+        training: TrainConfig | None = None,
     ) -> list[StepEstimate]:
-        """One estimate per batch size of a whole training step (forward, backward, optimizer)."""
+        """One estimate per batch size of a whole training step (forward, backward, optimizer).
+
+        training: optimizer, precision and layout (default SGD without momentum, fp32). channels_last is not
+        modelled (no public measurements): the answer is the NCHW step's, and the job's result says so.
+        """
+        training = training or TrainConfig()
         gpu = gpu.filled()
-        paths = self.conv_paths(convs, batch_sizes, gpu, precision)
-        tensor_scale = self._step.get(f"scale_conv_{'fp16' if precision == 'amp_fp16' else 'tf32'}", 1.0)
+        kernel = kernel_precision(training.precision)
+        paths = self.conv_paths(convs, batch_sizes, gpu, kernel)
+        tensor_scale = self._step.get(f"scale_conv_{'fp16' if kernel == 'amp_fp16' else 'tf32'}", 1.0)
         total = paths[..., 0] * self._step.get("scale_conv_simt", 1.0) + paths[..., 1] * tensor_scale
-        return compose(total, workload, np.asarray(batch_sizes, dtype=float), gpu, optimizer, precision, self._step)
+        return compose(total, workload, np.asarray(batch_sizes, dtype=float), gpu, training, self._step)
 
 
 def from_json_text(text: str) -> ReferenceModel:

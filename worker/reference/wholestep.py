@@ -14,12 +14,13 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from shared.training import LEGACY_SGD_MOMENTUM, Precision, TrainConfig
 from worker.features import family as cnn_family
 from worker.reference import layerfit
 from worker.reference.data import ROOT
 from worker.reference.model import ReferenceModel
 from worker.reference.specs import GpuSpecs, simt_tflops, tensor_tflops
-from worker.reference.steps import cpu_ms, optimizer_ms, other_ms
+from worker.reference.steps import cpu_ms, kernel_precision, optimizer_ms, other_ms
 
 WHOLE_STEPS = ROOT / "data" / "reference" / "whole_steps.csv"
 # Same silicon under two names: holding one out holds out the other too.
@@ -96,14 +97,22 @@ def network(cnn: str, image_size: int) -> tuple[tuple[tuple[dict[str, Any], int]
     return convs, layers.workload
 
 
+def row_config(row: StepRow) -> TrainConfig:
+    """How a public row trained: SGD rows with momentum 0.9 (every public set's recipe), Adam, tf32 or AMP fp16.
+
+    Public fp32 rows are costed as tf32 (TF32 matmuls where the GPU has them), as the fit always costed them:
+    NGC containers (Lambda) and PyTorch before 1.12 allow TF32 matmuls, unlike PyTorch's own default since.
+    """
+    precision: Precision = "amp_fp16" if row.precision in ("amp_fp16", "fp16") else "tf32"
+    if row.optimizer.startswith("adam"):
+        return TrainConfig(optimizer="adam", precision=precision)
+    return TrainConfig(optimizer="sgd", momentum=LEGACY_SGD_MOMENTUM, precision=precision)
+
+
 def predict_row(model: ReferenceModel, row: StepRow, gpu: GpuSpecs) -> float:
     """Predicted ms of one row (the optimizer left out where the measurement leaves it out)."""
     convs, work = network(row.cnn, row.image_size)
-    precision = "amp_fp16" if row.precision in ("amp_fp16", "fp16") else "fp32"
-    optimizer = "adam" if row.optimizer.startswith("adam") else "sgd"
-    est = model.predict_steps(
-        convs=convs, workload=work, batch_sizes=[row.batch], gpu=gpu, optimizer=optimizer, precision=precision
-    )[0]
+    est = model.predict_steps(convs=convs, workload=work, batch_sizes=[row.batch], gpu=gpu, training=row_config(row))[0]
     return est.step_ms - (0.0 if "opt" in row.includes else est.optimizer_ms)
 
 
@@ -114,18 +123,18 @@ RIDGE = 1.0  # pulls every log-scale toward 0 with the weight of one whole set o
 def row_parts(model: ReferenceModel, row: StepRow, gpu: GpuSpecs) -> np.ndarray:
     """Uncalibrated parts of one row: CUDA-core convs, TF32 convs, FP16 convs, other GPU work, CPU, sync (ms)."""
     convs, work = network(row.cnn, row.image_size)
-    precision = "amp_fp16" if row.precision in ("amp_fp16", "fp16") else "fp32"
-    optimizer = "adam" if row.optimizer.startswith("adam") else "sgd"
+    config = row_config(row)
+    precision = config.precision
     gpu = gpu.filled()
     c = {k: v for k, v in model.params["step"].items() if not k.startswith("scale_")}
-    paths = model.conv_paths(convs, [row.batch], gpu, precision)[0].sum(axis=0)
+    paths = model.conv_paths(convs, [row.batch], gpu, kernel_precision(precision))[0].sum(axis=0)
     other = float(other_ms(work, np.array([float(row.batch)]), gpu, precision, c)[0])
     if "opt" in row.includes:
-        other += optimizer_ms(work, gpu, optimizer, c)
+        other += optimizer_ms(work, gpu, config, c)
     amp = precision == "amp_fp16"
     tensor = (0.0, paths[1]) if amp else (paths[1], 0.0)
     others = (0.0, other) if amp else (other, 0.0)
-    return np.array([paths[0], *tensor, *others, cpu_ms(work, optimizer, precision, c), c["step_sync_ms"]])
+    return np.array([paths[0], *tensor, *others, cpu_ms(work, config, c), c["step_sync_ms"]])
 
 
 def combine(parts: np.ndarray, log_scales: np.ndarray) -> np.ndarray:
