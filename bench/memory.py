@@ -15,7 +15,6 @@ reported on the Adam file. Baselines: parameters × 4 bytes, and the agent's old
 """
 
 import argparse
-import csv
 import json
 import statistics
 import subprocess
@@ -27,11 +26,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.memory_public import ape, gpu_report, lambda_report, old_guard, workload  # noqa: E402
 from bench.perf_doc import write_section  # noqa: E402
-from shared import cnn_zoo, memory  # noqa: E402
+from shared import memory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-CDE = ROOT.parent / "shared" / "data" / "public" / "cdecatapult"
 CNNS = (
     "resnet18", "resnet50", "vgg11", "mobilenet_v2", "densenet121", "alexnet", "efficientnet_b0", "squeezenet1_1",
 )  # fmt: skip
@@ -66,11 +65,6 @@ def _key(r: dict[str, Any]) -> tuple[Any, ...]:
     return (r["cnn"], r["image_size"], r["batch_size"], r["optimizer"], r["precision"])
 
 
-def workload(cnn: str, image_size: int) -> dict[str, Any]:
-    """The CNN's workload as a job reads it (saved bytes per sample included)."""
-    return dict(cnn_zoo.conv_layers(cnn, image_size).workload)
-
-
 def predict(r: dict[str, Any], saved_scale: float, amp_scale: float, *, fallback: bool = False) -> float:
     """The model's CPU peak for a measured point, with the two activation constants given."""
     work = workload(r["cnn"], r["image_size"])
@@ -80,28 +74,6 @@ def predict(r: dict[str, Any], saved_scale: float, amp_scale: float, *, fallback
     peak = memory.step_peak(work, r["batch_size"], optimizer=r["optimizer"], precision=r["precision"], gpu=False)
     assert peak is not None
     return peak.total
-
-
-def old_guard(r: dict[str, Any]) -> float:
-    """The agent's guard estimate before this model: (2 + states) × params + 4 × conv inputs and outputs."""
-    convs = cnn_zoo.conv_layers(r["cnn"], r["image_size"])
-    per_sample = sum(
-        c * (s.in_channels * s.in_h * s.in_w + _out(s)) for s, c in zip(convs.signatures, convs.counts, strict=True)
-    )
-    states = 2 if r["optimizer"] in ("adam", "adamw") else 1
-    inputs = r["batch_size"] * 3 * r["image_size"] ** 2
-    return 4.0 * ((2 + states) * r["parameters"] + inputs + 4 * per_sample * r["batch_size"])
-
-
-def _out(sig: Any) -> int:
-    from gpu_agent.memory import out_numel
-
-    return out_numel(sig)
-
-
-def ape(pred: float, real: float) -> float:
-    """Absolute percentage error."""
-    return abs(pred - real) / real * 100
 
 
 def fit_1d(points: list[dict[str, Any]], error: Any, lo: float, hi: float) -> float:
@@ -165,63 +137,6 @@ def cpu_report(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, float]]
     return lines, constants
 
 
-def cdecatapult() -> dict[str, list[tuple[int, float]]]:
-    """VGG-16 on a V100: (batch size, peak bytes) per optimizer file (MB = 10^6 bytes, as the script wrote)."""
-    out: dict[str, list[tuple[int, float]]] = {}
-    for name in ("sgd", "adam"):
-        [path] = CDE.glob(f"benchmark_VGG16_V100_{name}_*.csv")
-        with path.open() as f:
-            rows = list(csv.reader(f, skipinitialspace=True))[1:]
-        out[name] = [(int(r[3]), float(r[6]) * 1e6) for r in rows]
-    return out
-
-
-def gpu_report() -> tuple[list[str], dict[str, float]]:
-    """GPU_SCALE and GPU_WORKSPACE fitted on the SGD file; the error on the Adam file, which the fit never saw."""
-    import numpy as np
-
-    vgg = workload("vgg16", 224)
-    data = cdecatapult()
-    tensors = {
-        name: [
-            memory.step_peak(vgg, bs, optimizer=name, gpu=True, tensors_only=True).total  # type: ignore[union-attr]
-            for bs, _ in data[name]
-        ]
-        for name in data
-    }
-    a = np.column_stack([tensors["sgd"], np.ones(len(tensors["sgd"]))])
-    scale, fixed = np.linalg.lstsq(a, np.array([m for _, m in data["sgd"]]), rcond=None)[0]
-    lines = [
-        "| optimizer | batch | measured MB | model MB | error | parameters × 4 | old guard estimate |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    errs: dict[str, list[float]] = {"sgd": [], "adam": []}
-    for name in ("sgd", "adam"):
-        for (bs, real), t in zip(data[name], tensors[name], strict=True):
-            pred = scale * t + fixed
-            errs[name].append(ape(pred, real))
-            base = old_guard(
-                {
-                    "cnn": "vgg16",
-                    "image_size": 224,
-                    "batch_size": bs,
-                    "optimizer": name,
-                    "parameters": vgg["parameters"],
-                }
-            )
-            lines.append(
-                f"| {name}{' (held out)' if name == 'adam' else ' (fit)'} | {bs} | {real / 1e6:,.0f} | "
-                f"{pred / 1e6:,.0f} | {errs[name][-1]:.1f}% | {ape(4.0 * vgg['parameters'], real):.0f}% | "
-                f"{ape(base, real):.0f}% |"
-            )
-    return lines, {
-        "GPU_SCALE": float(scale),
-        "GPU_WORKSPACE": float(fixed),
-        "sgd_mape": statistics.fmean(errs["sgd"]),
-        "adam_mape": statistics.fmean(errs["adam"]),
-    }
-
-
 def main() -> None:
     """Measure, fit, print and write the Memory section of docs/PERFORMANCE.md."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -233,11 +148,15 @@ def main() -> None:
     rows = measure(QUICK_CNNS if args.quick else CNNS, args.parallel, args.cache)
     cpu_lines, cpu = cpu_report(rows)
     gpu_lines, gpu = gpu_report()
+    gpu_lines += ["", *lambda_report()]
     print("\n".join(cpu_lines), "\n", cpu, "\n\n" + "\n".join(gpu_lines), "\n", gpu, sep="")
     print(f"{time.monotonic() - started:.0f} s")
     if args.quick:
         return
-    write_section("Memory", _doc(rows, cpu_lines, cpu, gpu_lines, gpu, time.monotonic() - started))
+    took = f"{(time.monotonic() - started) / 60:.0f} min on the 2-core CPU"
+    if args.cache:  # say so: a run that reused points did not take the measuring time
+        took = f"with `--cache {args.cache}`, reusing points an earlier run measured; measuring all takes ~7 min"
+    write_section("Memory", _doc(rows, cpu_lines, cpu, gpu_lines, gpu, took))
 
 
 def _doc(
@@ -246,12 +165,12 @@ def _doc(
     cpu: dict[str, float],
     gpu_lines: list[str],
     gpu: dict[str, float],
-    seconds: float,
+    took: str,
 ) -> str:
     rss = statistics.median(r["rss_above_baseline"] / r["peak_bytes"] for r in rows)
     settings = ", ".join(f"{s} px batch {b} {o} {p}" for s, b, o, p in POINTS)
     return f"""
-`.venv/bin/python bench/memory.py` ({seconds / 60:.0f} min on the 2-core CPU, torch {rows[0]["torch"]}, torchvision
+`.venv/bin/python bench/memory.py` ({took}, torch {rows[0]["torch"]}, torchvision
 {rows[0]["torchvision"]}). The peak-memory model is `shared/memory.py`; the figures below are its error
 against measured peaks.
 
@@ -289,6 +208,10 @@ reported on the Adam file, which the fit never saw: **{gpu["adam_mape"]:.1f}%** 
 {gpu["sgd_mape"]:.1f}%).
 
 {chr(10).join(gpu_lines)}
+
+The second table is a check of the GPU terms on PyTorch: the batch size Lambda's PyTorch benchmark ran
+ResNet-50 at per GPU (it ran, so it fits; their harness picks it, so it is a lower bound of the largest
+that fits, not the largest) beside the model's largest batch that fits (SGD with momentum, 224 px).
 
 `fits_in_memory` adds the CUDA context to a GPU point: 781 MB, what nvidia-smi shows for a process that only
 initialised CUDA with PyTorch (pytorch/pytorch#34323); no public figure here measures PyTorch's caching
