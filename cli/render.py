@@ -43,12 +43,15 @@ def result(job: dict[str, Any]) -> str:
             duration(p["epoch_seconds"]),
             duration(p["total_seconds"]),
             money(p["cost_usd"]),
+            _memory(p),
             _source(p),
         ]
         for p in res["predictions"]
     ]
-    out = [table(rows, ["cnn", "machine", "batch", "iteration", "epoch", "total", "cost", "source"])]
+    out = [table(rows, ["cnn", "machine", "batch", "iteration", "epoch", "total", "cost", "memory", "source"])]
     for b in res["best"]:
+        if b.get("max_batch_size") is not None:
+            out.append(f"{b['cnn']} on {b['machine']}: largest batch that fits {b['max_batch_size']} (modelled)")
         if b["min_time"]:
             t, c = b["min_time"], b["min_cost"]
             out.append(
@@ -66,6 +69,13 @@ def result(job: dict[str, Any]) -> str:
         else:
             out.append(f"{machine}: {model['detail']}")
     return "\n".join(out)
+
+
+def _memory(point: dict[str, Any]) -> str:
+    """Modelled peak memory, marked when it does not fit."""
+    gib = point.get("peak_memory_gib")
+    shown = "-" if gib is None else f"{gib:.2f} GiB"
+    return shown + (" (no fit)" if point.get("fits_in_memory") is False and gib is not None else "")
 
 
 def _source(point: dict[str, Any]) -> str:

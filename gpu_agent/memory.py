@@ -6,19 +6,19 @@ estimated tensors exceed a share of the available RAM and records it as out of m
 """
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from shared import memory as step_model
 from shared.settings import get_settings
 from shared.signatures import ConvSignature
+from shared.training import TrainConfig
 
 BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 GIB = 2**30
-# Training keeps roughly this many tensors the size of each conv's input and output alive
-# (conv, norm and activation outputs, their gradients); checked against peak RSS of a few CNNs.
-STEP_ACTIVATION_FACTOR = 4
 
 
 def available_bytes(device: torch.device) -> int:
@@ -72,21 +72,27 @@ def layer_bytes(sig: ConvSignature, batch_sizes: Iterable[int], precision: str) 
 
 def step_bytes(
     *,
-    params: int,
-    signatures: Iterable[tuple[ConvSignature, int]],
+    workload: Mapping[str, Any],
     batch_sizes: Iterable[int],
     image_size: int,
-    optimizer: str,
-    precision: str,
+    config: TrainConfig,
+    gpu: bool,
 ) -> int:
-    """Estimated peak of a window of whole steps: weights, gradients, optimizer state, one step's activations."""
-    size = BYTES[precision]
-    states = 2 if optimizer == "adam" else 1
-    per_sample = sum(c * (s.in_channels * s.in_h * s.in_w + out_numel(s)) for s, c in signatures)
+    """Estimated peak of a window of whole steps: the modelled step (shared/memory.py) at its largest batch size,
+    and every batch size's input, which the window keeps prepared."""
     sizes = list(batch_sizes)
-    inputs = sum(b * 3 * image_size * image_size for b in sizes)
-    activations = STEP_ACTIVATION_FACTOR * per_sample * max(sizes, default=0)
-    return size * ((2 + states) * params + inputs + activations)
+    peak = step_model.step_peak(
+        workload,
+        max(sizes, default=1),
+        optimizer=config.optimizer,
+        momentum=config.momentum,
+        weight_decay=config.weight_decay,
+        precision=config.precision,
+        gpu=gpu,
+        tensors_only=True,
+    )
+    inputs = sum(b * 3 * image_size * image_size for b in sizes) * BYTES[config.layer_precision]
+    return int((peak.total if peak is not None else 0) + inputs)
 
 
 def _meminfo_available() -> int:

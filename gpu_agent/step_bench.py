@@ -54,18 +54,15 @@ def measure(
         for bs in batch_sizes:
             save(bs, Outcome(oom=True, reason=f"model does not fit: {reason}"))
         return []
-    params = sum(p.numel() for p in model.parameters())
-    convs = cnn_zoo.conv_layers(cnn, image_size)
-    pairs = list(zip(convs.signatures, convs.counts, strict=True))
+    work = cnn_zoo.conv_layers(cnn, image_size).workload
 
     def footprint(sizes: Sequence[int]) -> int:
         return memory.step_bytes(
-            params=params,
-            signatures=pairs,
+            workload=work,
             batch_sizes=sizes,
             image_size=image_size,
-            optimizer="sgd" if config.optimizer == "sgd" else "adam",  # Adam and AdamW keep two states
-            precision=config.layer_precision,
+            config=config,
+            gpu=device.type == "cuda",
         )
 
     spec = Spec(

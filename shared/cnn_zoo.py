@@ -134,8 +134,9 @@ def conv_layers_of(model: Any, image_size: int, num_classes: int | None = None) 
 
     model.train()
     x = torch.empty(_EXTRACT_BATCH, 3, image_size, image_size, device="meta")
+    saved = _SavedTensors({p.untyped_storage()._cdata for p in model.parameters()})
     try:
-        with _Record():
+        with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack), _Record():
             out = model(x)
             logits = out.logits if hasattr(out, "logits") else out  # inception/googlenet aux outputs
             if num_classes is not None and isinstance(logits, torch.Tensor) and logits.dim() == 2:
@@ -151,9 +152,32 @@ def conv_layers_of(model: Any, image_size: int, num_classes: int | None = None) 
     params = list(model.parameters())
     work.parameters = sum(p.numel() for p in params)
     work.parameter_tensors = len(params)
+    work.largest_parameter = max((p.numel() for p in params), default=0)
+    work.saved_bytes = float(saved.nbytes)
     counts = Counter(seen)
     order = list(dict.fromkeys(seen))
     return ConvLayers(tuple(order), tuple(counts[s] for s in order), work.per_sample(_EXTRACT_BATCH).to_json())
+
+
+class _SavedTensors:
+    """Sums the distinct storages autograd saves for backward: the activation memory a step keeps."""
+
+    def __init__(self, parameter_storages: set[int]) -> None:
+        self.seen = set(parameter_storages)  # weights are saved too, but counted as parameters
+        self.nbytes = 0
+        self.kept: list[Any] = []  # holds each storage, so its address is not reused by another
+
+    def pack(self, t: Any) -> Any:
+        storage = t.untyped_storage()
+        if storage._cdata not in self.seen:
+            self.seen.add(storage._cdata)
+            self.kept.append(storage)
+            self.nbytes += storage.nbytes()
+        return t
+
+    @staticmethod
+    def unpack(t: Any) -> Any:
+        return t
 
 
 def _batch_norm_shapes(x: Any, *rest: Any) -> tuple[Any, Any, Any]:

@@ -149,6 +149,7 @@ def read(graph: bytes, image_size: int) -> tuple[Counter[ConvSignature], dict[st
         work.add(kind, _flops(node, kind, ins, outs), nbytes, 4.0 * sum(math.prod(s) for s in outs))
     work.parameters = sum(math.prod(shapes[p]) for p in params)
     work.parameter_tensors = len(params)
+    work.largest_parameter = max((math.prod(shapes[p]) for p in params), default=0)
     return signatures, work.per_sample(_BATCH).to_json()
 
 

@@ -61,7 +61,10 @@ class Workload:
     ops: dict[str, OpTotals] = field(default_factory=lambda: defaultdict(OpTotals))
     parameters: int = 0
     parameter_tensors: int = 0
+    largest_parameter: int = 0  # elements of the biggest parameter tensor (a per-tensor optimizer's temporaries)
     activation_bytes: float = 0.0  # every op output kept: an upper bound of what backward saves
+    # What autograd actually keeps for backward (distinct storages, parameters excluded); None if unknown.
+    saved_bytes: float | None = None
 
     def add(self, kind: str, flops: float, nbytes: float, out_bytes: float) -> None:
         """Account one operator call (figures for the whole batch of the extraction)."""
@@ -73,20 +76,27 @@ class Workload:
 
     def per_sample(self, batch: int) -> "Workload":
         """The same totals divided by the batch they were measured at."""
-        out = Workload(parameters=self.parameters, parameter_tensors=self.parameter_tensors)
+        out = Workload(
+            parameters=self.parameters,
+            parameter_tensors=self.parameter_tensors,
+            largest_parameter=self.largest_parameter,
+        )
         for kind, t in self.ops.items():
             out.ops[kind] = OpTotals(t.count, t.flops / batch, t.bytes / batch)
         out.activation_bytes = self.activation_bytes / batch
+        out.saved_bytes = None if self.saved_bytes is None else self.saved_bytes / batch
         return out
 
     def to_json(self) -> dict[str, Any]:
-        """Plain dict: per-kind count, FLOPs and bytes; parameters; activation memory."""
+        """Plain dict: per-kind count, FLOPs and bytes; parameters; activation memory (all outputs, and saved)."""
         return {
             "ops": {k: vars(self.ops[k]) for k in KINDS if k in self.ops},
             "flops": sum(t.flops for t in self.ops.values()),
             "parameters": self.parameters,
             "parameter_tensors": self.parameter_tensors,
+            "largest_parameter": self.largest_parameter,
             "activation_bytes": self.activation_bytes,
+            "saved_bytes": self.saved_bytes,
         }
 
 

@@ -120,8 +120,9 @@ def test_assembly_time_cost_energy_and_out_of_memory(clean_db: None) -> None:
     assert p["cost_per_gpu_usd"] == pytest.approx(p["cost_usd"] / g5["gpu_count"]) and p["gpus_used"] == 1
     oom = assemble._blank("x", "g5.xlarge", 16, g5, source="benchmarked", fits=False, conv_ms=None)
     assert oom["fits_in_memory"] is False and oom["total_seconds"] is None
-    best = assemble._best("x", "g5.xlarge", [p, oom])
+    best = assemble._best("x", "g5.xlarge", [p, oom], 15)
     assert best["min_time"]["batch_size"] == 8 and best["min_cost"]["batch_size"] == 8
+    assert best["max_batch_size"] == 15
 
 
 def test_job_result_names_the_model_version(clean_db: None) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from shared import cnns, layers, machines
 from shared.errors import TraincastError
 from shared.schemas import JobRequest
-from worker import features, predictor, reference
+from worker import features, memory, predictor, reference
 
 ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPU count × time (GPUs rarely draw full power)"
 GPU_NOTE = (
@@ -69,8 +69,10 @@ def result(
                 points = _measured(cnn, machine, peers[machine], members, work, model, spec, request, sizes)
             else:
                 points = _reference(cnn, machine, members, work, spec, request, sizes, reference_cache)
+            oom = [p["batch_size"] for p in points if p["fits_in_memory"] is False]  # measured: before the model
+            memory.annotate(points, work, spec, request)
             predictions.extend(points)
-            best.append(_best(cnn, machine, points))
+            best.append(_best(cnn, machine, points, memory.max_batch_size(work, spec, request, measured_oom=oom)))
     out = {
         "training": training.model_dump(),
         "predictions": predictions,
@@ -154,7 +156,7 @@ def _reference(
             # GPU figures far outside what the model learnt from: no number, never NaN in a result.
             points.append(_blank(cnn, machine, e.batch_size, spec, source="reference", fits=None, conv_ms=None))
             continue
-        # Memory is not modelled yet: whether a batch fits is unknown (null), not assumed.
+        # Whether it fits is the memory model's answer (worker/memory.py), filled in by the caller.
         point = _blank(cnn, machine, e.batch_size, spec, source="reference", fits=None, conv_ms=conv)
         point["reference_error_pct"] = model.accuracy["whole_step_mape"]
         point["launch_bound"] = e.launch_bound
@@ -199,8 +201,8 @@ def _fill(point: dict[str, Any], ms: tuple[float, float, float], spec: dict[str,
         point["cost_per_gpu_usd"] = point["cost_usd"] / gpus
 
 
-def _best(cnn: str, machine: str, points: list[dict[str, Any]]) -> dict[str, Any]:
-    # A point that does not fit is never best; one whose fit is unknown (reference) may be.
+def _best(cnn: str, machine: str, points: list[dict[str, Any]], max_batch_size: int | None) -> dict[str, Any]:
+    # A point that does not fit is never best; one whose fit is unknown may be.
     usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
 
     def pick(key: Any) -> dict[str, Any] | None:
@@ -217,6 +219,7 @@ def _best(cnn: str, machine: str, points: list[dict[str, Any]]) -> dict[str, Any
     return {
         "cnn": cnn,
         "machine": machine,
+        "max_batch_size": max_batch_size,
         "min_time": pick(lambda p: (p["total_seconds"], p["batch_size"])),
         # Ties in cost (a free machine) go to the faster batch size.
         "min_cost": pick(lambda p: (p["cost_usd"], p["total_seconds"], p["batch_size"])),

@@ -1,0 +1,80 @@
+"""Memory of a job's points: the modelled peak (shared/memory.py), whether it fits, the largest batch that fits.
+
+A GPU point is checked against one GPU's memory (a point trains on one GPU of the machine); a CPU
+machine type against its RAM from the catalog, or for `local` (no RAM in the catalog) the RAM of this
+host, which is where `local` is measured. A batch size measured out of memory stays out of memory
+whatever the model says.
+"""
+
+import os
+from pathlib import Path
+from typing import Any
+
+from shared import memory
+from shared.schemas import JobRequest
+from shared.settings import get_settings
+
+
+def training(request: JobRequest) -> dict[str, Any]:
+    """The request's optimizer, its hyper-parameters and precision as the memory model takes them."""
+    config = request.training()
+    return {
+        "optimizer": config.optimizer,
+        "momentum": config.momentum,
+        "weight_decay": config.weight_decay,
+        "precision": config.precision,
+    }
+
+
+def capacity_bytes(spec: dict[str, Any]) -> float | None:
+    """Memory one point may use: one GPU's memory, else the machine's RAM; None if unknown."""
+    if spec.get("gpu"):
+        total, count = spec.get("gpu_memory_gib"), spec.get("gpu_count") or 1
+        return float(total) / count * memory.GIB if total else None  # the catalog stores all GPUs' memory
+    if spec.get("memory_gib"):
+        return float(spec["memory_gib"]) * memory.GIB
+    return host_ram_bytes() if spec.get("provider") == "local" else None
+
+
+def host_ram_bytes() -> float | None:
+    """This host's RAM, or its cgroup's limit if lower."""
+    try:
+        ram = float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError):
+        return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            ram = min(ram, float(limit))
+    except OSError:
+        pass
+    return ram
+
+
+def annotate(points: list[dict[str, Any]], work: dict[str, Any], spec: dict[str, Any], request: JobRequest) -> None:
+    """Give each point its modelled peak_memory_gib and fits_in_memory (a measured OOM stays False)."""
+    capacity = capacity_bytes(spec)
+    how = training(request)
+    for point in points:
+        peak = memory.step_peak(work, point["batch_size"], gpu=bool(spec.get("gpu")), **how)
+        point["peak_memory_gib"] = round(peak.gib, 3) if peak is not None else None
+        if point["fits_in_memory"] is False:
+            continue  # measured out of memory: data beats the model
+        if peak is not None and capacity is not None:
+            point["fits_in_memory"] = peak.total <= capacity
+
+
+def max_batch_size(
+    work: dict[str, Any], spec: dict[str, Any], request: JobRequest, *, measured_oom: list[int]
+) -> int | None:
+    """The largest batch size whose modelled peak fits (up to the largest a request may ask); None if unknown.
+
+    measured_oom: batch sizes measured out of memory; the answer stays below the smallest of them.
+    """
+    capacity = capacity_bytes(spec)
+    if capacity is None:
+        return None
+    cap = min([get_settings().max_batch_size, *(b - 1 for b in measured_oom)])
+    if cap < 1:
+        return 0
+    return memory.max_batch_size(work, capacity, cap=cap, gpu=bool(spec.get("gpu")), **training(request))
