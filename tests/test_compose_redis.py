@@ -146,3 +146,20 @@ def test_compose_refuses_to_start_without_a_redis_password(variable: str) -> Non
     for env in ({k: v for k, v in TEST_ENV.items() if k != variable}, TEST_ENV | {variable: ""}):
         with pytest.raises(ValueError, match=f"set {variable}"):
             interpolate(RAW_COMPOSE, env)
+
+
+def test_the_printed_lines_limit_agents_to_the_types_given(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m shared.redis_acl agent --types local --db 3`: local's keys only, db 3's channels."""
+    assert redis_acl.main(["agent", "--types", "local", "--db", "3"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    rules = redis_acl.rules("agent", db=3, machine_types=["local"])
+    assert line == " ".join(["ACL SETUSER traincast-agent on >PASSWORD", *rules])
+    assert "~bench.local" in line and "~bench.*" not in line and "&/3.celery.pidbox" in line
+
+
+@pytest.mark.parametrize("argv", [["agent", "--types", "g5*"], ["agent", "--types", "g5:x"], ["nobody"]])
+def test_a_bad_type_or_kind_is_refused_in_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A glob character or ':' in a type would grant other types' keys; an unknown kind has no user: exit 2."""
+    assert redis_acl.main(argv) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith("error: ") and out.err.count("\n") == 1
