@@ -1,9 +1,9 @@
-"""A real agent under its own Redis ACL user: it works with only the keys and channels below, nothing else."""
+"""Real processes under their own Redis ACL users (shared/redis_acl.py's rules): those grants suffice, nothing else."""
 
 import secrets
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -11,79 +11,13 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 
-from shared import layers, tasks
+from shared import layers, redis_acl, tasks
 from shared.db import transaction
 from tests.conftest import Stack, http, queued_tasks
 
-# What a Celery 5 worker (kombu's Redis transport) consuming bench.local and sending to jobs
-# touches. docs/FLEET.md has the production line; keep the two alike.
-ACL_RULES = [
-    "resetkeys",
-    "resetchannels",
-    "-@all",
-    # Commands kombu and Celery use; no KEYS, SCAN, FLUSH*, CONFIG, DEBUG, CLIENT KILL …
-    "+@connection",
-    "+select",
-    "+@transaction",
-    "+@list",
-    "+@hash",
-    "+@set",
-    "+@sortedset",
-    "+@string",
-    "+@pubsub",
-    "+del",
-    "+exists",
-    "+expire",
-    "+pexpire",
-    "+time",
-    # kombu 5.7 keeps the binding tables of expiring queues (Celery's reply queues) with Lua scripts.
-    "+evalsha",
-    "+eval",
-    "+script|load",
-    "+script|exists",
-    "-@dangerous",
-    # Its queue and kombu's priority variants (the name, \x06\x16, the priority), and the jobs queue to
-    # send to: write only. Not `~bench.local*`, which would grant the queue of a type local.xl too.
-    "~bench.local",
-    "~bench.local[^-A-Za-z0-9._+]*",
-    "%W~jobs",
-    # A selector: declaring jobs when sending reads its length (and its priority lists') and nothing else.
-    "(~jobs* +llen)",
-    # Exchange binding tables (with kombu's deadlines and permanent sets), its machine type's own
-    # table of unacknowledged messages with its index and lock (shared/tasks.py agent_unacked_keys;
-    # not the workers' `unacked`), and the reply lists of Celery's worker handshake (mingle) and
-    # remote control.
-    "~_kombu.binding*",
-    "~unacked.bench.local:*",
-    "~*.reply.celery.pidbox*",
-    # Its own remote-control queue (the --hostname gpu_agent/__main__.py gives it) and the
-    # event queues Celery's gossip declares: their sizes are read when declared.
-    "~agent-local@*.celery.pidbox*",
-    "~celeryev.*",
-]
-
-
-def channel_rules(db: int) -> list[str]:
-    """Broadcast channels: remote control and events, under kombu's fanout prefix /<db>.
-
-    PSUBSCRIBE patterns must equal an ACL channel pattern literally, so the db number is spelt out.
-    """
-    return [f"&/{db}.celery.pidbox", f"&/{db}.celeryev/worker.*"]
-
-
-# The API's and the workers' users, as docs/FLEET.md gives them (keep the two alike). The API sends to
-# jobs and keeps per-key token buckets (api/ratelimit.py: a Lua script of TIME, HMGET, HSET, EXPIRE).
-API_RULES = [
-    *("resetkeys", "resetchannels", "-@all", "+@connection", "+select", "+@transaction", "+@list", "+@set"),
-    *("+hmget", "+hset", "+expire", "+time", "+eval", "+evalsha", "+script|load", "-@dangerous"),
-    *("%W~jobs", "(~jobs* +llen)", "~_kombu.binding*", "~traincast:rate:*"),
-]
-# Workers consume jobs, send to (and take back queued work from) bench.*, and run beat, remote control and events.
-WORKER_RULES = [
-    *ACL_RULES[: ACL_RULES.index("~bench.local")],
-    *("~jobs*", "~bench.*", "~_kombu.binding*", "~unacked", "~unacked_index", "~unacked_mutex"),
-    *("~*.reply.celery.pidbox*", "~*@*.celery.pidbox*", "~celeryev.*"),
-]
+# The agent's user as tests run it: shared/redis_acl.py's rules for agents, narrowed to the local type
+# (docs/FLEET.md's line grants every type's keys; docker-compose.yml's grants its agents' types).
+AGENT_TYPES = ["local"]
 SELECT_ROWS = "SELECT count(*) AS n FROM layer_benchmarks WHERE signature_id = %s"
 AGENT_UNACKED = "unacked.bench.local:messages"
 # Other consumers' in-flight messages: the workers' (kombu's default keys) and other machine types'
@@ -109,8 +43,8 @@ def redis_user(redis_url: str, rules: list[str]) -> Iterator[tuple[str, str]]:
 
 
 def agent_rules(redis_url: str) -> list[str]:
-    """ACL_RULES with the broadcast channels of the URL's db."""
-    return [*ACL_RULES, *channel_rules(int(urlsplit(redis_url).path.lstrip("/") or 0))]
+    """The agent's rules for the local type, with the broadcast channels of the URL's db."""
+    return redis_acl.rules("agent", db=int(urlsplit(redis_url).path.lstrip("/") or 0), machine_types=AGENT_TYPES)
 
 
 @pytest.fixture
@@ -167,6 +101,35 @@ def test_agent_runs_as_its_redis_acl_user(
         redis.Redis.from_url(urlunsplit(urlsplit(agent_redis)._replace(path="/0"))).get("traincast:test-db-claim:1")
 
 
+def run_job_as_users(
+    service_env: dict[str, str], urls: dict[str, str], tmp_path: Path, refused: Callable[[], object]
+) -> None:
+    """A job over HTTP to the end with the API, a worker and a local agent, each on urls[kind] (its own user).
+
+    refused() says what the ACL denied, in the message should the job not finish.
+    """
+    stacks: dict[str, Stack] = {}
+    try:
+        for kind, url in urls.items():
+            stacks[kind] = Stack({**service_env, "REDIS_URL": url}, tmp_path / kind)
+            stacks[kind].logs.mkdir()
+            stacks[kind].start(kind)
+        api = stacks["api"]
+        api.wait_ready()
+        body = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [1, 2], "image_size": 32}
+        job_id = http.post(f"{api.url}/v1/jobs", json=body).json()["id"]
+        deadline = time.monotonic() + 240
+        while (job := http.get(f"{api.url}/v1/jobs/{job_id}").json())["status"] not in ("succeeded", "failed"):
+            logs = "\n".join(f"{kind}: {stack.log(kind)[-1500:]}" for kind, stack in stacks.items())
+            assert time.monotonic() < deadline, f"{job}\n{refused()}\n{logs}"
+            time.sleep(0.3)
+        assert job["status"] == "succeeded", job
+    finally:
+        for stack in stacks.values():
+            for proc in list(stack.procs):
+                stack.stop(proc)
+
+
 def test_api_worker_and_agent_run_as_their_redis_acl_users(
     service_env: dict[str, str], clean_db: None, tmp_path: Path
 ) -> None:
@@ -176,33 +139,14 @@ def test_api_worker_and_agent_run_as_their_redis_acl_users(
     db = int(parts.path.lstrip("/") or 0)
     urls: dict[str, str] = {}
     users: list[str] = []
-    stacks: dict[str, Stack] = {}
     try:
-        for kind, rules in (("api", API_RULES), ("worker", WORKER_RULES), ("agent", ACL_RULES)):
+        for kind in ("api", "worker", "agent"):
             name, password = f"traincast-{kind}-test-{secrets.token_hex(4)}", secrets.token_hex(16)
-            channels = [] if kind == "api" else channel_rules(db)
-            admin.execute_command("ACL", "SETUSER", name, "on", f">{password}", *rules, *channels)
+            rules = redis_acl.rules(kind, db=db, machine_types=AGENT_TYPES if kind == "agent" else None)
+            admin.execute_command("ACL", "SETUSER", name, "on", f">{password}", *rules)
             users.append(name)
             urls[kind] = urlunsplit(parts._replace(netloc=f"{name}:{password}@{parts.netloc}"))
-        try:
-            for kind, url in urls.items():
-                stacks[kind] = Stack({**service_env, "REDIS_URL": url}, tmp_path / kind)
-                stacks[kind].logs.mkdir()
-                stacks[kind].start(kind)
-            api = stacks["api"]
-            api.wait_ready()
-            body = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [1, 2], "image_size": 32}
-            job_id = http.post(f"{api.url}/v1/jobs", json=body).json()["id"]
-            deadline = time.monotonic() + 240
-            while (job := http.get(f"{api.url}/v1/jobs/{job_id}").json())["status"] not in ("succeeded", "failed"):
-                refused = {name: denials(admin, name) for name in users}
-                assert time.monotonic() < deadline, f"{job}\n{refused}\n{stacks['worker'].log('worker')[-3000:]}"
-                time.sleep(0.3)
-            assert job["status"] == "succeeded", job
-        finally:
-            for stack in stacks.values():
-                for proc in list(stack.procs):
-                    stack.stop(proc)
+        run_job_as_users(service_env, urls, tmp_path, lambda: {name: denials(admin, name) for name in users})
         assert {name: denials(admin, name) for name in users} == dict.fromkeys(users, [])
         as_api = redis.Redis.from_url(urls["api"])
         for command in (("RPOP", "jobs"), ("LRANGE", "jobs", "0", "-1"), ("HGETALL", "unacked"), ("KEYS", "*")):

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
-from shared import logins
+from shared import logins, redis_acl
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,6 +26,7 @@ RAW_COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_
 # Passwords an operator would set: the other checks read the file as compose would, interpolated.
 TEST_ENV = {"POSTGRES_PASSWORD": "pg-test-pw", "REDIS_PASSWORD": "redis-test-pw"}
 TEST_ENV |= {f"{kind.upper()}_DB_PASSWORD": f"{kind}-db-test-pw" for kind in logins.GROUPS}
+TEST_ENV |= {variable: f"{kind}-redis-test-pw" for kind, variable in redis_acl.PASSWORD_VARIABLES.items()}
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 SEED_SQL = (ROOT / "migrations" / "0002_seed_machine_types.sql").read_text()
 PYTHON_SERVICES = ("migrate", "db-logins", "api", "worker", "beat", "agent", "gpu-agent", "fleet")
@@ -104,6 +105,10 @@ def password_problems(compose: dict[str, Any]) -> list[str]:
         for i, arg in enumerate(argv[:-1]):
             if arg == "--requirepass" and not REQUIRED.fullmatch(argv[i + 1]):
                 problems.append(f"{name}: --requirepass is not a required ${{VAR:?…}}")
+        # redis-server --user …: `>password` adds a password, `nopass` lets any password in.
+        for arg in argv:
+            if (arg.startswith(">") and not REQUIRED.fullmatch(arg[1:])) or arg == "nopass":
+                problems.append(f"{name}: a --user password {arg[:1]}… is not a required ${{VAR:?…}}")
     return problems
 
 
@@ -283,7 +288,7 @@ def test_compose_refuses_to_start_without_passwords() -> None:
     env = env_of(COMPOSE["services"]["api"])
     assert urlsplit(env["DATABASE_URL"]).password == TEST_ENV["API_DB_PASSWORD"]
     assert urlsplit(env_of(COMPOSE["services"]["migrate"])["DATABASE_URL"]).password == TEST_ENV["POSTGRES_PASSWORD"]
-    assert urlsplit(env["REDIS_URL"]).password == TEST_ENV["REDIS_PASSWORD"]
+    assert urlsplit(env["REDIS_URL"]).password == TEST_ENV["REDIS_API_PASSWORD"]
 
 
 @pytest.mark.parametrize(
@@ -300,6 +305,9 @@ def test_compose_refuses_to_start_without_passwords() -> None:
         ("passwords", "api", "environment", {"DATABASE_URL": "postgresql://postgres:postgres@postgres/traincast"}),
         ("passwords", "worker", "environment", {"REDIS_URL": "redis://:${REDIS_PASSWORD-x}@redis:6379/0"}),
         ("passwords", "redis", "command", ["redis-server", "--requirepass", "hunter2"]),
+        ("passwords", "redis", "command", ["redis-server", "--user", "traincast-api", "on", ">hunter2", "+@all"]),
+        ("passwords", "redis", "command", ["redis-server", "--user", "traincast-api", "on", "nopass", "+@all"]),
+        ("passwords", "api", "environment", {"REDIS_URL": "redis://traincast-api:${REDIS_API_PASSWORD:-x}@redis/0"}),
     ],
 )
 def test_exposed_port_or_default_password_is_rejected(check: str, service: str, key: str, value: Any) -> None:
