@@ -421,8 +421,9 @@
   // How the CNN is trained: optimizer (momentum is SGD's only), precision and memory layout.
   function trainingSettings() {
     const optimizer = $("#optimizer").value;
-    const settings = { optimizer, weight_decay: decimal("weight-decay", "Weight decay"),
-                       precision: $("#precision").value, channels_last: $("#channels-last").checked };
+    const settings = { optimizer, precision: $("#precision").value, channels_last: $("#channels-last").checked };
+    // Empty weight decay: the optimizer's PyTorch default, which the API fills in and echoes.
+    if ($("#weight-decay").value.trim() !== "") settings.weight_decay = decimal("weight-decay", "Weight decay");
     if (optimizer === "sgd") settings.momentum = decimal("momentum", "Momentum");
     return settings;
   }
@@ -442,7 +443,7 @@
     }
     if (request.optimizer) $("#optimizer").value = request.optimizer;
     $("#momentum").value = request.momentum ?? 0;
-    $("#weight-decay").value = request.weight_decay ?? 0;
+    $("#weight-decay").value = request.weight_decay ?? "";
     if (request.precision) $("#precision").value = request.precision;
     $("#channels-last").checked = Boolean(request.channels_last);
     syncOptimizer();
