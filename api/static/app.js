@@ -309,7 +309,8 @@
       });
       const clear = el("button", { type: "button", class: "link", text: "clear" });
       clear.addEventListener("click", () => this.set([]));
-      this.chips.replaceChildren(...chips, clear);
+      const count = el("span", { class: "count", text: `${values.length} chosen:` });
+      this.chips.replaceChildren(count, ...chips, clear);
     }
   }
 
@@ -404,10 +405,33 @@
       epochs: whole("epochs", "Epochs"),
       dataset_size: whole("dataset-size", "The dataset size"),
       image_size: whole("image-size", "The image size"),
-      optimizer: $("#optimizer").value,
+      ...trainingSettings(),
       // Unticked (the default): GPU types with no benchmarks of their own are answered at once by the reference.
       wait_for_benchmarks: $("#wait-benchmarks").checked,
     };
+  }
+
+  function decimal(id, label) {
+    const text = $(`#${id}`).value.trim();
+    const value = Number(text);
+    if (text === "" || !Number.isFinite(value) || value < 0) throw new FormError(`${label} must be a number ≥ 0 (got "${text}")`);
+    return value;
+  }
+
+  // How the CNN is trained: optimizer (momentum is SGD's only), precision and memory layout.
+  function trainingSettings() {
+    const optimizer = $("#optimizer").value;
+    const settings = { optimizer, precision: $("#precision").value, channels_last: $("#channels-last").checked };
+    // Empty weight decay: the optimizer's PyTorch default, which the API fills in and echoes.
+    if ($("#weight-decay").value.trim() !== "") settings.weight_decay = decimal("weight-decay", "Weight decay");
+    if (optimizer === "sgd") settings.momentum = decimal("momentum", "Momentum");
+    return settings;
+  }
+
+  function syncOptimizer() {
+    const sgd = $("#optimizer").value === "sgd";
+    $("#momentum").disabled = !sgd;
+    $("#momentum").title = sgd ? "torch.optim.SGD's momentum; 0 is PyTorch's default" : "momentum is SGD's; Adam and AdamW have their own betas";
   }
 
   // Put a job's request back into the form (a page opened with ?job=<id>).
@@ -418,6 +442,11 @@
       if (request[key] != null) $(`#${id}`).value = request[key];
     }
     if (request.optimizer) $("#optimizer").value = request.optimizer;
+    $("#momentum").value = request.momentum ?? 0;
+    $("#weight-decay").value = request.weight_decay ?? "";
+    if (request.precision) $("#precision").value = request.precision;
+    $("#channels-last").checked = Boolean(request.channels_last);
+    syncOptimizer();
     $("#wait-benchmarks").checked = Boolean(request.wait_for_benchmarks);
     const sizes = request.batch_sizes;
     const range = sizes && !Array.isArray(sizes);
@@ -830,6 +859,18 @@
       Plotly.purge("plot-batch");
       Plotly.purge("plot-cost");
     }
+    const memory = hasPlots ? memoryTraces(cnns, machines, pairs, style) : [];
+    $("#plot-memory").hidden = memory.length === 0;
+    if (memory.length) {
+      const layout = baseLayout("Peak memory vs mini-batch size (dotted: the device's memory)", "Mini-batch size (images)",
+                                "Predicted peak memory (GiB)");
+      Object.assign(layout.xaxis, batchAxis([...new Set(predictions.map((p) => p.batch_size))].sort((a, b) => a - b)));
+      const ys = memory.flatMap((t) => t.y);
+      logIfSpread(layout.yaxis, ys, ys);
+      Plotly.react("plot-memory", memory, layout, PLOT_CONFIG);
+    } else {
+      Plotly.purge("plot-memory");
+    }
     renderSourceKey(hasPlots ? sources : new Set(), result);
     renderLegend(hasPlots ? legend : []);
     renderBest(result, cnns, machines, pairs);
@@ -874,12 +915,12 @@
     box.replaceChildren(...entries.map((entry) => {
       const button = el("button", { type: "button", class: "legend-item", "aria-pressed": "true",
                                     "data-cnn": entry.cnn, "data-machine": entry.machine,
-                                    "data-source": entry.source || "", title: "Hide or show in both plots" });
+                                    "data-source": entry.source || "", title: "Hide or show in every plot" });
       button.append(swatch({ ...entry.style, source: entry.source }), el("span", { text: entry.name }));
       button.addEventListener("click", () => {
         const shown = button.getAttribute("aria-pressed") !== "true";
         button.setAttribute("aria-pressed", String(shown));
-        for (const id of ["plot-batch", "plot-cost"]) {
+        for (const id of ["plot-batch", "plot-cost", "plot-memory"]) {
           const indices = [];
           document.getElementById(id).data.forEach((t, i) => {
             if (t.meta && t.meta.cnn === entry.cnn && t.meta.machine === entry.machine) indices.push(i);
@@ -971,9 +1012,10 @@
         t += ` (80% interval ${duration(p.total_seconds_p10)}–${duration(p.total_seconds_p90)})`;
       }
       t += `<br>cost ${money(p.cost_usd)}${gpuShare(p, machine)}<br>one iteration ${duration(p.iteration_seconds)}`;
+      if (typeof p.energy_kwh === "number") t += `<br>energy ≤ ${sig3(p.energy_kwh)} kWh`;
+      t += memoryText(p, machine);
       const from = sourceText(p, machine, models);
       if (from) t += `<br>${from}`;
-      if (p.fits_in_memory === null) t += "<br>fit in GPU memory not checked";
       return t;
     });
     // Markers on about a dozen points of a long line, enough to tell the shapes apart: evenly spaced as the batch
@@ -993,6 +1035,59 @@
                 line: { color: s.color, width: src.open ? 1.5 : 0 } },
       text, hovertemplate: "%{text}<extra></extra>", meta: { ...meta, role: "line" },
     });
+    return traces;
+  }
+
+  // The memory of one GPU of a machine type (the API lists the machine's total), or its RAM for a CPU type.
+  function deviceMemoryGib(machine) {
+    const m = machineSpec(machine);
+    if (!m) return null;
+    if (m.gpu && m.gpu_memory_gib) return m.gpu_memory_gib / (m.gpu_count || 1);
+    return m.memory_gib || null;
+  }
+
+  function memoryText(p, machine) {
+    if (typeof p.peak_memory_gib !== "number") return p.fits_in_memory === null ? "<br>fit in memory not checked" : "";
+    const device = deviceMemoryGib(machine);
+    const of = device ? ` of ${sig3(device)} GiB` : "";
+    const fit = p.fits_in_memory === false ? " — does not fit" : p.fits_in_memory === true ? " — fits" : "";
+    return `<br>peak memory ${sig3(p.peak_memory_gib)} GiB${of}${fit}`;
+  }
+
+  // Peak memory against batch size, one line per CNN × machine type (points that do not fit too: that is the
+  // question this plot answers), and each machine type's device memory as a dotted line in its colour.
+  function memoryTraces(cnns, machines, pairs, style) {
+    const traces = [];
+    const limits = new Map();
+    for (const cnn of cnns) {
+      for (const machine of machines) {
+        const points = (pairs.get(`${cnn}\u0000${machine}`) || []).filter((p) => typeof p.peak_memory_gib === "number");
+        if (!points.length) continue;
+        const s = style(cnn, machine);
+        const src = sourceStyle(points[0].source);
+        traces.push({
+          type: "scatter", mode: "lines+markers", name: `${cnn} · ${machine}`, legendgroup: `${cnn} · ${machine}`,
+          x: points.map((p) => p.batch_size), y: points.map((p) => p.peak_memory_gib),
+          line: { color: s.color, dash: src.dash, width: 2 },
+          marker: { symbol: markerSymbol(s.symbol, points[0].source), size: 6, color: s.color },
+          text: points.map((p) => `<b>${cnn}</b> on ${machineLine(machine)}<br>batch size ${p.batch_size}${memoryText(p, machine)}`),
+          hovertemplate: "%{text}<extra></extra>", meta: { cnn, machine, role: "memory" },
+        });
+        if (!limits.has(machine)) limits.set(machine, s.color);
+      }
+    }
+    const xs = traces.flatMap((t) => t.x);
+    if (!xs.length) return traces;
+    const [lo, hi] = extremes(xs);
+    for (const [machine, color] of limits) {
+      const gib = deviceMemoryGib(machine);
+      if (!gib) continue;
+      traces.push({
+        type: "scatter", mode: "lines", name: `${machine} memory`, x: [lo, hi], y: [gib, gib], showlegend: false,
+        line: { color, dash: "dot", width: 1.5 }, hovertemplate: `${machine}: ${sig3(gib)} GiB per device<extra></extra>`,
+        meta: { machine, role: "limit" },
+      });
+    }
     return traces;
   }
 
@@ -1093,13 +1188,17 @@
     const models = result.models || {};
     const rows = (result.best || []).slice().sort((a, b) =>
       cnns.indexOf(a.cnn) - cnns.indexOf(b.cnn) || machines.indexOf(a.machine) - machines.indexOf(b.machine));
-    const head = el("tr", {}, ...["CNN", "Machine", "Fastest batch size", "Time", "Cost",
-                                   "Cheapest batch size", "Time", "Cost", "Source"]
-      .map((h, i) => el("th", { text: h, class: i >= 2 && i <= 7 ? "num" : "" })));
-    const cells = (pick) => pick
+    const head = el("tr", {}, ...["CNN", "Machine", "Fastest batch size", "Time", "Cost", "Energy",
+                                   "Cheapest batch size", "Time", "Cost", "Energy", "Largest batch that fits", "Source"]
+      .map((h, i) => el("th", { text: h, class: i >= 2 && i <= 10 ? "num" : "" })));
+    const energy = (v) => (typeof v === "number" ? `≤ ${sig3(v)} kWh` : "—");
+    // Energy is the chosen point's (best entries carry time and cost only).
+    const cells = (pick, points) => pick
       ? [el("td", { class: "num", text: String(pick.batch_size) }), el("td", { class: "num", text: duration(pick.total_seconds) }),
-         el("td", { class: "num", text: money(pick.cost_usd) })]
-      : [el("td", { colspan: "3", class: "muted", text: "no prediction" })];
+         el("td", { class: "num", text: money(pick.cost_usd) }), el("td", { class: "num", text: energy((points.find((p) => p.batch_size === pick.batch_size) || {}).energy_kwh) })]
+      : [el("td", { colspan: "4", class: "muted", text: "no prediction" })];
+    const largest = (b) => el("td", { class: "num", "data-field": "max_batch_size",
+                                      text: typeof b.max_batch_size === "number" ? String(b.max_batch_size) : "—" });
     const body = rows.map((b) => {
       const pick = b.min_time || b.min_cost;
       const points = pairs.get(`${b.cnn}\u0000${b.machine}`) || [];
@@ -1107,8 +1206,8 @@
       const source = (pick && pick.source) || point.source || "";
       const text = source ? sourceText({ ...point, source }, b.machine, models) : "—";
       return el("tr", { "data-cnn": b.cnn, "data-machine": b.machine, "data-source": source },
-                el("td", { text: b.cnn }), el("td", { text: b.machine }), ...cells(b.min_time), ...cells(b.min_cost),
-                el("td", { class: `source ${source}`, text }));
+                el("td", { text: b.cnn }), el("td", { text: b.machine }), ...cells(b.min_time, points), ...cells(b.min_cost, points),
+                largest(b), el("td", { class: `source ${source}`, text }));
     });
     $("#best-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...body));
     $("#best").hidden = rows.length === 0;
@@ -1258,6 +1357,8 @@
     $("#upload-form").addEventListener("submit", upload);
     $("#gpu-form").addEventListener("submit", addGpu);
     for (const radio of document.querySelectorAll('input[name="batch-mode"]')) radio.addEventListener("change", syncBatchMode);
+    $("#optimizer").addEventListener("change", syncOptimizer);
+    syncOptimizer();
     machinePicker.onChange = renderMachines;
     if (typeof Plotly === "undefined") {
       showError("The plotting library did not load", "static/plotly.min.js could not be fetched from the server");
