@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
 
 from api.routers import web
 from shared.db import transaction
@@ -576,10 +577,13 @@ def test_register_a_gpu_from_the_page(page: Page) -> None:
     page.find("#add-gpu summary").click()
     for field, value in figures.items():
         page.type_into(f'#gpu-form input[name="{field}"]', value)
+    # No compute capability given: bf16 support is said in the form (an RTX 4090 has it).
+    Select(page.find('#gpu-form select[name="gpu_bf16"]')).select_by_value("true")
     page.find("#gpu-button").click()
     wait_until(lambda: "Registered" in page.find("#gpu-message").text, 30, "the GPU to be registered")
     created = http.get(f"{page.url}/v1/machines/{name}").json()
     assert created["registered"] and created["provider"] == "own" and created["gpu_memory_gib"] == 48
+    assert created["gpu_bf16"] is True
     assert page.js("return window.traincast.machinePicker.values()") == [name]
     heading = page.js(
         "let li = document.querySelector(`#machine-picker li[data-value='${arguments[0]}']`);"
@@ -645,3 +649,79 @@ def test_the_page_asks_for_a_key_and_keeps_it(page: Page) -> None:
         assert "may not do that" in error and "scope read" in error and "submit" in error
     finally:
         page.js("localStorage.setItem(arguments[0], arguments[1])", KEY_STORAGE, admin_key())
+
+
+def test_training_settings_memory_plot_and_largest_batch(page: Page) -> None:
+    """ResNet-50 on a T4 and an A100 type with AdamW under AMP: the form sends the settings, the memory plot draws each
+    point's peak against each GPU's memory, and the best table shows the largest batch that fits and the energy."""
+    machines = {m["name"]: m for m in http.get(f"{page.url}/v1/machines").json()["machines"]}
+    chosen = ["g4dn.xlarge", "a2-highgpu-1g"]
+    page.open()
+    page.choose("cnn-picker", "resnet50")
+    for name in chosen:
+        page.choose("machine-picker", name)
+    page.type_into("#batch-list", "32,128,512")
+    page.js(
+        "document.getElementById('optimizer').value = 'adamw'; document.getElementById('optimizer')"
+        ".dispatchEvent(new Event('change'))"
+    )
+    assert page.find("#momentum").get_attribute("disabled") is not None  # momentum is SGD's
+    page.js("document.getElementById('precision').value = 'amp_fp16'")
+    page.find("#channels-last").click()
+    assert page.search(timeout=120) == "done", page.find("#error").text
+    job = job_of(page)
+    request = job["request"]
+    assert (request["optimizer"], request["precision"], request["channels_last"]) == ("adamw", "amp_fp16", True)
+    assert request["weight_decay"] == pytest.approx(0.01) and not request.get("momentum")  # AdamW's own default
+    result = job["result"]
+
+    memory = roles(page.traces("plot-memory"), "memory")
+    assert sorted(t["meta"]["machine"] for t in memory) == sorted(chosen)
+    for trace in memory:
+        expected = [p for p in result["predictions"] if p["machine"] == trace["meta"]["machine"]]
+        assert trace["x"] == [p["batch_size"] for p in expected] == [32, 128, 512]
+        assert trace["y"] == pytest.approx([p["peak_memory_gib"] for p in expected], rel=1e-9)
+    limits = {t["meta"]["machine"]: t["y"][0] for t in roles(page.traces("plot-memory"), "limit")}
+    assert limits == pytest.approx({n: machines[n]["gpu_memory_gib"] / machines[n]["gpu_count"] for n in chosen})
+    t4 = next(i for i, t in enumerate(page.traces("plot-memory")) if t["meta"].get("machine") == "g4dn.xlarge")
+    big = next(p for p in result["predictions"] if p["machine"] == "g4dn.xlarge" and p["batch_size"] == 512)
+    label = page.hover("plot-memory", t4, 2)
+    assert "batch size 512" in label and "peak memory" in label, label
+    assert ("does not fit" in label) == (big["fits_in_memory"] is False), (label, big)
+
+    for best in result["best"]:
+        row = page.find(f'#best-table tr[data-machine="{best["machine"]}"]')
+        assert row.find_element(By.CSS_SELECTOR, '[data-field="max_batch_size"]').text == str(best["max_batch_size"])
+        fastest = next(
+            p for p in result["predictions"]
+            if p["machine"] == best["machine"] and p["batch_size"] == best["min_time"]["batch_size"]
+        )  # fmt: skip
+        assert f"{fastest['energy_kwh']:.3g}"[:3] in row.text and "kWh" in row.text, row.text
+
+    page.js("document.getElementById('plot-memory').scrollIntoView()")
+    page.screenshot(ROOT / ".run" / "test-web-memory.png")
+
+    # The form comes back from the job in the URL, settings included.
+    page.open(f"?job={job['id']}")
+    wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
+    assert page.find("#optimizer").get_attribute("value") == "adamw"
+    assert page.find("#precision").get_attribute("value") == "amp_fp16"
+    assert page.find("#channels-last").is_selected()
+
+
+def test_every_chosen_cnn_chip_stays_in_view(page: Page) -> None:
+    """Forty CNNs chosen: every chip is drawn where a person can see and click it, none under the list."""
+    names = [c["name"] for c in http.get(f"{page.url}/v1/cnns").json()["cnns"]][:40]
+    page.open()
+    page.js("window.traincast.cnnPicker.set(arguments[0])", names)
+    covered = page.js(
+        "return [...document.querySelectorAll('#cnn-picker .picker-selected .chip')].filter(chip => {"
+        # The page scrolls to the chip, never the chips' own box: a chip only seen by scrolling that box is hidden.
+        "  window.scrollTo(0, chip.getBoundingClientRect().top + window.scrollY - innerHeight / 2);"
+        "  const r = chip.getBoundingClientRect();"
+        "  const top = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);"
+        "  return !(top === chip || chip.contains(top)); }).map(chip => chip.dataset.value)"
+    )
+    assert len(page.driver.find_elements(By.CSS_SELECTOR, "#cnn-picker .picker-selected .chip")) == len(names)
+    assert covered == []
+    assert page.find("#cnn-picker .picker-selected .count").text == f"{len(names)} chosen:"

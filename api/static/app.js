@@ -1311,6 +1311,8 @@
         body[input.name] = value;
       }
     }
+    const bf16 = $("#gpu-form select[name=gpu_bf16]").value;
+    if (bf16) body.gpu_bf16 = bf16 === "true";  // empty: the API decides from the compute capability
     await register($("#gpu-button"), message, `Registering ${body.name}…`, async () => {
       const { data } = await api("POST", "v1/machines", body);
       await loadMachines();
