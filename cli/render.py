@@ -23,6 +23,21 @@ def money(usd: float | None) -> str:
     return "-" if usd is None else f"${usd:,.2f}"
 
 
+def energy(kwh: float | None) -> str:
+    """An energy upper bound in kWh."""
+    return "-" if kwh is None else f"<={kwh:.3g} kWh"
+
+
+def training(config: dict[str, Any]) -> str:
+    """How the CNN is trained, as a PyTorch user says it: 'adamw (weight decay 0.01), amp_fp16, channels_last'."""
+    extras = [f"{name} {config[key]:g}" for key, name in (("momentum", "momentum"), ("weight_decay", "weight decay"))
+              if config.get(key)]  # fmt: skip
+    text = config.get("optimizer", "sgd") + (f" ({', '.join(extras)})" if extras else "")
+    return ", ".join(
+        [text, config.get("precision", "fp32")] + (["channels_last"] if config.get("channels_last") else [])
+    )
+
+
 def table(rows: list[list[str]], header: list[str]) -> str:
     """Left-aligned text table."""
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
@@ -43,23 +58,30 @@ def result(job: dict[str, Any]) -> str:
             duration(p["epoch_seconds"]),
             duration(p["total_seconds"]),
             money(p["cost_usd"]),
+            energy(p.get("energy_kwh")),
             _memory(p),
             _source(p),
         ]
         for p in res["predictions"]
     ]
-    out = [table(rows, ["cnn", "machine", "batch", "iteration", "epoch", "total", "cost", "memory", "source"])]
+    header = ["cnn", "machine", "batch", "iteration", "epoch", "total", "cost", "energy", "memory", "source"]
+    out = [table(rows, header)]
+    if res.get("training"):
+        out.append("training: " + training(res["training"]))
     for b in res["best"]:
-        if b.get("max_batch_size") is not None:
-            out.append(f"{b['cnn']} on {b['machine']}: largest batch that fits {b['max_batch_size']} (modelled)")
+        largest = b.get("max_batch_size")
+        fits = f"; largest batch that fits {largest} (modelled)" if largest is not None else ""
         if b["min_time"]:
             t, c = b["min_time"], b["min_cost"]
             out.append(
                 f"{b['cnn']} on {b['machine']}: fastest at batch {t['batch_size']} "
                 f"({duration(t['total_seconds'])}, {money(t['cost_usd'])}); "
                 f"cheapest at batch {c['batch_size']} ({duration(c['total_seconds'])}, {money(c['cost_usd'])})"
+                + fits
                 + (" [reference]" if t.get("source") == "reference" else "")
             )
+        elif fits:
+            out.append(f"{b['cnn']} on {b['machine']}: no usable batch size{fits}")
     for machine, model in res["models"].items():
         if model["status"] == "ok":
             mape = model.get("loco_mape")

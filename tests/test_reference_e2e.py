@@ -57,5 +57,11 @@ def test_cli_labels_reference_answers_and_registers_a_gpu(no_agent: Stack, clean
     assert len(rows) == 4 and all("reference ±" in line for line in rows)
     best = [line for line in lines if line.startswith("resnet18 on ")]
     assert len(best) == 2 and all(line.endswith("[reference]") for line in best)
+    assert all("largest batch that fits" in line for line in best) and "training: sgd, fp32" in lines
+    assert all(" kWh" in line for line in rows)  # the energy column (an upper bound)
+    amp = cli(no_agent, "predict", "resnet18", "--machine", "g4dn.xlarge", "--batch-sizes", "8",
+              "--optimizer", "adamw", "--precision", "amp_fp16")  # fmt: skip
+    assert amp.returncode == 0, amp.stderr
+    assert "training: adamw (weight decay 0.01), amp_fp16" in amp.stdout.splitlines(), amp.stdout
     bad = cli(no_agent, "machines", "add", "cli-bad", *flags[:-1], "--gpu-l2-mib=-3")
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "gpu_l2_mib" in bad.stderr
