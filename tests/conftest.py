@@ -181,24 +181,32 @@ class Stack:
         return (self.logs / f"{name}.log").read_text(errors="replace")
 
 
-@pytest.fixture(scope="module")
-def api_only(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Just the HTTP server (no worker or agent)."""
-    stack = Stack(service_env, tmp_path_factory.mktemp("api"))
-    stack.start("api")
-    stack.wait_ready()
-    yield stack
-    for name in list(stack.procs):
-        stack.stop(name)
-
-
-@pytest.fixture(scope="module")
-def full_stack(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """API, worker and local agent."""
-    stack = Stack(service_env, tmp_path_factory.mktemp("stack"))
-    for name in ("api", "worker", "agent"):
+def running(
+    env: dict[str, str], tmp: pytest.TempPathFactory, label: str, processes: tuple[str, ...]
+) -> Iterator[Stack]:
+    """A Stack of these processes, ready, and stopped afterwards."""
+    stack = Stack(env, tmp.mktemp(label))
+    for name in processes:
         stack.start(name)
     stack.wait_ready()
     yield stack
     for name in list(stack.procs):
         stack.stop(name)
+
+
+@pytest.fixture(scope="module")
+def api_only(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Just the HTTP server (no worker or agent)."""
+    yield from running(service_env, tmp_path_factory, "api", ("api",))
+
+
+@pytest.fixture(scope="module")
+def no_agent(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The API and a worker; no benchmark agent anywhere."""
+    yield from running(service_env, tmp_path_factory, "no-agent", ("api", "worker"))
+
+
+@pytest.fixture(scope="module")
+def full_stack(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """API, worker and local agent."""
+    yield from running(service_env, tmp_path_factory, "stack", ("api", "worker", "agent"))

@@ -28,6 +28,27 @@ def drain_agent_queue(machine: str = "local") -> int:
     return count
 
 
+def calibrate_as(
+    machine: str, monkeypatch: Any, cnns: tuple[str, ...] = ("resnet18", "squeezenet1_1")
+) -> dict[str, Any]:
+    """Calibrate a machine type in-process with this CPU standing in for its agent; the fitted model.
+
+    The rows carry this CPU's environment: a test stands in for, e.g., a T4 of g4dn.xlarge.
+    """
+    from shared.settings import get_settings
+    from worker import calibrate, predictor
+
+    monkeypatch.setenv("AGENT_MACHINE_TYPE", machine)
+    get_settings.cache_clear()
+    try:
+        calibrate.send(calibrate.Plan(machine=machine, cnns=cnns, batch_sizes=(2,), image_size=32))
+        drain_agent_queue(machine)
+        return predictor.train(machine=machine)
+    finally:
+        monkeypatch.delenv("AGENT_MACHINE_TYPE")
+        get_settings.cache_clear()
+
+
 def _body(message: dict[str, Any]) -> str:
     import base64
 

@@ -1,25 +1,9 @@
 """A fresh install with no agent and no fleet: every GPU machine type answered over HTTP, labelled, by the real
 API and worker processes; the CLI shows which answer is which and registers a GPU by its specs."""
 
-from collections.abc import Iterator
-
-import pytest
-
 from tests.conftest import Stack, http
 from tests.test_end_to_end import cli, wait_for
 from tests.test_reference_jobs import OWN_GPU
-
-
-@pytest.fixture(scope="module")
-def no_agent(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """The API and a worker; no benchmark agent anywhere."""
-    stack = Stack(service_env, tmp_path_factory.mktemp("no-agent"))
-    for name in ("api", "worker"):
-        stack.start(name)
-    stack.wait_ready()
-    yield stack
-    for name in list(stack.procs):
-        stack.stop(name)
 
 
 def test_every_gpu_type_answers_three_cnns_over_256_batch_sizes(no_agent: Stack, clean_db: None) -> None:

@@ -10,8 +10,8 @@ from shared.db import transaction
 from shared.schemas import MachineCreate
 from shared.settings import get_settings
 from tests.conftest import broker
-from tests.jobflow import drain_agent_queue, submit
-from worker import calibrate, planning, predictor
+from tests.jobflow import calibrate_as, submit
+from worker import planning
 
 OWN_GPU: dict[str, Any] = {
     "name": "lab-rtx-box", "gpu": "RTX-6000-Ada", "gpu_count": 2, "gpu_memory_gib": 48, "gpu_fp32_tflops": 91.1,
@@ -88,21 +88,9 @@ def test_benchmarks_of_a_gpu_model_win_for_every_type_that_carries_it(
     gcp_t4 = type_with(gpu="T4", provider="gcp")
     body = {"cnns": ["resnet18"], "machines": [gcp_t4["name"]], "batch_sizes": [2], "image_size": 32}
     assert run(**body)["result"]["predictions"][0]["source"] == "reference"
-    # The agent code registered as g4dn.xlarge (the rows carry this CPU's environment; a test stands in for a T4).
-    monkeypatch.setenv("AGENT_MACHINE_TYPE", "g4dn.xlarge")
-    get_settings.cache_clear()
-    try:
-        plan = calibrate.Plan(
-            machine="g4dn.xlarge", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(2,), image_size=32
-        )
-        calibrate.send(plan)
-        drain_agent_queue("g4dn.xlarge")
-        predictor.train(machine="g4dn.xlarge")
-        job = run(**body)
-        assert job["status"] == "succeeded", job["error"]
-    finally:
-        monkeypatch.delenv("AGENT_MACHINE_TYPE")
-        get_settings.cache_clear()
+    calibrate_as("g4dn.xlarge", monkeypatch)
+    job = run(**body)
+    assert job["status"] == "succeeded", job["error"]
     [point] = job["result"]["predictions"]
     assert point["source"] == "benchmarked" and point["measured_on"] == ["g4dn.xlarge"]
     assert point["cost_usd"] == pytest.approx(gcp_t4["price_usd_per_hour"] * point["total_seconds"] / 3600)

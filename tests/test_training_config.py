@@ -2,29 +2,16 @@
 reference path over HTTP (AMP faster than fp32, AdamW costlier than SGD), never by a model fitted for another
 configuration, and a CPU type calibrated for another configuration fails fast with the command to run."""
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from shared import jobs
 from tests.conftest import Stack, http
-from tests.jobflow import drain_agent_queue
+from tests.jobflow import calibrate_as, drain_agent_queue
 from tests.test_end_to_end import wait_for
 from tests.test_reference_jobs import OWN_GPU, run, type_with
 from worker import calibrate, predictor
-
-
-@pytest.fixture(scope="module")
-def no_agent(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """The API and a worker; no benchmark agent anywhere."""
-    stack = Stack(service_env, tmp_path_factory.mktemp("training-config"))
-    for name in ("api", "worker"):
-        stack.start(name)
-    stack.wait_ready()
-    yield stack
-    for name in list(stack.procs):
-        stack.stop(name)
 
 
 def post_job(stack: Stack, **body: Any) -> Any:
@@ -102,20 +89,7 @@ def test_a_gpu_calibrated_for_another_config_gets_the_reference_with_the_reason(
 ) -> None:
     """A T4 type with layer benchmarks and a model for SGD in fp32 is benchmarked for that configuration only;
     asked for AdamW it is answered by the reference, and its summary says which models it has."""
-    from shared.settings import get_settings
-
-    monkeypatch.setenv("AGENT_MACHINE_TYPE", "g4dn.xlarge")
-    get_settings.cache_clear()
-    try:
-        plan = calibrate.Plan(
-            machine="g4dn.xlarge", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(2,), image_size=32
-        )
-        calibrate.send(plan)
-        drain_agent_queue("g4dn.xlarge")
-        model = predictor.train(machine="g4dn.xlarge")
-    finally:
-        monkeypatch.delenv("AGENT_MACHINE_TYPE")
-        get_settings.cache_clear()
+    model = calibrate_as("g4dn.xlarge", monkeypatch)
     assert model["cost_key"] == "sgd/fp32"
     body = {"cnns": ["resnet18"], "machines": ["g4dn.xlarge"], "batch_sizes": [2], "image_size": 32}
     sgd = run(**body)
