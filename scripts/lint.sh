@@ -14,3 +14,4 @@ VENV=${VENV:-.venv}
 # supports (tests/test_k8s_schema.py holds the same version); tests/test_k8s.py checks them against the code.
 mapfile -t manifests < <(find deploy/k8s -name '*.yaml' ! -name kustomization.yaml | sort)
 "$VENV/bin/kubernetes-validate" --strict --quiet --kubernetes-version 1.30.0 "${manifests[@]}"
+shellcheck -S warning deploy/k8s/*.sh

@@ -73,3 +73,25 @@ def config_map_env(objects: list[dict[str, Any]], container: Container) -> dict[
         cm = by_name(objects, "ConfigMap", ref["name"]) if ref else None
         env |= {k: str(v) for k, v in ((cm or {}).get("data") or {}).items()}
     return env
+
+
+# Breaking a copy of the manifests, for the tests that prove a check fails.
+def spec(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The container spec of this name (to break in a copy)."""
+    return next(c.spec for c in containers(objects) if c.name == name)
+
+
+def pod(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The pod spec holding the container of this name."""
+    return next(c.pod for c in containers(objects) if c.name == name)
+
+
+def set_env(objects: list[dict[str, Any]], name: str, variable: str, entry: dict[str, Any]) -> None:
+    """Replace (or add) one env entry of a container."""
+    env = [e for e in spec(objects, name).get("env") or [] if e["name"] != variable]
+    spec(objects, name)["env"] = [*env, {"name": variable, **entry}]
+
+
+def secret_ref(secret: str, key: str) -> dict[str, Any]:
+    """An env entry's valueFrom of a Secret's key."""
+    return {"valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
