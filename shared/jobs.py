@@ -55,6 +55,35 @@ LOCK_OWNER = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
 OWNER_LOCK_CLASS = 13
 
 
+# Metrics (api/metrics.py): one pass over jobs_status_times (migrations/0020_metrics.sql, an index-only scan):
+# jobs per status and, of finished ones, how long they took from submission to their end, cumulative per bucket.
+DURATION_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
+_DURATION = "EXTRACT(EPOCH FROM finished_at - created_at)"
+SELECT_STATUS_DURATIONS = f"""
+SELECT status, count(*) AS n, count(finished_at) AS finished, COALESCE(sum({_DURATION}), 0) AS seconds,
+       ARRAY[{", ".join(f"count(*) FILTER (WHERE {_DURATION} <= {b})" for b in DURATION_BUCKETS_S)}] AS buckets
+FROM jobs GROUP BY status"""
+# Layer benchmarks running jobs still wait for, per machine type, as each job's progress counts them.
+SELECT_PENDING = """
+SELECT m.key AS machine_type, sum((m.value->>'pending')::int) AS pending
+FROM jobs j, jsonb_each(j.progress->'machines') m
+WHERE j.status = 'running' GROUP BY m.key"""
+
+
+def status_durations() -> list[dict[str, Any]]:
+    """Per status: jobs, finished ones, their summed duration (s) and cumulative counts per DURATION_BUCKETS_S."""
+    with transaction() as cur:
+        cur.execute(SELECT_STATUS_DURATIONS)
+        return [dict(r) for r in cur.fetchall()]
+
+
+def pending_benchmarks() -> dict[str, int]:
+    """Layer benchmarks running jobs wait for, per machine type (a point two jobs wait for counts twice)."""
+    with transaction() as cur:
+        cur.execute(SELECT_PENDING)
+        return {r["machine_type"]: int(r["pending"] or 0) for r in cur.fetchall()}
+
+
 def request_hash(request: JobRequest) -> str:
     """Hash of the normalised request, to tell a retry from a different request."""
     canonical = json.dumps(request.model_dump(mode="json"), sort_keys=True)

@@ -33,6 +33,19 @@ WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
   AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s
 ORDER BY measured_at DESC, id DESC"""
 
+# Metrics (api/metrics.py): rows stored per machine type, and the seconds agents spent in their timed runs
+# (measured_s, migrations/0020_metrics.sql); an index-only scan of layer_benchmarks_machine_measured.
+SELECT_TOTALS = """
+SELECT machine_type, count(*) AS n, COALESCE(sum(measured_s), 0) AS seconds
+FROM layer_benchmarks GROUP BY machine_type"""
+
+
+def benchmark_totals() -> list[dict[str, Any]]:
+    """Per machine type: layer benchmark rows stored and their timed seconds."""
+    with transaction() as cur:
+        cur.execute(SELECT_TOTALS)
+        return [dict(r) for r in cur.fetchall()]
+
 
 def register(*, name: str, image_size: int, num_classes: int | None = None) -> list[tuple[int, int]]:
     """Read a CNN's conv layers and workload and store them; returns [(signature_id, count), …]."""

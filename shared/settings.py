@@ -88,6 +88,13 @@ class Settings(BaseSettings):
     # ~/.postgresql/root.crt, and for Redis the system's CAs.
     database_ca_file: str = ""
     redis_ca_file: str = ""
+    # Logs (issue 16): "json" (one object a line), "text", or "auto": text when stderr is a terminal, else JSON.
+    log_format: str = "auto"
+    log_level: str = "INFO"
+    # GET /metrics answers an admin key, or this bearer token (for a Prometheus scraper; empty: admin keys only).
+    metrics_token: str = ""
+    # A scrape's figures from PostgreSQL and Redis are reused this long (several scrapers, or a burst).
+    metrics_cache_s: float = 1.0
 
     # Fleet (issue 7): the controller (`python -m gpu_agent.fleet`) launches agents on AWS.
     fleet_enabled: bool = False
