@@ -7,19 +7,25 @@ METRICS_CACHE_S. The HTTP request figures (api/observe.py) are this process's ow
 replicas.
 """
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg2
+import redis
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from shared import agents, fleet, jobs, layers, machines, tasks
+from shared import agents, db, fleet, jobs, layers, machines, tasks
+from shared.errors import ServiceUnavailable
 from shared.settings import get_settings
 
+log = logging.getLogger(__name__)
 REGISTRY = CollectorRegistry(auto_describe=True)
 STATUSES = ("queued", "running", "succeeded", "failed", "canceled")
 
@@ -28,7 +34,7 @@ STATUSES = ("queued", "running", "succeeded", "failed", "canceled")
 class Snapshot:
     """The service's figures at one moment."""
 
-    statuses: list[dict[str, Any]]
+    statuses: dict[str, dict[str, Any]]
     pending: dict[str, int]
     layer_totals: list[dict[str, Any]]
     queues: dict[str, int]
@@ -37,35 +43,90 @@ class Snapshot:
     taken_at: float = field(default_factory=time.monotonic)
 
 
-def read_snapshot() -> Snapshot:
-    """Read every figure from PostgreSQL and Redis."""
-    settings = get_settings()
-    queues = [settings.jobs_queue] + [tasks.bench_queue(m["name"]) for m in machines.list_all()]
-    return Snapshot(
-        statuses=jobs.status_durations(),
-        pending=jobs.pending_benchmarks(),
-        layer_totals=layers.benchmark_totals(),
-        queues=tasks.queue_depths(queues),
-        alive=agents.alive_counts(alive_after_s=settings.agent_alive_after_s),
-        instances=fleet.running_instances(),
-    )
+class Reader:
+    """One PostgreSQL connection and one Redis client kept for scrapes (a new connection costs more than the reads)."""
+
+    def __init__(self) -> None:
+        self._conn: Any = None
+        self._redis: redis.Redis | None = None
+
+    @contextmanager
+    def cursor(self) -> Iterator[db.Cursor]:
+        """A cursor in a transaction ended after the reads, so the next scrape sees new rows; reconnects when broken."""
+        if self._conn is None or self._conn.closed:
+            self._conn = db.connect()
+        try:
+            with self._conn.cursor(cursor_factory=db.Cursor) as cur:
+                yield cur
+            self._conn.rollback()
+        except psycopg2.Error as exc:
+            self._conn.close()
+            if isinstance(exc, psycopg2.OperationalError):
+                raise ServiceUnavailable(f"PostgreSQL went away during a scrape: {str(exc).strip()[:200]}") from exc
+            raise
+
+    def snapshot(self) -> Snapshot:
+        """Read every figure: PostgreSQL in one transaction, then Redis in one round trip."""
+        settings = get_settings()
+        with self.cursor() as cur:
+            statuses, pending = jobs.status_durations(cur), jobs.pending_benchmarks(cur)
+            totals, alive = (
+                layers.benchmark_totals(cur),
+                agents.alive_counts(cur, alive_after_s=settings.agent_alive_after_s),
+            )
+            instances, names = fleet.running_instances(cur), machines.names(cur)
+        if self._redis is None:
+            self._redis = tasks.redis_client(socket_connect_timeout=2, socket_timeout=2)
+        try:
+            queues = tasks.queue_depths([settings.jobs_queue] + [tasks.bench_queue(n) for n in names], self._redis)
+        except redis.RedisError as exc:
+            raise ServiceUnavailable(f"Redis unreachable: {str(exc)[:200]}") from exc
+        return Snapshot(statuses, pending, totals, queues, alive, instances)
 
 
 class ServiceCollector(Collector):
-    """Yields the service's metrics from a snapshot no older than METRICS_CACHE_S."""
+    """Yields the service's metrics from a snapshot a background thread renews every METRICS_CACHE_S.
+
+    The thread starts at the first scrape (an API nobody scrapes reads nothing), which reads at once; a
+    scrape then only formats the snapshot. A snapshot older than STALE_AFTER refreshes is read again by the
+    scrape itself, so a database that stays down answers 503 rather than old figures. METRICS_CACHE_S=0:
+    every scrape reads.
+    """
+
+    STALE_AFTER = 5
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
+        self._reader = Reader()
+        self._refresher: threading.Thread | None = None
+        self.read_seconds = 0.0
+
+    def _read(self) -> Snapshot:
+        started = time.monotonic()
+        with self._lock:  # one reader at a time: the Reader's connection is not shared
+            self._snapshot = self._reader.snapshot()
+        self.read_seconds = time.monotonic() - started
+        return self._snapshot
+
+    def _refresh(self, every_s: float) -> None:
+        while True:
+            time.sleep(every_s)
+            try:
+                self._read()
+            except Exception:  # PostgreSQL or Redis away: the next scrape reads itself and answers 503
+                log.warning("could not refresh the metrics snapshot", exc_info=True)
 
     def snapshot(self) -> Snapshot:
-        """The cached snapshot, or a new one when it is older than METRICS_CACHE_S (one reader at a time)."""
-        with self._lock:
-            fresh = self._snapshot and time.monotonic() - self._snapshot.taken_at < get_settings().metrics_cache_s
-            if not fresh:
-                self._snapshot = read_snapshot()
-            assert self._snapshot is not None
-            return self._snapshot
+        """The current snapshot; read now when there is none, it is stale, or caching is off."""
+        every_s = get_settings().metrics_cache_s
+        snap = self._snapshot
+        if snap is None or every_s <= 0 or time.monotonic() - snap.taken_at > every_s * self.STALE_AFTER:
+            snap = self._read()
+        if every_s > 0 and self._refresher is None:
+            self._refresher = threading.Thread(target=self._refresh, args=(every_s,), name="metrics", daemon=True)
+            self._refresher.start()
+        return snap
 
     def describe(self) -> list[Metric]:
         """Nothing up front: the registry must not read the database when it is made."""
@@ -87,11 +148,19 @@ class ServiceCollector(Collector):
             alive.add_metric([machine], n)
         yield alive
         yield from _fleet(snap)
+        age = GaugeMetricFamily(
+            "traincast_metrics_snapshot_age_seconds", "Age of the figures above (read from PostgreSQL and Redis)"
+        )
+        age.add_metric([], time.monotonic() - snap.taken_at)
+        yield age
+        took = GaugeMetricFamily("traincast_metrics_snapshot_read_seconds", "Time the last read of those figures took")
+        took.add_metric([], self.read_seconds)
+        yield took
 
 
 def _jobs(snap: Snapshot) -> Iterator[Metric]:
     by_status = GaugeMetricFamily("traincast_jobs", "Jobs stored, by status", labels=["status"])
-    rows = {r["status"]: r for r in snap.statuses}
+    rows = snap.statuses
     for status in STATUSES:
         by_status.add_metric([status], int(rows[status]["n"]) if status in rows else 0)
     yield by_status

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from shared.db import jsonable, transaction
+from shared.db import Cursor, jsonable, transaction
 
 # Alive: beat recently and did not say it stopped (every reader of "alive" uses this rule).
 ALIVE = "(a.stopped_at IS NULL AND a.heartbeat_at > now() - make_interval(secs => %(alive_after)s))"
@@ -22,11 +22,10 @@ LIMIT %(limit)s"""
 SELECT_ALIVE_COUNTS = f"SELECT a.machine_type, count(*) AS n FROM agents a WHERE {ALIVE} GROUP BY a.machine_type"
 
 
-def alive_counts(*, alive_after_s: float) -> dict[str, int]:
+def alive_counts(cur: Cursor, *, alive_after_s: float) -> dict[str, int]:
     """Live agents per machine type (types with none are left out)."""
-    with transaction() as cur:
-        cur.execute(SELECT_ALIVE_COUNTS, {"alive_after": alive_after_s})
-        return {r["machine_type"]: int(r["n"]) for r in cur.fetchall()}
+    cur.execute(SELECT_ALIVE_COUNTS, {"alive_after": alive_after_s})
+    return {r["machine_type"]: int(r["n"]) for r in cur.fetchall()}
 
 
 def list_all(*, alive_after_s: float, machine: str | None = None, limit: int = 100) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ from typing import Any
 
 from shared import machines
 from shared.agents import ALIVE
-from shared.db import jsonable, transaction
+from shared.db import Cursor, jsonable, transaction
 from shared.errors import InvalidRequest
 from shared.settings import get_settings
 
@@ -57,15 +57,14 @@ def status(*, events: int = 20) -> dict[str, Any]:
     }
 
 
-def _instances(cur: Any, alive_after_s: float) -> list[dict[str, Any]]:
+def _instances(cur: Cursor, alive_after_s: float) -> list[dict[str, Any]]:
     cur.execute(SELECT_INSTANCES, {"alive_after": alive_after_s})
     return [jsonable(r) for r in cur.fetchall()]
 
 
-def running_instances() -> list[dict[str, Any]]:
+def running_instances(cur: Cursor) -> list[dict[str, Any]]:
     """The fleet's running instances: id, machine type, market, price per hour, launch time, agent alive."""
-    with transaction() as cur:
-        return _instances(cur, get_settings().agent_alive_after_s)
+    return _instances(cur, get_settings().agent_alive_after_s)
 
 
 def hold(*, machine_type: str, count: int | None) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from typing import Any
 
 from shared import cnns
-from shared.db import Json, one, transaction
+from shared.db import Cursor, Json, one, transaction
 
 UPSERT_CNN = """
 INSERT INTO cnns (name, source, definition) VALUES (%s, 'torchvision', %s)
@@ -40,11 +40,10 @@ SELECT machine_type, count(*) AS n, COALESCE(sum(measured_s), 0) AS seconds
 FROM layer_benchmarks GROUP BY machine_type"""
 
 
-def benchmark_totals() -> list[dict[str, Any]]:
+def benchmark_totals(cur: Cursor) -> list[dict[str, Any]]:
     """Per machine type: layer benchmark rows stored and their timed seconds."""
-    with transaction() as cur:
-        cur.execute(SELECT_TOTALS)
-        return [dict(r) for r in cur.fetchall()]
+    cur.execute(SELECT_TOTALS)
+    return [dict(r) for r in cur.fetchall()]
 
 
 def register(*, name: str, image_size: int, num_classes: int | None = None) -> list[tuple[int, int]]:

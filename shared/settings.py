@@ -93,8 +93,9 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # GET /metrics answers an admin key, or this bearer token (for a Prometheus scraper; empty: admin keys only).
     metrics_token: str = ""
-    # A scrape's figures from PostgreSQL and Redis are reused this long (several scrapers, or a burst).
-    metrics_cache_s: float = 1.0
+    # GET /metrics's figures from PostgreSQL and Redis are read again this often, in the background, from the
+    # first scrape on (a scrape only formats them); 0: every scrape reads them (slower: see docs/PERFORMANCE.md).
+    metrics_cache_s: float = 2.0
 
     # Fleet (issue 7): the controller (`python -m gpu_agent.fleet`) launches agents on AWS.
     fleet_enabled: bool = False

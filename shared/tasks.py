@@ -42,9 +42,9 @@ def queue_keys(queue: str) -> list[str]:
     return [queue] + [f"{queue}{PRIORITY_SEP}{step}" for step in PRIORITY_STEPS]
 
 
-def queue_depths(queues: list[str]) -> dict[str, int]:
+def queue_depths(queues: list[str], client: redis.Redis | None = None) -> dict[str, int]:
     """Messages waiting in each queue (priority lists included), in one round trip of LLENs."""
-    pipe = redis_client(socket_connect_timeout=2, socket_timeout=2).pipeline(transaction=False)
+    pipe = (client or redis_client(socket_connect_timeout=2, socket_timeout=2)).pipeline(transaction=False)
     for queue in queues:
         for key in queue_keys(queue):
             pipe.llen(key)
