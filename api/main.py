@@ -7,8 +7,12 @@ from fastapi import FastAPI
 
 from api import problems
 from api.limits import RequestLimits
-from api.routers import agents, cnns, fleet, health, jobs, keys, machines, web
-from shared import cnn_zoo, secrets
+from api.observe import Observe
+from api.routers import agents, cnns, fleet, health, jobs, keys, machines, metrics, web
+from shared import cnn_zoo, logs, secrets
+
+# uvicorn set up its loggers before importing this module: ours replace them (JSON lines unless on a terminal).
+logs.setup("api")
 
 # With TRAINCAST_SSM_PATH set, DATABASE_URL and REDIS_URL come from SSM (before any request reads them).
 secrets.load_from_environment()
@@ -29,6 +33,8 @@ app = FastAPI(
 )
 problems.install(app)
 app.add_middleware(RequestLimits)
-routers = (jobs, cnns, machines, agents, fleet, keys, health, web)
+# Added last, so outermost: requests refused at the door are logged and counted too.
+app.add_middleware(Observe)
+routers = (jobs, cnns, machines, agents, fleet, keys, health, metrics, web)
 for router in (module.router for module in routers):
     app.include_router(router)

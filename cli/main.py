@@ -291,8 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: every failure is one line on stderr and exit status 1."""
+    from shared import logs
     from shared.errors import TraincastError
 
+    # Warnings and errors of the modules operator commands run (calibrate, train, migrate) as the other processes'.
+    logs.setup("cli", level="WARNING")
     args = build_parser().parse_args(argv)
     api = Api(args.api_url)
     try:

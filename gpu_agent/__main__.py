@@ -4,7 +4,7 @@ import logging
 import socket
 import sys
 
-from shared import secrets
+from shared import logs, secrets
 from shared.settings import get_settings
 
 log = logging.getLogger("gpu_agent")
@@ -50,6 +50,10 @@ def main() -> None:
         print(f"loaded {', '.join(loaded)} from SSM", file=sys.stderr)
     from shared import tasks
 
+    # Ours instead of Celery's (JSON lines with each task's machine type, signature and jobs), also into
+    # AGENT_LOG_FILE (as JSON) when set, for the CloudWatch agent to ship.
+    logs.setup("agent", file=get_settings().agent_log_file)
+    logs.connect_celery("agent", file=get_settings().agent_log_file)
     if not tasks.valid_machine_type(machine := get_settings().agent_machine_type):
         print(f"error: AGENT_MACHINE_TYPE={machine[:80]!r} is not a machine type name", file=sys.stderr)
         sys.exit(2)

@@ -13,7 +13,7 @@ from celery.exceptions import Reject
 from gpu_agent import environment, instance, layer_bench, lifecycle, step_bench, store
 from gpu_agent.timing import Policy
 from gpu_agent.windows import Outcome
-from shared import tasks
+from shared import logs, tasks
 from shared.errors import InvalidRequest
 from shared.settings import get_settings
 from shared.signatures import ConvSignature
@@ -73,6 +73,9 @@ def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]
                 signature_id=sig_id, machine=machine_type, precision=precision, environment_id=env_id
             )
             todo = sorted(set(item["batch_sizes"]) - done)
+            # The task's lines carry the signature from here (the machine type and jobs: shared/logs.py).
+            logs.bind(signature=sig_id)
+            log.info("measuring signature %s at %d batch sizes (%d stored)", sig_id, len(todo), len(done))
             lifecycle.set_work(
                 {"task": tasks.BENCH_LAYERS, "signature_id": sig_id, "batch_sizes": todo, "item": n + 1}
                 | {"items": len(items), "since": datetime.now(UTC).isoformat()}
@@ -110,6 +113,7 @@ def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]
                     batch_sizes=todo, error=f"{type(exc).__name__}: {exc}",
                 )  # fmt: skip
                 raise
+            log.info("signature %s: %d measurements stored", sig_id, len(todo) - len(left))
             # Tell the worker after each signature, so job progress moves while we measure.
             tasks.send(tasks.ADVANCE_JOBS, machine_type=machine_type)
             if left:
@@ -180,7 +184,6 @@ def _measure_steps(machine_type: str, cnn: str, image_size: int, config: TrainCo
 
 def connect_signals() -> None:
     """Register and heartbeat once the worker is ready; turn SIGTERM/SIGINT into a stop request."""
-    signals.after_setup_logger.connect(_on_logging, weak=False)
     signals.worker_ready.connect(_on_ready, weak=False)
     signals.worker_shutting_down.connect(_on_shutting_down, weak=False)
     signals.worker_shutdown.connect(_on_shutdown, weak=False)
@@ -197,15 +200,6 @@ def _on_ready(**_: Any) -> None:
         interval_s=settings.agent_heartbeat_s,
     )
     instance.start()
-
-
-def _on_logging(logger: logging.Logger | None = None, **_: Any) -> None:
-    # Celery replaces the root logger's handlers at start; add the file (shipped to CloudWatch) after.
-    path = get_settings().agent_log_file
-    if path and logger is not None:
-        handler = logging.FileHandler(path)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
 
 
 def _on_shutting_down(**_: Any) -> None:

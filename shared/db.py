@@ -34,6 +34,9 @@ def connect(url: str | None = None) -> psycopg2.extensions.connection:
         raise ServiceUnavailable(f"PostgreSQL at {_redact(dsn)} is unreachable: {first_line}") from exc
 
 
+Cursor = psycopg2.extras.RealDictCursor
+
+
 @contextmanager
 def transaction(url: str | None = None) -> Iterator[psycopg2.extras.RealDictCursor]:
     """A cursor returning dict rows inside one transaction, committed on success."""

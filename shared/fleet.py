@@ -3,7 +3,8 @@
 from typing import Any
 
 from shared import machines
-from shared.db import jsonable, transaction
+from shared.agents import ALIVE
+from shared.db import Cursor, jsonable, transaction
 from shared.errors import InvalidRequest
 from shared.settings import get_settings
 
@@ -12,10 +13,9 @@ from shared.settings import get_settings
 SELECT_TARGETS = """
 SELECT *, CASE WHEN retry_after > now() THEN retry_after END AS paused_until
 FROM fleet_targets ORDER BY machine_type"""
-SELECT_INSTANCES = """
+SELECT_INSTANCES = f"""
 SELECT f.instance_id, f.machine_type, f.market, f.subnet_id, f.price_usd_per_hour, f.launched_at, f.idle_since,
-       EXISTS (SELECT 1 FROM agents a WHERE a.instance_id = f.instance_id AND a.stopped_at IS NULL
-               AND a.heartbeat_at > now() - make_interval(secs => %s)) AS agent_alive
+       EXISTS (SELECT 1 FROM agents a WHERE a.instance_id = f.instance_id AND {ALIVE}) AS agent_alive
 FROM fleet_instances f WHERE f.state = 'running' ORDER BY f.machine_type, f.launched_at"""
 SELECT_EVENTS = "SELECT at, machine_type, instance_id, action, detail FROM fleet_events ORDER BY id DESC LIMIT %s"
 HOLD = """
@@ -31,8 +31,7 @@ def status(*, events: int = 20) -> dict[str, Any]:
     with transaction() as cur:
         cur.execute(SELECT_TARGETS)
         targets = [jsonable(r) for r in cur.fetchall()]
-        cur.execute(SELECT_INSTANCES, (s.agent_alive_after_s,))
-        instances = [jsonable(r) for r in cur.fetchall()]
+        instances = _instances(cur, s.agent_alive_after_s)
         cur.execute(SELECT_EVENTS, (events,))
         recent = [jsonable(r) for r in cur.fetchall()]
     return {
@@ -56,6 +55,16 @@ def status(*, events: int = 20) -> dict[str, Any]:
         "instances": instances,
         "events": recent,
     }
+
+
+def _instances(cur: Cursor, alive_after_s: float) -> list[dict[str, Any]]:
+    cur.execute(SELECT_INSTANCES, {"alive_after": alive_after_s})
+    return [jsonable(r) for r in cur.fetchall()]
+
+
+def running_instances(cur: Cursor) -> list[dict[str, Any]]:
+    """The fleet's running instances: id, machine type, market, price per hour, launch time, agent alive."""
+    return _instances(cur, get_settings().agent_alive_after_s)
 
 
 def hold(*, machine_type: str, count: int | None) -> dict[str, Any]:

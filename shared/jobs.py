@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from shared.db import Json, transaction
+from shared.db import Cursor, Json, transaction
 from shared.errors import Conflict, NotFound
 from shared.schemas import JobRequest
 
@@ -53,6 +53,45 @@ WHERE owner_key_id = %(owner)s
 # concurrent ones cannot all pass its limit. Two int4 keys: a key space apart from shared/migrate.py's bigint one.
 LOCK_OWNER = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
 OWNER_LOCK_CLASS = 13
+
+
+# Metrics (api/metrics.py): one pass over jobs_status_times (migrations/0020_metrics.sql, an index-only scan):
+# jobs per status and bucket of duration (submission to end): `above` is how many bounds lie below the duration,
+# so the job belongs to bucket le=DURATION_BUCKETS_S[above] (NULL: not finished). width_bucket on the negated
+# bounds counts those >= the duration: Prometheus buckets include their bound.
+DURATION_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
+SELECT_STATUS_DURATIONS = """
+SELECT status, %(n)s - width_bucket(-d, %(bounds)s::float8[]) AS above, count(*) AS n, COALESCE(sum(d), 0) AS seconds
+FROM (SELECT status, EXTRACT(EPOCH FROM finished_at - created_at)::float8 AS d FROM jobs) j
+GROUP BY 1, 2"""
+# Layer benchmarks running jobs still wait for, per machine type, as each job's progress counts them.
+SELECT_PENDING = """
+SELECT m.key AS machine_type, sum((m.value->>'pending')::int) AS pending
+FROM jobs j, jsonb_each(j.progress->'machines') m
+WHERE j.status = 'running' GROUP BY m.key"""
+
+
+def status_durations(cur: Cursor) -> dict[str, dict[str, Any]]:
+    """Per status: jobs `n`, finished ones, their summed duration `seconds` and cumulative counts per bucket."""
+    bounds = sorted(-float(b) for b in DURATION_BUCKETS_S)
+    cur.execute(SELECT_STATUS_DURATIONS, {"n": len(DURATION_BUCKETS_S), "bounds": bounds})
+    out: dict[str, dict[str, Any]] = {}
+    for r in cur.fetchall():
+        s = out.setdefault(r["status"], {"n": 0, "finished": 0, "seconds": 0.0, "buckets": [0] * len(bounds)})
+        s["n"] += r["n"]
+        if r["above"] is None:
+            continue  # not finished
+        s["finished"] += r["n"]
+        s["seconds"] += float(r["seconds"])
+        for i in range(r["above"], len(bounds)):
+            s["buckets"][i] += r["n"]
+    return out
+
+
+def pending_benchmarks(cur: Cursor) -> dict[str, int]:
+    """Layer benchmarks running jobs wait for, per machine type (a point two jobs wait for counts twice)."""
+    cur.execute(SELECT_PENDING)
+    return {r["machine_type"]: int(r["pending"] or 0) for r in cur.fetchall()}
 
 
 def request_hash(request: JobRequest) -> str:

@@ -3,7 +3,7 @@
 from typing import Any
 
 from shared import cnns
-from shared.db import Json, one, transaction
+from shared.db import Cursor, Json, one, transaction
 
 UPSERT_CNN = """
 INSERT INTO cnns (name, source, definition) VALUES (%s, 'torchvision', %s)
@@ -32,6 +32,18 @@ FROM layer_benchmarks
 WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
   AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s
 ORDER BY measured_at DESC, id DESC"""
+
+# Metrics (api/metrics.py): rows stored per machine type, and the seconds agents spent in their timed runs
+# (measured_s, migrations/0020_metrics.sql); an index-only scan of layer_benchmarks_machine_measured.
+SELECT_TOTALS = """
+SELECT machine_type, count(*) AS n, COALESCE(sum(measured_s), 0) AS seconds
+FROM layer_benchmarks GROUP BY machine_type"""
+
+
+def benchmark_totals(cur: Cursor) -> list[dict[str, Any]]:
+    """Per machine type: layer benchmark rows stored and their timed seconds."""
+    cur.execute(SELECT_TOTALS)
+    return [dict(r) for r in cur.fetchall()]
 
 
 def register(*, name: str, image_size: int, num_classes: int | None = None) -> list[tuple[int, int]]:

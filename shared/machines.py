@@ -8,7 +8,7 @@ from typing import Any
 import psycopg2.errors
 import psycopg2.extras
 
-from shared.db import floats, one, transaction
+from shared.db import Cursor, floats, one, transaction
 from shared.errors import Conflict, NotFound
 from shared.schemas import MachineCreate
 
@@ -24,6 +24,7 @@ GPU_COLUMNS = {
 
 SELECT_ALL = "SELECT * FROM machine_types ORDER BY provider = 'local' DESC, provider, price_usd_per_hour, name"
 SELECT_NAMES = "SELECT name FROM machine_types WHERE name = ANY(%s)"
+SELECT_ALL_NAMES = "SELECT name FROM machine_types ORDER BY name"
 SELECT_ONE = "SELECT * FROM machine_types WHERE name = %s"
 # GPU types without bf16: said so, or unknown on a GPU older than Ampere (compute capability < 8.0).
 SELECT_WITHOUT_BF16 = """
@@ -78,6 +79,12 @@ def list_all() -> list[dict[str, Any]]:
     with transaction() as cur:
         cur.execute(SELECT_ALL)
         return [floats(r) for r in cur.fetchall()]
+
+
+def names(cur: Cursor) -> list[str]:
+    """Every machine type's name."""
+    cur.execute(SELECT_ALL_NAMES)
+    return [r["name"] for r in cur.fetchall()]
 
 
 def get_by_name(*, name: str) -> dict[str, Any]:

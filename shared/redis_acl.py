@@ -74,7 +74,8 @@ def rules(kind: str, *, db: int = 0, machine_types: Sequence[str] | None = None)
 
 def _rules(kind: str, db: int, machine_types: Sequence[str] | None) -> list[str]:
     if kind == "api":
-        return [*_START, *_API_COMMANDS, *_SEND_TO_JOBS, "~_kombu.binding*", "~traincast:rate:*"]
+        # GET /metrics counts the tasks waiting in each bench.<type> (shared/tasks.py queue_depths): LLEN only.
+        return [*_START, *_API_COMMANDS, *_SEND_TO_JOBS, "(%R~bench.* +llen)", "~_kombu.binding*", "~traincast:rate:*"]
     if kind == "fleet":
         # The controller counts the tasks waiting in each bench.<type> and its priority lists
         # (gpu_agent/fleet/store.py queued): LLEN, read only.

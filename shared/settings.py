@@ -88,6 +88,14 @@ class Settings(BaseSettings):
     # ~/.postgresql/root.crt, and for Redis the system's CAs.
     database_ca_file: str = ""
     redis_ca_file: str = ""
+    # Logs (issue 16): "json" (one object a line), "text", or "auto": text when stderr is a terminal, else JSON.
+    log_format: str = "auto"
+    log_level: str = "INFO"
+    # GET /metrics answers an admin key, or this bearer token (for a Prometheus scraper; empty: admin keys only).
+    metrics_token: str = ""
+    # GET /metrics's figures from PostgreSQL and Redis are read again this often, in the background, from the
+    # first scrape on (a scrape only formats them); 0: every scrape reads them (slower: see docs/PERFORMANCE.md).
+    metrics_cache_s: float = 2.0
 
     # Fleet (issue 7): the controller (`python -m gpu_agent.fleet`) launches agents on AWS.
     fleet_enabled: bool = False

@@ -32,6 +32,26 @@ def bench_queue(machine_type: str) -> str:
     return f"bench.{machine_type}"
 
 
+# kombu's Redis transport: a message of priority > 0 waits in "<queue>\x06\x16<step>".
+PRIORITY_SEP = "\x06\x16"
+PRIORITY_STEPS = (3, 6, 9)
+
+
+def queue_keys(queue: str) -> list[str]:
+    """The Redis lists holding a queue's waiting messages: the queue's own and its priority steps'."""
+    return [queue] + [f"{queue}{PRIORITY_SEP}{step}" for step in PRIORITY_STEPS]
+
+
+def queue_depths(queues: list[str], client: redis.Redis | None = None) -> dict[str, int]:
+    """Messages waiting in each queue (priority lists included), in one round trip of LLENs."""
+    pipe = (client or redis_client(socket_connect_timeout=2, socket_timeout=2)).pipeline(transaction=False)
+    for queue in queues:
+        for key in queue_keys(queue):
+            pipe.llen(key)
+    counts = iter(pipe.execute())
+    return {queue: sum(int(next(counts)) for _key in queue_keys(queue)) for queue in queues}
+
+
 def valid_machine_type(name: str) -> bool:
     """Whether name is a machine type name the API would accept (shared.schemas.MACHINE_NAME)."""
     return _MACHINE_NAME.fullmatch(name) is not None

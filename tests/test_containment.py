@@ -187,8 +187,8 @@ def test_a_cancel_during_planning_is_never_undone(clean_db: None, monkeypatch: p
     late = submit(batch_sizes=[1], epochs=4)
     real_send = coverage.send_work
 
-    def send_then_cancel(gaps: coverage.Missing, precision: str) -> None:
-        real_send(gaps, precision)
+    def send_then_cancel(gaps: coverage.Missing, precision: str, job_ids: list[str] | None = None) -> None:
+        real_send(gaps, precision, job_ids)
         jobs.cancel(job_id=late["id"])
 
     monkeypatch.setattr(coverage, "send_work", send_then_cancel)

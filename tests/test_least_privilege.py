@@ -58,6 +58,7 @@ DENIED = [
     ("api", "UPDATE cnns SET owner_key_id = NULL"),
     ("api", "DELETE FROM jobs"),
     ("api", "SELECT role FROM agent_logins"),
+    ("api", "SELECT stats FROM layer_benchmarks"),  # /metrics reads machine_type and measured_s only
     ("api", "SELECT version FROM schema_migrations"),
     ("worker", "SELECT secret_sha256 FROM api_keys"),
     ("worker", "INSERT INTO jobs (id, request, request_hash) VALUES (gen_random_uuid(), '{}', 'x')"),
@@ -198,6 +199,8 @@ def test_the_processes_run_as_their_roles(service_env: dict[str, str], clean_db:
         job = _finished(api, http.post(f"{api.url}/v1/jobs", json=body).json()["id"], stacks)
         assert job["status"] == "succeeded", job
         assert any(a["machine_type"] == "local" for a in http.get(f"{api.url}/v1/agents").json()["agents"])
+        scraped = http.get(f"{api.url}/metrics")  # every figure read as traincast_api (migrations/0020_metrics.sql)
+        assert scraped.status_code == 200 and 'traincast_layer_benchmarks_done{machine_type="local"}' in scraped.text
         canceled = http.post(f"{api.url}/v1/jobs", json=body | {"epochs": 3}).json()["id"]
         assert http.post(f"{api.url}/v1/jobs/{canceled}/cancel").status_code == 200
         # Connections are opened per transaction, so who each process logs in as is read from its environment.

@@ -68,8 +68,12 @@ def _served(peers: list[str], served: set[str]) -> str | None:
     return next((p for p in peers if p in served), None)
 
 
-def send_work(gaps: Missing, precision: str) -> None:
-    """One task per (machine, signature) with all its batch sizes, so a CNN costs few round-trips."""
+def send_work(gaps: Missing, precision: str, job_ids: list[str] | None = None) -> None:
+    """One task per (machine, signature) with all its batch sizes, so a CNN costs few round-trips.
+
+    Each item names the jobs that sent it (`job_ids`), so the agent's log lines name them; agents that
+    predate the field ignore it.
+    """
     grouped: dict[tuple[str, int], list[int]] = defaultdict(list)
     for machine, gap in gaps.items():
         for sig, bs in gap:
@@ -79,6 +83,8 @@ def send_work(gaps: Missing, precision: str) -> None:
     spec_by_id = layers.specs(signature_ids=sorted({sig for _m, sig in grouped}))
     for (machine, sig), sizes in sorted(grouped.items()):
         item = {"signature_id": sig, **spec_by_id[sig], "batch_sizes": sorted(sizes)}
+        if job_ids:
+            item["job_ids"] = job_ids
         tasks.send(
             tasks.BENCH_LAYERS,
             queue=tasks.bench_queue(machine),

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from shared import agents, fleet, layers, machines
+from shared import agents, fleet, layers, logs, machines
 from shared.db import Json, transaction
 from shared.errors import TraincastError
 from shared.schemas import JobRequest
@@ -55,14 +55,16 @@ def contained(job_id: uuid.UUID, step: Callable[[], T]) -> T | None:
     A transient error (PostgreSQL or Redis unreachable) is raised: the job is fine, and the
     reconciler takes it up again once the service is back.
     """
-    try:
-        return step()
-    except Exception as exc:
-        if is_transient(exc):
-            raise
-        log.exception("job %s failed with an unexpected error", job_id)
-        fail(job_id, f"unexpected error: {type(exc).__name__}: {str(exc)[:1000]}")
-        return None
+    # Every line logged in the step carries the job's id (plan, advance, assemble, reconcile).
+    with logs.context(job_id=str(job_id)):
+        try:
+            return step()
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            log.exception("job %s failed with an unexpected error", job_id)
+            fail(job_id, f"unexpected error: {type(exc).__name__}: {str(exc)[:1000]}")
+            return None
 
 
 def fail(job_id: uuid.UUID, error: str) -> None:
@@ -116,7 +118,8 @@ def _plan(job_id: uuid.UUID) -> None:
         if cur.fetchone() is None:
             log.info("job %s was canceled while it was planned: nothing sent", job_id)
             return
-    coverage.send_work(sent, request.layer_precision)
+    coverage.send_work(sent, request.layer_precision, job_ids=[str(job_id)])
+    log.info("job %s planned: %d layer benchmark points sent to agents", job_id, sum(map(len, sent.values())))
     with transaction() as cur:
         cur.execute(SELECT_STATUS, (job_id,))
         job = cur.fetchone()
@@ -198,7 +201,7 @@ def resend_missing(job_id: uuid.UUID) -> int:
         return 0  # finished (complete, or failed after waiting too long for an agent)
     request = JobRequest.model_validate(job["request"])
     lost = withdrawal.lost(coverage.waited_for(coverage.missing(job["plan"], request), job["plan"]))
-    coverage.send_work(lost, request.layer_precision)
+    coverage.send_work(lost, request.layer_precision, job_ids=[str(job_id)])
     return sum(len({s for s, _b in gap}) for gap in lost.values())
 
 

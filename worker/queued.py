@@ -17,10 +17,6 @@ from shared import tasks
 
 log = logging.getLogger(__name__)
 
-# kombu's Redis transport: a message of priority > 0 waits in "<queue>\x06\x16<step>".
-PRIORITY_SEP = "\x06\x16"
-PRIORITY_STEPS = (3, 6, 9)
-
 _broker: redis.Redis | None = None
 
 
@@ -33,8 +29,7 @@ def broker() -> redis.Redis:
 
 
 def _keys(machine: str) -> list[str]:
-    name = tasks.bench_queue(machine)
-    return [name] + [f"{name}{PRIORITY_SEP}{step}" for step in PRIORITY_STEPS]
+    return tasks.queue_keys(tasks.bench_queue(machine))
 
 
 def _items(raw: bytes | str) -> list[tuple[int, list[int]]]:

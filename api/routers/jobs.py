@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Header, Query, Response
 from pydantic import AfterValidator
 
 from api.auth import Reader, Submitter, require
-from shared import cnns, jobs, keys, machines, tasks
+from shared import cnns, jobs, keys, logs, machines, tasks
 from shared.errors import InvalidRequest, NotFound
 from shared.schemas import JobRequest
 
@@ -99,7 +99,9 @@ def create_job(
     job, created = jobs.create(
         request=request, idempotency_key=idempotency_key, owner_key_id=principal.key_id, admit=admit
     )
+    logs.bind(job_id=str(job["id"]))
     if created:
+        log.info("job submitted: %s on %s", ",".join(request.cnns)[:300], ",".join(request.machines)[:300])
         try:
             tasks.send(tasks.PLAN_JOB, args=[str(job["id"])])
         except Exception:  # the job is stored; the reconciler sends its work when the broker is back

@@ -5,7 +5,7 @@ import signal
 import threading
 
 from gpu_agent.fleet.controller import Controller
-from shared import secrets
+from shared import logs, secrets
 from shared.db import connect
 from shared.settings import get_settings
 
@@ -18,7 +18,7 @@ TRY_LOCK = "SELECT pg_try_advisory_lock(%s)"
 
 def main() -> None:
     """Hold the controller lock and run a pass every FLEET_EVERY_S until SIGTERM."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup("fleet")
     secrets.load_from_environment()
     settings = get_settings()
     stop = threading.Event()

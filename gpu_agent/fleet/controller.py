@@ -9,7 +9,7 @@ import redis
 
 from gpu_agent.fleet import ec2, health, lookup, store
 from gpu_agent.fleet.policy import Decision, Instance, Limits, TypeState, decide
-from shared import tasks
+from shared import logs, tasks
 from shared.errors import CapacityShort, FleetError, QuotaShort
 from shared.settings import get_settings
 
@@ -50,17 +50,24 @@ class Controller:
         decisions = decide(states, self.limits, now)
         by_type = {s.machine_type: s for s in states}
         for machine_type, d in decisions.items():
-            if self._terminate(machine_type, d, rows, now) and d.launch:
-                d.notes.append("launches paused: instances of this type die soon after launch")
-                d.launch = 0
-            for _ in range(d.launch):
-                if not self._launch(machine_type, prices[machine_type], now):
-                    break
-            st = by_type[machine_type]
-            note = "; ".join(d.notes) or None
-            if d.wanted or st.instances or st.queued or st.waiting_jobs or note or st.held is not None:
-                store.save_decision(machine_type, wanted=d.wanted, queued=st.queued, waiting=st.waiting_jobs, note=note)
+            with logs.context(machine_type=machine_type):
+                self._act(machine_type, d, rows, prices, by_type[machine_type], now)
         return decisions
+
+    def _act(
+        self, machine_type: str, d: Decision, rows: dict[str, dict[str, Any]], prices: dict[str, float],
+        st: TypeState, now: datetime,
+    ) -> None:  # fmt: skip
+        """Terminate and launch what one type's decision says, and record the decision."""
+        if self._terminate(machine_type, d, rows, now) and d.launch:
+            d.notes.append("launches paused: instances of this type die soon after launch")
+            d.launch = 0
+        for _ in range(d.launch):
+            if not self._launch(machine_type, prices[machine_type], now):
+                break
+        note = "; ".join(d.notes) or None
+        if d.wanted or st.instances or st.queued or st.waiting_jobs or note or st.held is not None:
+            store.save_decision(machine_type, wanted=d.wanted, queued=st.queued, waiting=st.waiting_jobs, note=note)
 
     def _sync(
         self, live: dict[str, ec2.LiveInstance], prices: dict[str, float], now: datetime
@@ -177,7 +184,7 @@ class Controller:
         for iid, reason in d.terminate:
             store.terminated(iid, reason=reason)
             store.event(machine_type, "terminated", reason, instance_id=iid)
-            log.info("terminated %s (%s): %s", iid, machine_type, reason)
+            log.info("terminated %s (%s): %s", iid, machine_type, reason, extra={"instance_id": iid})
         paused = False
         for iid in d.orphans:
             age = (now - rows[iid]["launched_at"]).total_seconds()
@@ -211,7 +218,8 @@ class Controller:
             store.event(
                 machine_type, action, f"{skip.detail}; launched {got.market} instead", instance_id=got.instance_id
             )
+        iid = got.instance_id
         where = f"{got.market} in {got.subnet_id or 'default subnet'}"
         store.event(machine_type, "launched", where, instance_id=got.instance_id)
-        log.info("launched %s (%s, %s)", got.instance_id, machine_type, got.market)
+        log.info("launched %s (%s, %s)", got.instance_id, machine_type, got.market, extra={"instance_id": iid})
         return True
