@@ -1,6 +1,7 @@
 """The whole path with real processes: HTTP → Redis/Celery → worker → PostgreSQL → agent → predictor."""
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -86,7 +87,7 @@ def test_calibrate_predict_and_reuse(full_stack: Stack, clean_db: None) -> None:
     assert job["progress"]["op_benchmarks"]["pending"] == 0 < job["progress"]["op_benchmarks"]["needed"]
     # The agent measured resnet18's ops at both batch sizes and its SGD step (batch size 0), each with its environment.
     rows = op_rows("resnet18")
-    assert {r["batch_size"] for r in rows if r["op"] != "optimizer"} == {1, 2}
+    assert {1, 2} <= {r["batch_size"] for r in rows if r["op"] != "optimizer"}  # shared ops: calibration sizes too
     assert [r["batch_size"] for r in rows if r["op"] == "optimizer"] == [0]
     assert all(r["details"].get("torch") for r in rows)
     assert any(r["forward_ms"] and r["forward_ms"] > 0 for r in rows if r["op"] == "optimizer")
@@ -97,13 +98,14 @@ def test_calibrate_predict_and_reuse(full_stack: Stack, clean_db: None) -> None:
 
     before = measured()
     received = full_stack.log("agent").count("gpu_agent.bench_layers")
-    received_ops = full_stack.log("agent").count("gpu_agent.bench_ops")
+    # Counted by their "received" lines: a "succeeded" line of the first job's last task may still follow.
+    received_ops = len(re.findall(r"gpu_agent\.bench_ops\[[^\]]+\] received", full_stack.log("agent")))
     started = time.monotonic()
     again = wait_for(full_stack, http.post(f"{full_stack.url}/v1/jobs", json=JOB).json()["id"])
     assert again["status"] == "succeeded" and time.monotonic() - started < 5
     assert measured() == before
     assert full_stack.log("agent").count("gpu_agent.bench_layers") == received
-    assert full_stack.log("agent").count("gpu_agent.bench_ops") == received_ops
+    assert len(re.findall(r"gpu_agent\.bench_ops\[[^\]]+\] received", full_stack.log("agent"))) == received_ops
 
     out = cli(full_stack, "predict", "resnet18", "--batch-sizes", "1,2", "--image-size", "32", "--epochs", "2")
     assert out.returncode == 0, out.stderr

@@ -179,7 +179,8 @@ def test_row_security_binds_every_role_but_the_owner() -> None:
     with transaction() as cur:
         cur.execute(RLS_TABLES)
         rows = {r["relname"]: r["relforcerowsecurity"] for r in cur.fetchall()}
-    tables = {"layer_benchmarks", "step_measurements", "step_failures", "layer_failures", "agents", "agent_logins"}
+    tables = {"layer_benchmarks", "op_benchmarks", "step_measurements", "step_failures", "layer_failures", "agents"}
+    tables.add("agent_logins")
     assert rows == dict.fromkeys(tables, False)
 
 
