@@ -10,11 +10,12 @@ from typing import Any
 from celery import signals
 from celery.exceptions import Reject
 
-from gpu_agent import environment, instance, layer_bench, lifecycle, step_bench, store
+from gpu_agent import environment, instance, layer_bench, lifecycle, op_bench, step_bench, store
 from gpu_agent.timing import Policy
 from gpu_agent.windows import Outcome
 from shared import logs, tasks
 from shared.errors import InvalidRequest
+from shared.op_signatures import OPTIMIZER, OpSignature
 from shared.settings import get_settings
 from shared.signatures import ConvSignature
 from shared.training import LEGACY_SGD_MOMENTUM, TrainConfig
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 app = tasks.make_app("traincast-agent", agent_machine_type=get_settings().agent_machine_type)
 # A whole step gets this many times a layer phase's time cap: it is one long operation, not three.
 STEP_CAP_FACTOR = 4
+# A non-conv op (mostly memory-bound, sub-millisecond) gets this share of a layer phase's cap: it settles fast.
+OP_CAP_FACTOR = 0.5
 
 
 def _check_machine(machine_type: str) -> None:
@@ -54,13 +57,14 @@ def _retrying_outages(task: str, run: Callable[[], int]) -> int:
 
 
 @app.task(name=tasks.BENCH_LAYERS)
-def bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]) -> int:
-    """Measure conv signatures at their batch sizes; skip what is stored. Returns rows written."""
+def bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]], channels_last: bool = False) -> int:
+    """Measure conv signatures at their batch sizes (in channels_last if asked); skip what is stored."""
     _check_machine(machine_type)
-    return _retrying_outages(tasks.BENCH_LAYERS, partial(_bench_layers, machine_type, precision, items))
+    run = partial(_bench_layers, machine_type, precision, items, channels_last)
+    return _retrying_outages(tasks.BENCH_LAYERS, run)
 
 
-def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]) -> int:
+def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]], channels_last: bool) -> int:
     dev = environment.device()
     env_id = environment.environment_id(str(dev))
     written: list[int] = []
@@ -70,8 +74,9 @@ def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]
                 _hand_back(tasks.BENCH_LAYERS, len(written))
             sig_id = item["signature_id"]
             done = store.layer_batch_sizes_done(
-                signature_id=sig_id, machine=machine_type, precision=precision, environment_id=env_id
-            )
+                signature_id=sig_id, machine=machine_type, precision=precision, environment_id=env_id,
+                channels_last=channels_last,
+            )  # fmt: skip
             todo = sorted(set(item["batch_sizes"]) - done)
             # The task's lines carry the signature from here (the machine type and jobs: shared/logs.py).
             logs.bind(signature=sig_id)
@@ -89,6 +94,7 @@ def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]
                     precision=precision,
                     environment_id=env_id,
                     outcome=outcome,
+                    channels_last=channels_last,
                 )
                 written.append(bs)
 
@@ -102,6 +108,7 @@ def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]
                     window_points=get_settings().bench_window_points,
                     save=save,
                     stop=lifecycle.stop_requested,
+                    channels_last=channels_last,
                 )
             except Exception as exc:
                 if is_transient(exc):
@@ -118,6 +125,52 @@ def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]
             tasks.send(tasks.ADVANCE_JOBS, machine_type=machine_type)
             if left:
                 _hand_back(tasks.BENCH_LAYERS, len(written))
+    finally:
+        lifecycle.set_work(None)
+    return len(written)
+
+
+@app.task(name=tasks.BENCH_OPS)
+def bench_ops(machine_type: str, config: dict[str, Any], items: list[dict[str, Any]]) -> int:
+    """Measure non-conv op signatures (and optimizer steps) in a training configuration; skip what is stored."""
+    _check_machine(machine_type)
+    train = TrainConfig.model_validate(config)
+    return _retrying_outages(tasks.BENCH_OPS, partial(_bench_ops, machine_type, train, items))
+
+
+def _bench_ops(machine_type: str, config: TrainConfig, items: list[dict[str, Any]]) -> int:
+    dev = environment.device()
+    env_id = environment.environment_id(str(dev))
+    written: list[int] = []
+    try:
+        for n, item in enumerate(items):
+            if lifecycle.stop_requested():
+                _hand_back(tasks.BENCH_OPS, len(written))
+            sig_id, sig = item["signature_id"], OpSignature.from_json(item["spec"])
+            variant = config.optimizer_variant if sig.op == OPTIMIZER else config.op_variant
+            done = store.op_batch_sizes_done(
+                signature_id=sig_id, machine=machine_type, variant=variant, environment_id=env_id
+            )
+            todo = sorted(set(item["batch_sizes"]) - done)
+            lifecycle.set_work(
+                {"task": tasks.BENCH_OPS, "signature_id": sig_id, "op": sig.op, "batch_sizes": todo}
+                | {"item": n + 1, "items": len(items), "since": datetime.now(UTC).isoformat()}
+            )
+
+            def save(bs: int, outcome: Outcome, sig_id: int = sig_id, variant: str = variant) -> None:
+                store.save_op(
+                    signature_id=sig_id, machine=machine_type, batch_size=bs, variant=variant,
+                    environment_id=env_id, outcome=outcome,
+                )  # fmt: skip
+                written.append(bs)
+
+            left = op_bench.measure(
+                sig, todo, config, dev, policy=Policy.from_settings(OP_CAP_FACTOR),
+                window_points=get_settings().bench_window_points, save=save, stop=lifecycle.stop_requested,
+            )  # fmt: skip
+            tasks.send(tasks.ADVANCE_JOBS, machine_type=machine_type)
+            if left:
+                _hand_back(tasks.BENCH_OPS, len(written))
     finally:
         lifecycle.set_work(None)
     return len(written)

@@ -26,10 +26,11 @@ def measure(
     window_points: int,
     save: Callable[[int, Outcome], None],
     stop: Callable[[], bool],
+    channels_last: bool = False,
 ) -> list[int]:
     """Time the three phases at each batch size, interleaved; returns the batch sizes left by a stop."""
     spec = Spec(
-        prepare=lambda bs: prepare(sig, bs, precision, device),
+        prepare=lambda bs: prepare(sig, bs, precision, device, channels_last),
         footprint=lambda sizes: memory.layer_bytes(sig, sizes, precision),
     )
     return windows.run(
@@ -37,15 +38,22 @@ def measure(
     )
 
 
-def prepare(sig: ConvSignature, batch_size: int, precision: str, device: torch.device) -> Prepared:
-    """Tensors of one batch size and its three phases, each called once (the first call is not a sample)."""
+def prepare(
+    sig: ConvSignature, batch_size: int, precision: str, device: torch.device, channels_last: bool = False
+) -> Prepared:
+    """Tensors of one batch size and its three phases, each called once (the first call is not a sample).
+
+    channels_last: input, weight and output gradient in that memory format, as a channels_last model has them.
+    """
     dtype = DTYPES[precision]
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
     x = torch.randn(batch_size, sig.in_channels, sig.in_h, sig.in_w, device=device, dtype=dtype)
+    x = x.contiguous(memory_format=fmt)
     if sig.transposed:
         w_shape = (sig.in_channels, sig.out_channels // sig.groups, *sig.kernel)
     else:
         w_shape = (sig.out_channels, sig.in_channels // sig.groups, *sig.kernel)
-    w = torch.randn(w_shape, device=device, dtype=dtype)
+    w = torch.randn(w_shape, device=device, dtype=dtype).contiguous(memory_format=fmt)
     b = torch.randn(sig.out_channels, device=device, dtype=dtype) if sig.bias else None
     conv_args = (
         list(sig.stride),
@@ -61,7 +69,7 @@ def prepare(sig: ConvSignature, batch_size: int, precision: str, device: torch.d
     def forward() -> torch.Tensor:
         return torch.ops.aten.convolution(x, w, b, *conv_args)
 
-    grad_y = torch.randn_like(forward())
+    grad_y = torch.randn_like(forward()).contiguous(memory_format=fmt)
 
     def backward_data() -> object:
         return torch.ops.aten.convolution_backward(grad_y, x, w, bias_sizes, *conv_args, [True, False, False])

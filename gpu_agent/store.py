@@ -10,12 +10,21 @@ METHOD = "interleaved-rounds"
 
 SELECT_LAYER_DONE = """
 SELECT batch_size FROM layer_benchmarks
-WHERE signature_id = %s AND machine_type = %s AND precision = %s AND environment_id = %s"""
+WHERE signature_id = %s AND machine_type = %s AND precision = %s AND channels_last = %s AND environment_id = %s"""
 INSERT_LAYER = """
-INSERT INTO layer_benchmarks (signature_id, machine_type, batch_size, precision, environment_id, oom,
+INSERT INTO layer_benchmarks (signature_id, machine_type, batch_size, precision, channels_last, environment_id, oom,
                               forward_ms, backward_data_ms, backward_weight_ms, stats)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (signature_id, machine_type, batch_size, precision, environment_id) DO NOTHING"""
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (signature_id, machine_type, batch_size, precision, channels_last, environment_id) DO NOTHING"""
+SELECT_OP_DONE = """
+SELECT batch_size FROM op_benchmarks
+WHERE op_signature_id = %s AND machine_type = %s AND variant = %s AND environment_id = %s"""
+# An infeasible op is stored without timings: done, and learnt rather than measured.
+INSERT_OP = """
+INSERT INTO op_benchmarks (op_signature_id, machine_type, batch_size, variant, environment_id, oom,
+                           forward_ms, backward_ms, stats)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (op_signature_id, machine_type, batch_size, variant, environment_id) DO NOTHING"""
 # Infeasible steps count as done: measuring them again would fail the same way.
 _STEP_KEY = """cnn_name = %(cnn)s AND machine_type = %(machine)s AND image_size = %(image_size)s
   AND optimizer = %(optimizer)s AND momentum = %(momentum)s AND weight_decay = %(weight_decay)s
@@ -54,16 +63,41 @@ def stats(outcome: Outcome) -> dict[str, Any]:
     }
 
 
-def layer_batch_sizes_done(*, signature_id: int, machine: str, precision: str, environment_id: int) -> set[int]:
+def layer_batch_sizes_done(
+    *, signature_id: int, machine: str, precision: str, environment_id: int, channels_last: bool = False
+) -> set[int]:
     """Batch sizes already measured for a signature in this environment (resume, don't re-measure)."""
     with transaction() as cur:
-        cur.execute(SELECT_LAYER_DONE, (signature_id, machine, precision, environment_id))
+        cur.execute(SELECT_LAYER_DONE, (signature_id, machine, precision, channels_last, environment_id))
         return {r["batch_size"] for r in cur.fetchall()}
 
 
-def save_layer(
-    *, signature_id: int, machine: str, batch_size: int, precision: str, environment_id: int, outcome: Outcome
+def op_batch_sizes_done(*, signature_id: int, machine: str, variant: str, environment_id: int) -> set[int]:
+    """Batch sizes already stored for an op signature in this variant and environment."""
+    with transaction() as cur:
+        cur.execute(SELECT_OP_DONE, (signature_id, machine, variant, environment_id))
+        return {r["batch_size"] for r in cur.fetchall()}
+
+
+def save_op(
+    *, signature_id: int, machine: str, batch_size: int, variant: str, environment_id: int, outcome: Outcome
 ) -> None:
+    """Store one op measurement (forward and backward; the optimizer's step as forward, backward 0), OOM or reason."""
+    ms: tuple[float | None, float | None] = (None, None)
+    if outcome.timings is not None:
+        t = outcome.timings
+        ms = (t["step"].value_ms, 0.0) if "step" in t else (t["forward"].value_ms, t["backward"].value_ms)
+    with transaction() as cur:
+        cur.execute(
+            INSERT_OP,
+            (signature_id, machine, batch_size, variant, environment_id, outcome.oom, *ms, Json(stats(outcome))),
+        )
+
+
+def save_layer(
+    *, signature_id: int, machine: str, batch_size: int, precision: str, environment_id: int, outcome: Outcome,
+    channels_last: bool = False,
+) -> None:  # fmt: skip
     """Store one layer measurement (or its out of memory)."""
     if outcome.infeasible:
         raise ValueError(f"a layer is measured or out of memory, never infeasible: {outcome.reason}")
@@ -73,8 +107,11 @@ def save_layer(
     with transaction() as cur:
         cur.execute(
             INSERT_LAYER,
-            (signature_id, machine, batch_size, precision, environment_id, outcome.oom, *ms, Json(stats(outcome))),
-        )
+            (
+                signature_id, machine, batch_size, precision, channels_last, environment_id, outcome.oom, *ms,
+                Json(stats(outcome)),
+            ),
+        )  # fmt: skip
 
 
 def _step_params(cnn: str, machine: str, image_size: int, config: TrainConfig, env: int) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from functools import cache, lru_cache
 from typing import Any
 
 from shared.errors import ExtractionError, NotFound
+from shared.op_signatures import OpSignature, from_aten, optimizer_signature
 from shared.signatures import ConvSignature
 from shared.workload import Workload, record_aten
 
@@ -21,6 +22,9 @@ class ConvLayers:
     signatures: tuple[ConvSignature, ...]
     counts: tuple[int, ...]
     workload: dict[str, Any] = field(default_factory=dict, compare=False)
+    # The other operators (and the optimizer step, count 1) in order of first use; empty where a reader cannot tell.
+    ops: tuple[OpSignature, ...] = field(default=(), compare=False)
+    op_counts: tuple[int, ...] = field(default=(), compare=False)
 
     @property
     def total(self) -> int:
@@ -117,6 +121,7 @@ def conv_layers_of(model: Any, image_size: int, num_classes: int | None = None) 
     from torch.utils._python_dispatch import TorchDispatchMode
 
     seen: list[ConvSignature] = []
+    seen_ops: list[OpSignature] = []
     work = Workload()
 
     class _Record(TorchDispatchMode):
@@ -129,6 +134,10 @@ def conv_layers_of(model: Any, image_size: int, num_classes: int | None = None) 
                 out = func(*args, **kwargs)
             if func is torch.ops.aten.convolution.default:
                 seen.append(_signature_of(args))
+            else:
+                op = from_aten(func.overloadpacket.__name__, args, out, _EXTRACT_BATCH)
+                if op is not None:
+                    seen_ops.append(op)
             record_aten(work, func, args, kwargs, out)
             return out
 
@@ -156,7 +165,13 @@ def conv_layers_of(model: Any, image_size: int, num_classes: int | None = None) 
     work.saved_bytes = float(saved.nbytes)
     counts = Counter(seen)
     order = list(dict.fromkeys(seen))
-    return ConvLayers(tuple(order), tuple(counts[s] for s in order), work.per_sample(_EXTRACT_BATCH).to_json())
+    seen_ops.append(optimizer_signature([tuple(p.shape) for p in params if p.requires_grad]))
+    op_counts = Counter(seen_ops)
+    op_order = list(dict.fromkeys(seen_ops))
+    return ConvLayers(
+        tuple(order), tuple(counts[s] for s in order), work.per_sample(_EXTRACT_BATCH).to_json(),
+        tuple(op_order), tuple(op_counts[o] for o in op_order),
+    )  # fmt: skip
 
 
 class _SavedTensors:

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from shared import cnns
+from shared import cnns, ops
 from shared.db import Cursor, Json, one, transaction
 
 UPSERT_CNN = """
@@ -24,13 +24,13 @@ SELECT_SPECS = "SELECT id, hash, spec FROM conv_signatures WHERE id = ANY(%s)"
 SELECT_DONE = """
 SELECT DISTINCT signature_id, machine_type, batch_size FROM layer_benchmarks
 WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
-  AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s"""
+  AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s AND channels_last = %(channels_last)s"""
 # The newest row per key: rows of another environment are never averaged in.
 SELECT_BENCHMARKS = """
 SELECT signature_id, batch_size, oom, forward_ms, backward_data_ms, backward_weight_ms, environment_id, machine_type
 FROM layer_benchmarks
 WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
-  AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s
+  AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s AND channels_last = %(channels_last)s
 ORDER BY measured_at DESC, id DESC"""
 
 # Metrics (api/metrics.py): rows stored per machine type, and the seconds agents spent in their timed runs
@@ -47,7 +47,7 @@ def benchmark_totals(cur: Cursor) -> list[dict[str, Any]]:
 
 
 def register(*, name: str, image_size: int, num_classes: int | None = None) -> list[tuple[int, int]]:
-    """Read a CNN's conv layers and workload and store them; returns [(signature_id, count), …]."""
+    """Read a CNN's conv layers, other ops and workload and store them; returns [(conv signature_id, count), …]."""
     layers = cnns.read(name=name, image_size=image_size, num_classes=num_classes)
     classes = cnns.variant_classes(name, num_classes)
     out: list[tuple[int, int]] = []
@@ -60,6 +60,7 @@ def register(*, name: str, image_size: int, num_classes: int | None = None) -> l
             cur.execute(UPSERT_MEMBERSHIP, (name, image_size, classes, sig_id, count))
             out.append((sig_id, count))
         cur.execute(UPSERT_WORKLOAD, (name, image_size, classes, layers.total, Json(layers.workload)))
+        ops.store(cur, name=name, image_size=image_size, num_classes=classes, layers=layers)
     return out
 
 
@@ -76,18 +77,21 @@ def specs(*, signature_ids: list[int]) -> dict[int, dict[str, Any]]:
 
 
 def measured(
-    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], precision: str
-) -> set[tuple[int, str, int]]:
+    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], precision: str,
+    channels_last: bool = False,
+) -> set[tuple[int, str, int]]:  # fmt: skip
     """The (signature, machine, batch size) triples that have a stored benchmark (OOM counts)."""
     params = {"sigs": signature_ids, "machines": machines, "batch_sizes": batch_sizes, "precision": precision}
+    params["channels_last"] = channels_last
     with transaction() as cur:
         cur.execute(SELECT_DONE, params)
         return {(r["signature_id"], r["machine_type"], r["batch_size"]) for r in cur.fetchall()}
 
 
 def newest(
-    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], precision: str
-) -> dict[tuple[int, int], dict[str, Any]]:
+    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], precision: str,
+    channels_last: bool = False,
+) -> dict[tuple[int, int], dict[str, Any]]:  # fmt: skip
     """(signature, batch size) → its benchmark row on machine types of one GPU, from one environment where possible.
 
     machines: the machine type and those with the same GPU model (machines.peers_of); an environment
@@ -99,19 +103,9 @@ def newest(
     """
     params = {"sigs": signature_ids, "machines": machines, "batch_sizes": batch_sizes, "precision": precision}
     with transaction() as cur:
-        cur.execute(SELECT_BENCHMARKS, params)
+        cur.execute(SELECT_BENCHMARKS, params | {"channels_last": channels_last})
         rows = [dict(r) for r in cur.fetchall()]  # newest first
-    cover: dict[int, set[tuple[int, int]]] = {}
-    for r in rows:
-        cover.setdefault(r["environment_id"], set()).add((r["signature_id"], r["batch_size"]))
-    # dicts keep insertion order, which is newest first: max() keeps the first of equals.
-    preferred = max(cover, key=lambda env: len(cover[env]), default=None)
-    out: dict[tuple[int, int], dict[str, Any]] = {}
-    for r in rows:
-        key = (r["signature_id"], r["batch_size"])
-        if key not in out or (r["environment_id"] == preferred and out[key]["environment_id"] != preferred):
-            out[key] = r
-    return out
+    return ops.one_environment(rows, "signature_id")
 
 
 SELECT_MEMBERS = """

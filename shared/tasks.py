@@ -22,6 +22,7 @@ ADVANCE_JOBS = "worker.advance_jobs"
 RECONCILE = "worker.reconcile"
 BENCH_LAYERS = "gpu_agent.bench_layers"
 MEASURE_STEPS = "gpu_agent.measure_steps"
+BENCH_OPS = "gpu_agent.bench_ops"
 
 
 _MACHINE_NAME = re.compile(MACHINE_NAME.removeprefix("^").removesuffix("$"))

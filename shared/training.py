@@ -45,6 +45,18 @@ class TrainConfig(BaseModel):
         """The precision key of this configuration's conv layer benchmarks."""
         return LAYER_PRECISION[self.precision]
 
+    @property
+    def op_variant(self) -> str:
+        """The key of this configuration's non-conv op benchmarks: the dtype they run in, and the layout."""
+        return self.layer_precision + ("/channels_last" if self.channels_last else "")
+
+    @property
+    def optimizer_variant(self) -> str:
+        """The key of its optimizer-step benchmarks: what changes the step's kernels (fp32 master weights always;
+        amp_fp16's GradScaler unscales and checks the gradients first)."""
+        name = self.optimizer + ("+momentum" if self.momentum else "") + ("+wd" if self.weight_decay else "")
+        return name + ("/grad_scaler" if self.precision == "amp_fp16" else "")
+
     def cost_key(self) -> str:
         """The work a step does, e.g. 'sgd+momentum/fp32', 'adamw+wd/amp_fp16/channels_last'."""
         parts = [self.optimizer + ("+momentum" if self.momentum else "") + ("+wd" if self.weight_decay else "")]

@@ -28,7 +28,7 @@ http = httpx.Client(timeout=30)
 ADMIN_RATE_PER_S = 10_000.0
 
 TRUNCATE = """
-TRUNCATE jobs, predictor_models, step_measurements, layer_benchmarks,
+TRUNCATE jobs, predictor_models, step_measurements, layer_benchmarks, op_benchmarks, cnn_ops, op_signatures,
          cnn_layers, conv_signatures, cnns, fleet_instances, fleet_targets, fleet_events CASCADE"""
 
 

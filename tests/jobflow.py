@@ -21,7 +21,11 @@ def drain_agent_queue(machine: str = "local") -> int:
     count = 0
     while (raw := broker().lpop(f"bench.{machine}")) is not None:
         message = json.loads(raw)
-        task = {"gpu_agent.bench_layers": agent.bench_layers, "gpu_agent.measure_steps": agent.measure_steps}
+        task = {
+            "gpu_agent.bench_layers": agent.bench_layers,
+            "gpu_agent.measure_steps": agent.measure_steps,
+            "gpu_agent.bench_ops": agent.bench_ops,
+        }
         _args, kwargs, _embed = json.loads(_body(message))
         task[message["headers"]["task"]](**kwargs)
         count += 1

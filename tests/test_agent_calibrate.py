@@ -50,7 +50,10 @@ def test_calibration_is_complete_in_one_environment_and_reports_infeasible_steps
     sig_ids, steps = calibrate.send(plan)
     drain_agent_queue()
     done, needed = calibrate.progress(plan, sig_ids)
-    assert done == needed == (len(sig_ids) + 2) * 2 and steps == 4
+    # Conv layers and whole steps at both batch sizes; each op too, and each CNN's optimizer step once.
+    read = [cnn_zoo.conv_layers(cnn, 32).ops for cnn in plan.cnns]
+    op_points = sum(2 - (op.op == "optimizer") for op in {op for ops in read for op in ops})
+    assert done == needed == (len(sig_ids) + 2) * 2 + op_points and steps == 4
     (failure,) = calibrate.failures(plan)
     assert (failure["cnn_name"], failure["batch_size"]) == ("resnet18", 1)
 

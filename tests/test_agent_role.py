@@ -20,6 +20,7 @@ from tests.agent_role import AGENT_LOGIN, agent_url
 GRANTED_TABLES = {
     "environments",
     "layer_benchmarks",
+    "op_benchmarks",
     "step_measurements",
     "step_failures",
     "agents",

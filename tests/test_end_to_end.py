@@ -1,6 +1,7 @@
 """The whole path with real processes: HTTP → Redis/Celery → worker → PostgreSQL → agent → predictor."""
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from typing import Any
 from shared.db import transaction
 from tests.conftest import Stack, http
 from tests.onnx_models import export
+from worker import features, predictor
 
 JOB = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [1, 2], "image_size": 32, "epochs": 2}
 TRAINCAST = str(Path(sys.executable).parent / "traincast")
@@ -33,6 +35,20 @@ def measured() -> tuple[int, Any]:
         cur.execute("SELECT count(*) AS n, max(measured_at) AS last FROM layer_benchmarks")
         row = cur.fetchone()
     return int(row["n"]), row["last"]
+
+
+OP_ROWS = """
+SELECT s.op, b.batch_size, b.forward_ms, b.backward_ms, b.environment_id, e.details
+FROM op_benchmarks b JOIN op_signatures s ON s.id = b.op_signature_id JOIN environments e ON e.id = b.environment_id
+JOIN cnn_ops m ON m.op_signature_id = s.id
+WHERE m.cnn_name = %s AND m.image_size = 32 AND b.machine_type = 'local'"""
+
+
+def op_rows(cnn: str) -> list[dict[str, Any]]:
+    """The op benchmark rows stored for a CNN's ops at 32 px on local, with their environment."""
+    with transaction() as cur:
+        cur.execute(OP_ROWS, (cnn,))
+        return [dict(r) for r in cur.fetchall()]
 
 
 def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
@@ -68,14 +84,28 @@ def test_calibrate_predict_and_reuse(full_stack: Stack, clean_db: None) -> None:
     assert [p["batch_size"] for p in points] == [1, 2] and all(p["iteration_seconds"] > 0 for p in points)
     assert job["result"]["models"]["local"]["version"] == 1
     assert job["progress"]["layer_benchmarks"]["pending"] == 0
+    assert job["progress"]["op_benchmarks"]["pending"] == 0 < job["progress"]["op_benchmarks"]["needed"]
+    # The agent measured resnet18's ops at both batch sizes and its SGD step (batch size 0), each with its environment.
+    rows = op_rows("resnet18")
+    assert {1, 2} <= {r["batch_size"] for r in rows if r["op"] != "optimizer"}  # shared ops: calibration sizes too
+    assert [r["batch_size"] for r in rows if r["op"] == "optimizer"] == [0]
+    assert all(r["details"].get("torch") for r in rows)
+    assert any(r["forward_ms"] and r["forward_ms"] > 0 for r in rows if r["op"] == "optimizer")
+    # The model's features saw the calibration CNNs' measured ops and optimizer steps.
+    points = predictor.dataset("local")
+    at = {n: i for i, n in enumerate(features.NAMES)}
+    assert points and all(p.x[at["other_ms"]] > 0 and p.x[at["optimizer_measured"]] == 1 for p in points)
 
     before = measured()
     received = full_stack.log("agent").count("gpu_agent.bench_layers")
+    # Counted by their "received" lines: a "succeeded" line of the first job's last task may still follow.
+    received_ops = len(re.findall(r"gpu_agent\.bench_ops\[[^\]]+\] received", full_stack.log("agent")))
     started = time.monotonic()
     again = wait_for(full_stack, http.post(f"{full_stack.url}/v1/jobs", json=JOB).json()["id"])
     assert again["status"] == "succeeded" and time.monotonic() - started < 5
     assert measured() == before
     assert full_stack.log("agent").count("gpu_agent.bench_layers") == received
+    assert len(re.findall(r"gpu_agent\.bench_ops\[[^\]]+\] received", full_stack.log("agent"))) == received_ops
 
     out = cli(full_stack, "predict", "resnet18", "--batch-sizes", "1,2", "--image-size", "32", "--epochs", "2")
     assert out.returncode == 0, out.stderr

@@ -18,6 +18,13 @@ SELECT signature_id, machine_type, batch_size, precision, %s, oom, forward_ms * 
 FROM layer_benchmarks WHERE id = %s"""
 
 
+def op_rows() -> int:
+    """Op benchmark rows stored (optimizer steps included)."""
+    with transaction() as cur:
+        cur.execute("SELECT count(*) AS n FROM op_benchmarks")
+        return int(cur.fetchone()["n"])
+
+
 def benchmark_rows() -> int:
     """Layer benchmark rows stored."""
     with transaction() as cur:
@@ -26,15 +33,20 @@ def benchmark_rows() -> int:
 
 
 def test_plan_measure_assemble_then_reuse(clean_db: None) -> None:
-    """Missing work goes to bench.local, one message per signature; the last result finishes the job."""
-    unique = len(cnn_zoo.conv_layers("resnet18", 32).signatures)
+    """Missing work goes to bench.local, one message per conv or op signature; the last result finishes the job."""
+    read = cnn_zoo.conv_layers("resnet18", 32)
+    unique, unique_ops = len(read.signatures), len(read.ops)
+    op_points = 2 * (unique_ops - 1) + 1  # every op at both batch sizes, the optimizer step once
     job = submit()
     planning.plan_job(job["id"])
     running = jobs.get(job_id=job["id"])
     assert running["status"] == "running"
     assert running["progress"]["layer_benchmarks"] == {"needed": 2 * unique, "done": 0, "pending": 2 * unique}
-    assert broker().llen("bench.local") == unique
-    assert drain_agent_queue() == unique
+    assert running["progress"]["op_benchmarks"] == {"needed": op_points, "done": 0, "pending": op_points}
+    assert queued_tasks("bench.local").count("gpu_agent.bench_layers") == unique
+    assert queued_tasks("bench.local").count("gpu_agent.bench_ops") == unique_ops
+    assert drain_agent_queue() == unique + unique_ops
+    assert op_rows() == op_points
     assert planning.finish_if_complete(job["id"])
     done = jobs.get(job_id=job["id"])
     assert done["status"] == "succeeded" and done["finished_at"] is not None
@@ -51,7 +63,17 @@ def test_plan_measure_assemble_then_reuse(clean_db: None) -> None:
     again = submit(epochs=5)
     planning.plan_job(again["id"])
     assert jobs.get(job_id=again["id"])["status"] == "succeeded"
-    assert broker().llen("bench.local") == 0 and benchmark_rows() == rows
+    assert broker().llen("bench.local") == 0 and benchmark_rows() == rows and op_rows() == op_points
+
+    # Another CNN sharing most ops with resnet18 (resnet34) is sent only the op work that is missing, and
+    # another optimizer only its optimizer step: the operators' rows serve every optimizer.
+    r34 = cnn_zoo.conv_layers("resnet34", 32)
+    new_ops = set(r34.ops) - set(read.ops)
+    third = submit(cnns=["resnet34"], optimizer="adamw")
+    planning.plan_job(third["id"])
+    queued = queued_tasks("bench.local")
+    assert queued.count("gpu_agent.bench_ops") == len(new_ops) == 1 < len(r34.ops)
+    assert {op.op for op in new_ops} == {"optimizer"}  # resnet34's other ops are all resnet18's
 
 
 def test_assembly_happens_once(clean_db: None) -> None:

@@ -32,6 +32,10 @@ LOCAL_ONLY = "traincast_agent_local_only"
 LOGINS = {kind: login for kind, login in logins.LOGINS.items() if kind != "agent"}
 OTHER = "g4dn.xlarge"
 NEW_SIGNATURE = "INSERT INTO conv_signatures (hash, spec) VALUES (%s, %s) RETURNING id"
+NEW_OP = "INSERT INTO op_signatures (hash, op, spec) VALUES (%s, 'relu', %s) RETURNING id"
+OWNER_OP = """
+INSERT INTO op_benchmarks (op_signature_id, machine_type, batch_size, variant, environment_id, oom)
+VALUES (%s, %s, 16, 'fp32', %s, true)"""
 NEW_CNN = "INSERT INTO cnns (name, source) VALUES ('lp-test-cnn', 'json') ON CONFLICT DO NOTHING"
 OWNER_LAYER = """
 INSERT INTO layer_benchmarks (signature_id, machine_type, batch_size, precision, environment_id, oom)
@@ -99,11 +103,13 @@ def local_agent(service_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, service_env: dict[str, str]) -> None:
-    """Mapped to local: layer, step, failure and agent rows of local are stored; of g4dn.xlarge refused, none stored."""
+    """Mapped to local: layer, op, step, failure and agent rows of local are stored; of g4dn.xlarge refused."""
     owner = service_env["DATABASE_URL"]
     with transaction(owner) as cur:
         cur.execute(NEW_SIGNATURE, (f"lp-test-{time.time_ns()}", Json({"kernel": [3, 3]})))
         sig_id = cur.fetchone()["id"]
+        cur.execute(NEW_OP, (f"lp-test-{time.time_ns()}", Json({"op": "relu", "shape": [8], "args": {}})))
+        op_id = cur.fetchone()["id"]
         cur.execute(NEW_CNN)
     env_id = environment.environment_id("cpu")
     phases = {p: timing(1.5) for p in ("forward", "backward_data", "backward_weight")}
@@ -115,8 +121,11 @@ def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, servi
         layer = {"signature_id": sig_id, "machine": machine, "precision": "fp32", "environment_id": env_id}
         agent_row = {"id": uuid.uuid4(), "machine": machine, "host": host, "pid": 1, "device": "cpu", "env": env_id}
         agent_row |= {"started_at": datetime.now(UTC), "instance": None}
+        op = {"signature_id": op_id, "machine": machine, "variant": "fp32", "environment_id": env_id}
+        op_phases = {"forward": timing(0.2), "backward": timing(0.3)}
         return [
             lambda: store.save_layer(**layer, batch_size=2, outcome=Outcome(timings=phases)),
+            lambda: store.save_op(**op, batch_size=2, outcome=Outcome(timings=op_phases)),
             lambda: store.save_layer_failure(**layer, batch_sizes=[8], error="RuntimeError: lp-test"),
             lambda: store.save_step(
                 **step, machine=machine, batch_size=8, outcome=Outcome(timings={"step": timing(9)})
@@ -130,12 +139,13 @@ def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, servi
     for write in writes(OTHER):
         with pytest.raises(psycopg2.errors.InsufficientPrivilege, match="row-level security"):
             write()
-    tables = ("layer_benchmarks", "layer_failures", "step_measurements", "step_failures", "agents")
+    tables = ("layer_benchmarks", "op_benchmarks", "layer_failures", "step_measurements", "step_failures", "agents")
     with transaction(owner) as cur:
         # Only this test's rows: other tests leave agents and measurements of these types behind.
         mine = {
             "layer_benchmarks": ("signature_id", sig_id),
             "layer_failures": ("signature_id", sig_id),
+            "op_benchmarks": ("op_signature_id", op_id),
             "step_measurements": ("cnn_name", "lp-test-cnn"),
             "step_failures": ("cnn_name", "lp-test-cnn"),
             "agents": ("host", host),
@@ -148,9 +158,13 @@ def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, servi
             cur.execute(sql, (OTHER, env_id, value))
             assert cur.fetchone()["n"] == 0, table
         cur.execute(OWNER_LAYER, (sig_id, OTHER, env_id))  # another type's agent measured it
+        cur.execute(OWNER_OP, (op_id, OTHER, env_id))
     layer = {"signature_id": sig_id, "precision": "fp32", "environment_id": env_id}
     assert store.layer_batch_sizes_done(**layer, machine="local") == {2}
     assert store.layer_batch_sizes_done(**layer, machine=OTHER) == set()  # another type's rows are not even read
+    op = {"signature_id": op_id, "variant": "fp32", "environment_id": env_id}
+    assert store.op_batch_sizes_done(**op, machine="local") == {2}
+    assert store.op_batch_sizes_done(**op, machine=OTHER) == set()
 
 
 def test_the_test_agent_login_is_mapped_to_the_types_the_tests_run(service_env: dict[str, str]) -> None:
@@ -166,7 +180,8 @@ def test_row_security_binds_every_role_but_the_owner() -> None:
     with transaction() as cur:
         cur.execute(RLS_TABLES)
         rows = {r["relname"]: r["relforcerowsecurity"] for r in cur.fetchall()}
-    tables = {"layer_benchmarks", "step_measurements", "step_failures", "layer_failures", "agents", "agent_logins"}
+    tables = {"layer_benchmarks", "op_benchmarks", "step_measurements", "step_failures", "layer_failures", "agents"}
+    tables.add("agent_logins")
     assert rows == dict.fromkeys(tables, False)
 
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Collection
 from typing import Any
 
-from shared import cnns, layers, machines
+from shared import cnns, layers, machines, ops
 from shared.errors import TraincastError
 from shared.schemas import JobRequest
 from worker import features, memory, predictor, reference
@@ -106,14 +106,21 @@ def _measured(
     request: JobRequest,
     sizes: list[int],
 ) -> list[dict[str, Any]]:
+    training = request.training()
     rows = layers.newest(
-        signature_ids=[m[0] for m in members], machines=peers, batch_sizes=sizes, precision=request.layer_precision
+        signature_ids=[m[0] for m in members], machines=peers, batch_sizes=sizes,
+        precision=training.layer_precision, channels_last=training.channels_last,
+    )  # fmt: skip
+    op_members = ops.members(
+        name=cnn, image_size=request.image_size, num_classes=cnns.variant_classes(cnn, request.num_classes)
     )
+    op_rows = ops.newest(signature_ids=[m[0] for m in op_members], machines=peers, batch_sizes=sizes, config=training)
     points = []
     for bs in sizes:
         x = features.vector(
             members=members, rows={sig: rows[(sig, bs)] for sig, _, _ in members}, workload=work,
             batch_size=bs, image_size=request.image_size, optimizer=request.optimizer, machine=spec,
+            op_members=op_members, op_rows={sig: r for (sig, b), r in op_rows.items() if b in (bs, 0)},
         )  # fmt: skip
         conv = x[features.NAMES.index("conv_ms")] if x is not None else None
         point = _blank(cnn, machine, bs, spec, source="benchmarked", fits=x is not None, conv_ms=conv)

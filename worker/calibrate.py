@@ -5,7 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shared import agents, layers, machines, tasks
+from shared import agents, layers, machines, ops, tasks
 from shared.db import transaction
 from shared.errors import TraincastError
 from shared.settings import get_settings
@@ -63,8 +63,14 @@ _CONFIG = """optimizer = %(optimizer)s AND momentum = %(momentum)s AND weight_de
 COUNT_BY_ENVIRONMENT = f"""
 SELECT environment_id, sum(n) AS n FROM (
     SELECT environment_id, count(DISTINCT (signature_id, batch_size)) AS n FROM layer_benchmarks
-    WHERE machine_type = %(machine)s AND precision = %(layer_precision)s
+    WHERE machine_type = %(machine)s AND precision = %(layer_precision)s AND channels_last = %(channels_last)s
       AND signature_id = ANY(%(sigs)s) AND batch_size = ANY(%(batch_sizes)s)
+    GROUP BY environment_id
+    UNION ALL
+    SELECT environment_id, count(DISTINCT (op_signature_id, batch_size)) AS n FROM op_benchmarks
+    WHERE machine_type = %(machine)s AND op_signature_id = ANY(%(op_sigs)s)
+      AND ((batch_size = ANY(%(batch_sizes)s) AND variant = %(op_variant)s)
+           OR (batch_size = 0 AND variant = %(optimizer_variant)s))
     GROUP BY environment_id
     UNION ALL
     SELECT environment_id, count(DISTINCT (cnn_name, batch_size)) AS n FROM (
@@ -105,6 +111,9 @@ class Plan:
         return {
             **self.config.model_dump(),
             "layer_precision": self.config.layer_precision,
+            "op_variant": self.config.op_variant,
+            "optimizer_variant": self.config.optimizer_variant,
+            "op_sigs": [],
             "machine": self.machine,
             "image_size": self.image_size,
             "cnns": list(self.cnns),
@@ -124,7 +133,13 @@ def send(plan: Plan) -> tuple[list[int], int]:
     for cnn in plan.cnns:
         sig_ids.update(s for s, _ in layers.register_builtin(name=cnn, image_size=plan.image_size))
     # Everything, not just what some environment has: the agent skips what its own has stored.
-    coverage.send_work({plan.machine: {(s, b) for s in sig_ids for b in plan.batch_sizes}}, plan.config.layer_precision)
+    config = plan.config
+    coverage.send_work(
+        {plan.machine: {(s, b) for s in sig_ids for b in plan.batch_sizes}},
+        config.layer_precision,
+        config.channels_last,
+    )
+    coverage.send_op_work({plan.machine: op_points(plan)}, config)
     for cnn in plan.cnns:
         tasks.send(
             tasks.MEASURE_STEPS,
@@ -140,11 +155,18 @@ def send(plan: Plan) -> tuple[list[int], int]:
     return sorted(sig_ids), len(plan.cnns) * len(plan.batch_sizes)
 
 
+def op_points(plan: Plan) -> set[tuple[int, int]]:
+    """(op signature, batch size) pairs of the plan's CNNs: every op at each batch size, each optimizer step at 0."""
+    members = [m for cnn in plan.cnns for m in ops.members(name=cnn, image_size=plan.image_size, num_classes=1000)]
+    return {(sig, b) for sig, spec, _count in members for b in ops.points(spec, list(plan.batch_sizes))}
+
+
 def progress(plan: Plan, sig_ids: list[int]) -> tuple[int, int]:
-    """(done, needed) over layer benchmarks and whole steps, in the most complete environment."""
-    needed = (len(sig_ids) + len(plan.cnns)) * len(plan.batch_sizes)
+    """(done, needed) over layer and op benchmarks and whole steps, in the most complete environment."""
+    points = op_points(plan)
+    needed = (len(sig_ids) + len(plan.cnns)) * len(plan.batch_sizes) + len(points)
     with transaction() as cur:
-        cur.execute(COUNT_BY_ENVIRONMENT, plan.params(sig_ids))
+        cur.execute(COUNT_BY_ENVIRONMENT, plan.params(sig_ids) | {"op_sigs": sorted({s for s, _b in points})})
         row = cur.fetchone()
     return (int(row["n"]) if row else 0), needed
 

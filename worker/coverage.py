@@ -7,12 +7,14 @@ A machine type's benchmarks count as present when any machine type with its GPU 
 from collections import defaultdict
 from typing import Any
 
-from shared import agents, fleet, layers, machines, tasks
+from shared import agents, fleet, layers, machines, ops, tasks
 from shared.schemas import JobRequest
 from shared.settings import get_settings
+from shared.training import TrainConfig
 from worker import predictor
 
 # Machine type → the (signature id, batch size) pairs it has no benchmark for; types lacking none are left out.
+# Conv signatures and op signatures (the optimizer at batch size 0) are ids of two tables: kept in two Missings.
 Missing = dict[str, set[tuple[int, int]]]
 
 
@@ -21,17 +23,54 @@ def signature_ids(plan: dict[str, Any]) -> list[int]:
     return sorted({sig for pairs in plan["cnns"].values() for sig, _count in pairs})
 
 
+def op_ids(plan: dict[str, Any]) -> list[int]:
+    """Every op signature (optimizer steps included) of the plan's CNNs; none for a plan made before ops were."""
+    return sorted({sig for pairs in (plan.get("ops") or {}).values() for sig, _count in pairs})
+
+
+def op_points(plan: dict[str, Any], sizes: list[int]) -> set[tuple[int, int]]:
+    """The (op signature, batch size) pairs a plan needs: each op at every size, each optimizer step at 0."""
+    optimizers = set(plan.get("optimizers") or [])
+    return {(s, b) for s in op_ids(plan) for b in ([0] if s in optimizers else sizes)}
+
+
 def missing(plan: dict[str, Any], request: JobRequest) -> Missing:
-    """Per machine type, the pairs no machine type with its GPU model has a benchmark for."""
+    """Per machine type, the conv pairs no machine type with its GPU model has a benchmark for."""
     sigs = signature_ids(plan)
     sizes = request.batch_size_list()
+    everyone = _everyone(plan, request)
+    training = request.training()
+    done = layers.measured(
+        signature_ids=sigs, machines=everyone, batch_sizes=sizes, precision=training.layer_precision,
+        channels_last=training.channels_last,
+    )  # fmt: skip
+    return _gaps(plan, request, done, {(s, b) for s in sigs for b in sizes})
+
+
+def missing_ops(plan: dict[str, Any], request: JobRequest) -> Missing:
+    """Per machine type, the op pairs (and optimizer steps) no machine type with its GPU model has stored."""
+    ids = op_ids(plan)
+    if not ids:
+        return {}
+    sizes = request.batch_size_list()
+    done = ops.measured(
+        signature_ids=ids, machines=_everyone(plan, request), batch_sizes=sizes, config=request.training()
+    )
+    return _gaps(plan, request, done, op_points(plan, sizes))
+
+
+def _everyone(plan: dict[str, Any], request: JobRequest) -> list[str]:
     peers: dict[str, list[str]] = plan.get("peers") or {m: [m] for m in request.machines}
-    everyone = sorted({p for m in request.machines for p in peers[m]})
-    done = layers.measured(signature_ids=sigs, machines=everyone, batch_sizes=sizes, precision=request.layer_precision)
+    return sorted({p for m in request.machines for p in peers[m]})
+
+
+def _gaps(
+    plan: dict[str, Any], request: JobRequest, done: set[tuple[int, str, int]], wanted: set[tuple[int, int]]
+) -> Missing:
+    peers: dict[str, list[str]] = plan.get("peers") or {m: [m] for m in request.machines}
     by_type: dict[str, set[tuple[int, int]]] = defaultdict(set)
     for sig, machine, bs in done:
         by_type[machine].add((sig, bs))
-    wanted = {(s, b) for s in sigs for b in sizes}
     out: Missing = {}
     for m in request.machines:
         gap = wanted.difference(*(by_type[p] for p in peers[m] if p in by_type))
@@ -68,28 +107,54 @@ def _served(peers: list[str], served: set[str]) -> str | None:
     return next((p for p in peers if p in served), None)
 
 
-def send_work(gaps: Missing, precision: str, job_ids: list[str] | None = None) -> None:
+def _grouped(gaps: Missing) -> dict[tuple[str, int], list[int]]:
+    grouped: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for machine, gap in gaps.items():
+        for sig, bs in gap:
+            grouped[(machine, sig)].append(bs)
+    return grouped
+
+
+def _jobs(job_ids: list[str] | None) -> dict[str, list[str]]:
+    return {"job_ids": job_ids} if job_ids else {}
+
+
+def send_work(gaps: Missing, precision: str, channels_last: bool = False, job_ids: list[str] | None = None) -> None:
     """One task per (machine, signature) with all its batch sizes, so a CNN costs few round-trips.
 
     Each item names the jobs that sent it (`job_ids`), so the agent's log lines name them; agents that
     predate the field ignore it.
     """
-    grouped: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for machine, gap in gaps.items():
-        for sig, bs in gap:
-            grouped[(machine, sig)].append(bs)
+    grouped = _grouped(gaps)
     if not grouped:
         return
     spec_by_id = layers.specs(signature_ids=sorted({sig for _m, sig in grouped}))
+    layout: dict[str, Any] = {"channels_last": True} if channels_last else {}  # absent: as agents before 14 accept
     for (machine, sig), sizes in sorted(grouped.items()):
-        item = {"signature_id": sig, **spec_by_id[sig], "batch_sizes": sorted(sizes)}
-        if job_ids:
-            item["job_ids"] = job_ids
+        item = {"signature_id": sig, **spec_by_id[sig], "batch_sizes": sorted(sizes)} | _jobs(job_ids)
         tasks.send(
             tasks.BENCH_LAYERS,
             queue=tasks.bench_queue(machine),
             machine_type=machine,
             precision=precision,
+            items=[item],
+            **layout,
+        )
+
+
+def send_op_work(gaps: Missing, training: TrainConfig, job_ids: list[str] | None = None) -> None:
+    """Likewise for op signatures: one task per (machine, op signature), in the request's training configuration."""
+    grouped = _grouped(gaps)
+    if not grouped:
+        return
+    spec_by_id = ops.specs(signature_ids=sorted({sig for _m, sig in grouped}))
+    for (machine, sig), sizes in sorted(grouped.items()):
+        item = {"signature_id": sig, **spec_by_id[sig], "batch_sizes": sorted(sizes)} | _jobs(job_ids)
+        tasks.send(
+            tasks.BENCH_OPS,
+            queue=tasks.bench_queue(machine),
+            machine_type=machine,
+            config=training.model_dump(),
             items=[item],
         )
 

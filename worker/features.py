@@ -1,8 +1,12 @@
 """Features of one (CNN, machine, batch size) point for the whole-step model.
 
-The conv part is measured (summed layer benchmarks, also split by layer kind); the rest of
-the step is described by the extractor's workload, the parameter count and the machine's
-specs. Nothing here is a timing that was not measured on the machine in question.
+The conv part is measured (summed layer benchmarks, also split by layer kind); so are, where the
+CNN's reader knows its operators (torchvision and PyTorch models, not ONNX graphs or JSON layer
+lists), the other operators (`other_ms`: Σ count × forward+backward of each op signature) and the
+optimizer step (`optimizer_ms`). The rest of the step is described by the extractor's workload, the
+parameter count and the machine's specs, which stand in for the ops where they are not measured
+(`ops_measured`, `optimizer_measured` say which). Nothing here is a timing that was not measured on
+the machine in question.
 """
 
 import math
@@ -23,7 +27,9 @@ NAMES = (
     *(f"{k}_ms" for k in LAYER_KINDS), *(f"{k}_convs" for k in LAYER_KINDS),
     *(f"{k}_mflops" for k in WORK_KINDS), *(f"{k}_mbytes" for k in WORK_KINDS), *(f"{k}_ops" for k in WORK_KINDS),
     "conv_gflops", "mparameters", "parameter_tensors", "activation_mbytes", *MACHINE_SPECS,
+    "other_ms", "optimizer_ms", "ops_measured", "optimizer_measured",
 )  # fmt: skip
+OpMembers = list[tuple[int, dict[str, Any], int]]
 
 
 def family(cnn: str) -> str:
@@ -51,10 +57,14 @@ def vector(
     image_size: int,
     optimizer: str,
     machine: dict[str, Any],
+    op_members: OpMembers = (),  # type: ignore[assignment]
+    op_rows: dict[int, dict[str, Any]] | None = None,
 ) -> list[float] | None:
-    """The feature vector in NAMES order; None when a layer ran out of memory at this batch size.
+    """The feature vector in NAMES order; None when a layer or op ran out of memory at this batch size.
 
     members: (signature id, spec, count); rows: signature id → its layer benchmark at this batch size.
+    op_members: (op signature id, spec, count), the optimizer step among them; op_rows: op signature id →
+    its benchmark at this batch size (the optimizer's at batch size 0), absent where none is stored.
     """
     f: dict[str, float] = dict.fromkeys(NAMES, 0.0)
     for sig_id, spec, count in members:
@@ -79,8 +89,33 @@ def vector(
     f["mparameters"] = (workload.get("parameters") or 0) / 1e6
     f["parameter_tensors"] = workload.get("parameter_tensors") or 0
     f["activation_mbytes"] = (workload.get("activation_bytes") or 0.0) * batch_size / 1e6
+    if not _add_ops(f, op_members, op_rows or {}):
+        return None
     f.update(batch_size=batch_size, image_size=image_size, adam=float(optimizer == "adam"))
     for spec_name in MACHINE_SPECS:
         value = machine.get(spec_name)
         f[spec_name] = float(value) if value is not None else math.nan
     return [float(f[n]) for n in NAMES]
+
+
+def _add_ops(f: dict[str, float], op_members: OpMembers, op_rows: dict[int, dict[str, Any]]) -> bool:
+    """Sum the measured op and optimizer times into f; False when one ran out of memory."""
+    operators = [(sig, spec, count) for sig, spec, count in op_members if spec.get("op") != "optimizer"]
+    timed = 0
+    for sig, _spec, count in operators:
+        row = op_rows.get(sig)
+        if row is None:
+            continue
+        if row["oom"]:
+            return False
+        if row["forward_ms"] is not None:  # else infeasible on this device: learnt, not measured
+            f["other_ms"] += count * (row["forward_ms"] + row["backward_ms"])
+            timed += 1
+    f["ops_measured"] = float(bool(operators) and timed == len(operators))
+    step = next((op_rows.get(sig) for sig, spec, _c in op_members if spec.get("op") == "optimizer"), None)
+    if step is not None and step["oom"]:
+        return False
+    if step is not None and step["forward_ms"] is not None:
+        f["optimizer_ms"] = step["forward_ms"]
+        f["optimizer_measured"] = 1.0
+    return True

@@ -76,7 +76,10 @@ def _params(alpha: float | None, rows: int) -> dict[str, Any]:
     return params
 
 
-BASE_TERMS = ("conv_ms", "mparameters", "other_mbytes", "operations", "constant")
+# Measured where the agent measured them: the other ops' and the optimizer's time (issue 14). The guessed
+# terms (parameters, other layers' bytes) stand in only where those are not measured, so the learnt part
+# shrinks to what no measurement covers (framework overhead per op, and a constant).
+BASE_TERMS = ("conv_ms", "other_ms", "optimizer_ms", "mparameters", "other_mbytes", "operations", "constant")
 _AT = {name: i for i, name in enumerate(features.NAMES)}
 
 
@@ -85,8 +88,13 @@ def base_terms(x: list[float], conv_ms: float) -> list[float]:
     operations = sum(x[_AT[f"{k}_convs"]] for k in features.LAYER_KINDS) + sum(
         x[_AT[f"{k}_ops"]] for k in features.WORK_KINDS
     )
-    other_mbytes = sum(x[_AT[f"{k}_mbytes"]] for k in features.WORK_KINDS)
-    return [conv_ms, x[_AT["mparameters"]], other_mbytes, operations, 1.0]
+    ops_measured, optimizer_measured = x[_AT["ops_measured"]], x[_AT["optimizer_measured"]]
+    # Measured ops cover the other layers' work; a measured optimizer step (with the weight gradients in the
+    # conv and linear backward timings) covers the per-parameter work.
+    other_mbytes = sum(x[_AT[f"{k}_mbytes"]] for k in features.WORK_KINDS) * (1 - ops_measured)
+    mparameters = x[_AT["mparameters"]] * (1 - optimizer_measured * ops_measured)
+    other_ms = x[_AT["other_ms"]] if ops_measured else 0.0
+    return [conv_ms, other_ms, x[_AT["optimizer_ms"]], mparameters, other_mbytes, operations, 1.0]
 
 
 def fit_base(points: list[Point]) -> list[float]:

@@ -3,17 +3,16 @@
 import logging
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from shared import agents, fleet, layers, logs, machines
+from shared import cnns, layers, logs, machines, ops, tasks
 from shared.db import Json, transaction
 from shared.errors import TraincastError
 from shared.schemas import JobRequest
 from shared.settings import get_settings
 from shared.transient import is_transient
-from worker import assemble, coverage, queued, withdrawal
+from worker import assemble, coverage, progress, withdrawal
 
 T = TypeVar("T")
 
@@ -96,6 +95,7 @@ def _plan(job_id: uuid.UUID) -> None:
                 for name in request.cnns
             }
         }
+        plan |= _op_plan(request)
     except TraincastError as exc:
         if is_transient(exc):
             raise
@@ -108,26 +108,56 @@ def _plan(job_id: uuid.UUID) -> None:
     # Fixed once, so the job's answer does not change source while it runs.
     plan["peers"] = machines.peers_of(names=request.machines)
     plan["waits_on"] = _waits_on(request)
-    gaps = coverage.missing(plan, request)
-    progress = _progress(plan, request, gaps)
-    sent = coverage.routed(gaps, plan)
-    # Issue 13: what this job asks agents to measure, charged to its key's benchmark seconds (shared/jobs.py).
-    plan["bench_seconds"] = sum(map(len, sent.values())) * 3 * get_settings().bench_time_cap_s
+    gaps, op_gaps = coverage.missing(plan, request), coverage.missing_ops(plan, request)
+    counts = progress.of(plan, request, gaps, op_gaps)
+    sent, sent_ops = coverage.routed(gaps, plan), coverage.routed(op_gaps, plan)
+    # Issue 13: what this job asks agents to measure, charged to its key's benchmark seconds (shared/jobs.py):
+    # three phases a conv point, two an op point at half a phase's cap (gpu_agent/app.py OP_CAP_FACTOR).
+    cap = get_settings().bench_time_cap_s
+    plan["bench_seconds"] = (sum(map(len, sent.values())) * 3 + sum(map(len, sent_ops.values()))) * cap
     with transaction() as cur:
-        cur.execute(START_JOB, {"id": job_id, "plan": Json(plan), "progress": Json(progress)})
+        cur.execute(START_JOB, {"id": job_id, "plan": Json(plan), "progress": Json(counts)})
         if cur.fetchone() is None:
             log.info("job %s was canceled while it was planned: nothing sent", job_id)
             return
-    coverage.send_work(sent, request.layer_precision, job_ids=[str(job_id)])
-    log.info("job %s planned: %d layer benchmark points sent to agents", job_id, sum(map(len, sent.values())))
+    _send(sent, sent_ops, request, job_id)
+    log.info(
+        "job %s planned: %d layer and %d op benchmark points sent to agents",
+        job_id,
+        sum(map(len, sent.values())),
+        sum(map(len, sent_ops.values())),
+    )
     with transaction() as cur:
         cur.execute(SELECT_STATUS, (job_id,))
         job = cur.fetchone()
     if job is not None and job["status"] != "running":
         # Canceled while its work was being sent: take it back (later cancels: the reconciler).
         withdrawal.withdraw_jobs([dict(job)])
-    elif not coverage.waited_for(gaps, plan):
+    elif not (coverage.waited_for(gaps, plan) or coverage.waited_for(op_gaps, plan)):
         finish_if_complete(job_id)
+
+
+def _op_plan(request: JobRequest) -> dict[str, Any]:
+    """The plan's op signatures per CNN (stored by layers.register) and which of them are optimizer steps."""
+    per_cnn = {
+        name: ops.members(
+            name=name, image_size=request.image_size, num_classes=cnns.variant_classes(name, request.num_classes)
+        )
+        for name in request.cnns
+    }
+    return {
+        "ops": {name: [[sig, count] for sig, _spec, count in members] for name, members in per_cnn.items()},
+        "optimizers": sorted(
+            {sig for members in per_cnn.values() for sig, spec, _c in members if ops.is_optimizer(spec)}
+        ),
+    }
+
+
+def _send(gaps: coverage.Missing, op_gaps: coverage.Missing, request: JobRequest, job_id: uuid.UUID) -> None:
+    training = request.training()
+    jobs = [str(job_id)]
+    coverage.send_work(gaps, training.layer_precision, training.channels_last, job_ids=jobs)
+    coverage.send_op_work(op_gaps, training, job_ids=jobs)
 
 
 def _waits_on(request: JobRequest) -> list[str]:
@@ -158,18 +188,19 @@ def finish_if_complete(job_id: uuid.UUID) -> bool:
         if job is None or job["status"] != "running":
             return False
         request = JobRequest.model_validate(job["request"])
-        gaps = coverage.missing(job["plan"], request)
-        progress = _progress(job["plan"], request, gaps, previous=job["progress"])
+        gaps, op_gaps = coverage.missing(job["plan"], request), coverage.missing_ops(job["plan"], request)
+        counts = progress.of(job["plan"], request, gaps, op_gaps, previous=job["progress"])
         waited = coverage.waited_for(gaps, job["plan"])
-        expired = _waited_too_long(progress) or _failed_too_often(job, request, waited)
-        if waited and not expired:
-            cur.execute(SET_PROGRESS, {"id": job_id, "progress": Json(progress)})
+        ops_waited = coverage.waited_for(op_gaps, job["plan"])
+        expired = progress.waited_too_long(counts) or _failed_too_often(job, request, waited)
+        if (waited or ops_waited) and not expired:
+            cur.execute(SET_PROGRESS, {"id": job_id, "progress": Json(counts)})
             return False
         if expired:
             result, status, error = None, "failed", expired
         else:
             try:
-                result = assemble.result(request=request, plan=job["plan"], incomplete=set(gaps))
+                result = assemble.result(request=request, plan=job["plan"], incomplete=set(gaps) | set(op_gaps))
                 status, error = "succeeded", None
             except TraincastError as exc:
                 if is_transient(exc):
@@ -182,7 +213,7 @@ def finish_if_complete(job_id: uuid.UUID) -> bool:
                 "status": status,
                 "result": Json(result) if result is not None else None,
                 "error": error,
-                "progress": Json(progress),
+                "progress": Json(counts),
             },
         )
         finished = cur.fetchone()
@@ -201,49 +232,10 @@ def resend_missing(job_id: uuid.UUID) -> int:
         return 0  # finished (complete, or failed after waiting too long for an agent)
     request = JobRequest.model_validate(job["request"])
     lost = withdrawal.lost(coverage.waited_for(coverage.missing(job["plan"], request), job["plan"]))
-    coverage.send_work(lost, request.layer_precision, job_ids=[str(job_id)])
-    return sum(len({s for s, _b in gap}) for gap in lost.values())
-
-
-def _progress(
-    plan: dict[str, Any],
-    request: JobRequest,
-    gaps: coverage.Missing,
-    previous: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    per_machine = len(coverage.signature_ids(plan)) * len(request.batch_size_list())
-    pending = {m: len(gaps.get(m, ())) for m in request.machines}
-    counts_by_type: dict[str, dict[str, Any]] = {
-        m: {"needed": per_machine, "done": per_machine - pending[m], "pending": pending[m]} for m in request.machines
-    }
-    if gaps:
-        settings = get_settings()
-        listed = agents.list_all(alive_after_s=settings.agent_alive_after_s, limit=500)
-        # A hung agent serves nobody: with only hung agents a type waits for one, and the wait times out.
-        alive = {a["machine_type"] for a in listed if a["alive"] and not queued.stuck(a, settings.bench_stuck_after_s)}
-        before = (previous or {}).get("machines", {})
-        # Asked only when some machine type waits: this runs after every stored signature.
-        booting = fleet.booting() if any(c["pending"] and m not in alive for m, c in counts_by_type.items()) else {}
-        waits_on = plan.get("waits_on", request.machines)
-        for m, counts in counts_by_type.items():
-            counts["agent_alive"] = m in alive
-            if counts["pending"] and m not in waits_on:
-                counts["answered_by"] = "reference"  # measured later where an agent or the fleet can
-            elif counts["pending"] and m not in alive:
-                # Said in the job, so nobody waits on a machine type no agent serves without knowing.
-                counts["waiting_for"] = f"waiting for an agent on {m}" + (
-                    f" (the fleet launched {booting[m]}; it is booting)" if m in booting else ""
-                )
-                # Kept across updates: the clock of the agent-wait timeout starts once.
-                counts["waiting_since"] = before.get(m, {}).get("waiting_since") or datetime.now(UTC).isoformat()
-    return {
-        "layer_benchmarks": {
-            "needed": per_machine * len(request.machines),
-            "done": per_machine * len(request.machines) - sum(pending.values()),
-            "pending": sum(pending.values()),
-        },
-        "machines": counts_by_type,
-    }
+    op_gaps = coverage.waited_for(coverage.missing_ops(job["plan"], request), job["plan"])
+    lost_ops = withdrawal.lost(op_gaps, task=tasks.BENCH_OPS)
+    _send(lost, lost_ops, request, job_id)
+    return sum(len({s for s, _b in gap}) for gap in (*lost.values(), *lost_ops.values()))
 
 
 def _failed_too_often(job: dict[str, Any], request: JobRequest, waited: coverage.Missing) -> str | None:
@@ -266,20 +258,6 @@ def _failed_too_often(job: dict[str, Any], request: JobRequest, waited: coverage
         f"the layer benchmark of signature {row['signature_id']} failed {row['n']} times on {row['machine_type']}: "
         f"{row['error']}"
     )
-
-
-def _waited_too_long(progress: dict[str, Any]) -> str | None:
-    """The failure reason when a machine type has had no agent for AGENT_WAIT_TIMEOUT_S, else None."""
-    timeout = get_settings().agent_wait_timeout_s
-    for m, counts in progress["machines"].items():
-        since = counts.get("waiting_since")
-        if since and (datetime.now(UTC) - datetime.fromisoformat(since)).total_seconds() > timeout:
-            return (
-                f"no agent on {m} came up within {timeout:.0f} s ({counts['pending']} layer benchmarks waiting "
-                f"for it); start one (AGENT_MACHINE_TYPE={m} python -m gpu_agent) or enable the fleet, then "
-                "submit the job again"
-            )
-    return None
 
 
 def _finish(job_id: uuid.UUID, *, status: str, error: str | None, progress: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ step measurements it learnt from, its feature names and its held-out evaluation.
 from functools import lru_cache
 from typing import Any
 
-from shared import layers, machines
+from shared import layers, machines, ops
 from shared.db import Json, one, transaction
 from shared.errors import InvalidRequest
 from shared.training import LAYER_PRECISION, TrainConfig
@@ -25,7 +25,7 @@ ORDER BY id"""
 # Layer rows of the step's own environment: timings of two environments are never combined.
 SELECT_LAYERS = """
 SELECT signature_id, oom, forward_ms, backward_data_ms, backward_weight_ms FROM layer_benchmarks
-WHERE machine_type = %s AND batch_size = %s AND precision = %s AND environment_id = %s
+WHERE machine_type = %s AND batch_size = %s AND precision = %s AND channels_last = %s AND environment_id = %s
   AND signature_id = ANY(%s)"""
 SELECT_MEASURED_TYPES = "SELECT DISTINCT machine_type FROM step_measurements WHERE NOT oom AND machine_type <> %s"
 # Below this many CNNs with whole steps of its own, a machine type's model pools every type's steps.
@@ -68,6 +68,7 @@ def dataset(machine: str, cost_key: str = DEFAULT_KEY) -> list[models.Point]:
                     machine,
                     s["batch_size"],
                     LAYER_PRECISION[s["precision"]],
+                    s["channels_last"],
                     s["environment_id"],
                     [m[0] for m in members],
                 ),
@@ -76,9 +77,16 @@ def dataset(machine: str, cost_key: str = DEFAULT_KEY) -> list[models.Point]:
         if len(rows) < len(members):
             continue  # layer benchmarks of this environment not all there yet
         work = layers.workload(**key)
+        op_members = ops.members(**key)
+        # The op timings of the step's own environment too; a step without them falls back to the guessed terms.
+        op_rows = ops.in_environment(
+            machine=machine, environment_id=s["environment_id"], signature_ids=[m[0] for m in op_members],
+            batch_size=s["batch_size"], config=_config(s),
+        )  # fmt: skip
         x = features.vector(
             members=members, rows=rows, workload=work, batch_size=s["batch_size"],
             image_size=s["image_size"], optimizer=s["optimizer"], machine=spec,
+            op_members=op_members, op_rows={sig: row for (sig, _bs), row in op_rows.items()},
         )  # fmt: skip
         if x is None:
             continue

@@ -32,11 +32,11 @@ def _keys(machine: str) -> list[str]:
     return tasks.queue_keys(tasks.bench_queue(machine))
 
 
-def _items(raw: bytes | str) -> list[tuple[int, list[int]]]:
-    """(signature id, batch sizes) of a queued layer task (none for other tasks or unreadable messages)."""
+def _items(raw: bytes | str, task: str) -> list[tuple[int, list[int]]]:
+    """(signature id, batch sizes) of a queued task of this name (layer or op; none for others or unreadable ones)."""
     try:
         message = json.loads(raw)
-        if message.get("headers", {}).get("task") != tasks.BENCH_LAYERS:
+        if message.get("headers", {}).get("task") != task:
             return []
         _args, kwargs, _embed = json.loads(base64.b64decode(message["body"]))
         return [(int(item["signature_id"]), [int(b) for b in item["batch_sizes"]]) for item in kwargs.get("items", [])]
@@ -44,17 +44,17 @@ def _items(raw: bytes | str) -> list[tuple[int, list[int]]]:
         return []
 
 
-def signatures(machine: str) -> set[int]:
-    """Signature ids of the layer tasks waiting in bench.<machine>."""
+def signatures(machine: str, task: str = tasks.BENCH_LAYERS) -> set[int]:
+    """Signature ids of the layer (or op) tasks waiting in bench.<machine>."""
     out: set[int] = set()
     for key in _keys(machine):
         for raw in broker().lrange(key, 0, -1):
-            out |= {sig for sig, _sizes in _items(raw)}
+            out |= {sig for sig, _sizes in _items(raw, task)}
     return out
 
 
-def withdraw(machine: str, unwanted: dict[int, set[int]]) -> int:
-    """Remove the waiting layer tasks of bench.<machine> whose every item is unwanted.
+def withdraw(machine: str, unwanted: dict[int, set[int]], task: str = tasks.BENCH_LAYERS) -> int:
+    """Remove the waiting layer (or op) tasks of bench.<machine> whose every item is unwanted.
 
     `unwanted` maps a signature id to the batch sizes that may go: a task asking for others (a
     calibration's, say) is left alone.
@@ -64,7 +64,7 @@ def withdraw(machine: str, unwanted: dict[int, set[int]]) -> int:
     removed = 0
     for key in _keys(machine):
         for raw in broker().lrange(key, 0, -1):
-            items = _items(raw)
+            items = _items(raw, task)
             if items and all(set(sizes) <= unwanted.get(sig, set()) for sig, sizes in items):
                 # LREM of the exact message: one an agent took meanwhile is simply not there any more.
                 removed += int(broker().lrem(key, 1, cast(str, raw)))  # bytes as stored
@@ -73,15 +73,15 @@ def withdraw(machine: str, unwanted: dict[int, set[int]]) -> int:
     return removed
 
 
-def busy(agents: list[dict[str, Any]], stuck_after_s: float) -> set[tuple[str, int]]:
-    """(machine type, signature id) pairs live agents are measuring now, from their current_work.
+def busy(agents: list[dict[str, Any]], stuck_after_s: float, task: str = tasks.BENCH_LAYERS) -> set[tuple[str, int]]:
+    """(machine type, signature id) pairs live agents are measuring now in tasks of this name, from their current_work.
 
     Work begun over stuck_after_s ago does not count: that agent is hung, and the work goes to another.
     """
     out: set[tuple[str, int]] = set()
     for agent in agents:
         work = agent.get("current_work") or {}
-        if not (agent.get("alive") and work.get("task") == tasks.BENCH_LAYERS and "signature_id" in work):
+        if not (agent.get("alive") and work.get("task") == task and "signature_id" in work):
             continue
         if not stuck(agent, stuck_after_s):
             out.add((agent["machine_type"], int(work["signature_id"])))

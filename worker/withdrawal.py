@@ -4,7 +4,7 @@ import logging
 from collections import defaultdict
 from typing import Any
 
-from shared import agents
+from shared import agents, tasks
 from shared.db import transaction
 from shared.schemas import JobRequest
 from shared.settings import get_settings
@@ -20,37 +20,39 @@ WHERE status IN ('canceled', 'failed') AND plan IS NOT NULL
   AND finished_at > now() - make_interval(secs => %s)"""
 
 
-def _targets(job: dict[str, Any]) -> dict[str, dict[int, set[int]]]:
-    """Queue (machine type) → signature → batch sizes a planned job may have sent there."""
+def _targets(job: dict[str, Any]) -> dict[tuple[str, str], dict[int, set[int]]]:
+    """(task, queue) → signature → batch sizes a planned job may have sent there (conv layers and ops)."""
     plan, request = job["plan"], job["request"]
     peers: dict[str, list[str]] = plan.get("peers") or {m: [m] for m in request["machines"]}
-    sizes = set(JobRequest.model_validate(request).batch_size_list())
-    out: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
+    sizes = JobRequest.model_validate(request).batch_size_list()
+    out: dict[tuple[str, str], dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
     for machine in request["machines"]:
         for queue in {machine, *peers.get(machine, [machine])}:
             for sig in coverage.signature_ids(plan):
-                out[queue][sig] |= sizes
+                out[(tasks.BENCH_LAYERS, queue)][sig] |= set(sizes)
+            for sig, bs in coverage.op_points(plan, sizes):
+                out[(tasks.BENCH_OPS, queue)][sig].add(bs)
     return out
 
 
 def withdraw_jobs(ended: list[dict[str, Any]]) -> int:
     """Remove the queued benchmark tasks of ended jobs that no running job also needs; returns how many."""
-    unwanted: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
+    unwanted: dict[tuple[str, str], dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
     for job in ended:
         if job.get("plan"):
-            for queue, sigs in _targets(job).items():
+            for target, sigs in _targets(job).items():
                 for sig, sizes in sigs.items():
-                    unwanted[queue][sig] |= sizes
+                    unwanted[target][sig] |= sizes
     if not unwanted:
         return 0
     with transaction() as cur:
         cur.execute(SELECT_LIVE)
         live = cur.fetchall()
     for job in live:
-        for queue, sigs in _targets(dict(job)).items():
+        for target, sigs in _targets(dict(job)).items():
             for sig in sigs:
-                unwanted.get(queue, {}).pop(sig, None)
-    return sum(queued.withdraw(queue, dict(sigs)) for queue, sigs in unwanted.items())
+                unwanted.get(target, {}).pop(sig, None)
+    return sum(queued.withdraw(queue, dict(sigs), task) for (task, queue), sigs in unwanted.items())
 
 
 def sweep() -> int:
@@ -61,16 +63,16 @@ def sweep() -> int:
     return withdraw_jobs(ended) if ended else 0
 
 
-def lost(gaps: coverage.Missing) -> coverage.Missing:
-    """The gaps whose work is neither waiting in its queue nor being measured by a live agent."""
+def lost(gaps: coverage.Missing, task: str = tasks.BENCH_LAYERS) -> coverage.Missing:
+    """The gaps whose work (layer or op tasks) is neither waiting in its queue nor being measured by a live agent."""
     if not gaps:
         return gaps
     settings = get_settings()
     listed = agents.list_all(alive_after_s=settings.agent_alive_after_s, limit=500)
-    in_hand = queued.busy(listed, settings.bench_stuck_after_s)
+    in_hand = queued.busy(listed, settings.bench_stuck_after_s, task)
     out: coverage.Missing = {}
     for machine, gap in gaps.items():
-        waiting = queued.signatures(machine)
+        waiting = queued.signatures(machine, task)
         left = {(s, b) for s, b in gap if s not in waiting and (machine, s) not in in_hand}
         if left:
             out[machine] = left
