@@ -61,7 +61,9 @@ def bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]],
     """Measure conv signatures at their batch sizes (in channels_last if asked); skip what is stored."""
     _check_machine(machine_type)
     run = partial(_bench_layers, machine_type, precision, items, channels_last)
-    return _retrying_outages(tasks.BENCH_LAYERS, run)
+    # A scope of its own: the signature bound per item leaves with the task, however it is called.
+    with logs.context(machine_type=machine_type):
+        return _retrying_outages(tasks.BENCH_LAYERS, run)
 
 
 def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]], channels_last: bool) -> int:
@@ -135,7 +137,8 @@ def bench_ops(machine_type: str, config: dict[str, Any], items: list[dict[str, A
     """Measure non-conv op signatures (and optimizer steps) in a training configuration; skip what is stored."""
     _check_machine(machine_type)
     train = TrainConfig.model_validate(config)
-    return _retrying_outages(tasks.BENCH_OPS, partial(_bench_ops, machine_type, train, items))
+    with logs.context(machine_type=machine_type):
+        return _retrying_outages(tasks.BENCH_OPS, partial(_bench_ops, machine_type, train, items))
 
 
 def _bench_ops(machine_type: str, config: TrainConfig, items: list[dict[str, Any]]) -> int:
@@ -152,6 +155,8 @@ def _bench_ops(machine_type: str, config: TrainConfig, items: list[dict[str, Any
                 signature_id=sig_id, machine=machine_type, variant=variant, environment_id=env_id
             )
             todo = sorted(set(item["batch_sizes"]) - done)
+            logs.bind(signature=f"op:{sig_id}")
+            log.info("measuring %s signature %s at %d batch sizes (%d stored)", sig.op, sig_id, len(todo), len(done))
             lifecycle.set_work(
                 {"task": tasks.BENCH_OPS, "signature_id": sig_id, "op": sig.op, "batch_sizes": todo}
                 | {"item": n + 1, "items": len(items), "since": datetime.now(UTC).isoformat()}

@@ -16,6 +16,18 @@ def submit(**overrides: Any) -> dict[str, Any]:
     return job
 
 
+def take_queued(task: str, machine: str = "local") -> dict[str, Any]:
+    """Take a task's first queued message off the machine's queue (layer and op work share it); its kwargs."""
+    key = f"bench.{machine}"
+    for raw in broker().lrange(key, 0, -1):
+        message = json.loads(raw)
+        if message["headers"]["task"] == task:
+            broker().lrem(key, 1, raw)
+            _args, kwargs, _embed = json.loads(_body(message))
+            return dict(kwargs)
+    raise AssertionError(f"no {task} message in {key}")
+
+
 def drain_agent_queue(machine: str = "local") -> int:
     """Consume the machine's queued benchmark messages by running the agent's task on each."""
     count = 0

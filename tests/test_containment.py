@@ -19,7 +19,7 @@ from shared.errors import ServiceUnavailable
 from shared.settings import get_settings
 from shared.transient import is_transient
 from tests.conftest import broker
-from tests.jobflow import drain_agent_queue, submit
+from tests.jobflow import drain_agent_queue, submit, take_queued
 from worker import assemble, coverage, planning, reconcile, withdrawal
 
 STALE = "UPDATE jobs SET updated_at = now() - interval '1 hour' WHERE id = %s"
@@ -187,8 +187,10 @@ def test_a_cancel_during_planning_is_never_undone(clean_db: None, monkeypatch: p
     late = submit(batch_sizes=[1], epochs=4)
     real_send = coverage.send_work
 
-    def send_then_cancel(gaps: coverage.Missing, precision: str, job_ids: list[str] | None = None) -> None:
-        real_send(gaps, precision, job_ids)
+    def send_then_cancel(
+        gaps: coverage.Missing, precision: str, channels_last: bool = False, job_ids: list[str] | None = None
+    ) -> None:
+        real_send(gaps, precision, channels_last, job_ids=job_ids)
         jobs.cancel(job_id=late["id"])
 
     monkeypatch.setattr(coverage, "send_work", send_then_cancel)
@@ -233,7 +235,7 @@ def test_a_transient_database_error_in_the_agent_is_retried_not_counted(
     """The agent hands its task back on a lost database connection and records no layer failure."""
     job = submit(batch_sizes=[1])
     planning.plan_job(job["id"])
-    _args, kwargs, _embed = json.loads(base64.b64decode(json.loads(broker().lpop("bench.local"))["body"]))
+    kwargs = take_queued("gpu_agent.bench_layers")
     monkeypatch.setattr(get_settings(), "agent_db_retry_s", 0.0)
 
     def lost_connection(*_: Any, **__: Any) -> list[int]:

@@ -1,11 +1,9 @@
 """Planning, fan-in, reconciliation and the no-model path, driven through the database and Redis."""
 
-import base64
-
 from shared import cnn_zoo, jobs
 from shared.db import transaction
 from tests.conftest import broker, queued_tasks
-from tests.jobflow import drain_agent_queue, submit
+from tests.jobflow import drain_agent_queue, submit, take_queued
 from worker import planning, reconcile
 
 STALE = "UPDATE jobs SET updated_at = now() - interval '1 hour' WHERE id = %s"
@@ -142,7 +140,6 @@ def test_job_says_which_machine_has_no_agent(clean_db: None) -> None:
 
 def test_a_benchmark_that_keeps_failing_fails_the_job(clean_db: None) -> None:
     """The agent records each failure of a layer task; the third one since the job started fails the job."""
-    import json
 
     import pytest
 
@@ -150,8 +147,7 @@ def test_a_benchmark_that_keeps_failing_fails_the_job(clean_db: None) -> None:
 
     job = submit()
     planning.plan_job(job["id"])
-    message = json.loads(broker().lpop("bench.local"))
-    _args, kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+    kwargs = take_queued("gpu_agent.bench_layers")
     item = kwargs["items"][0]
     # A spec torch refuses (channels not divisible by the groups), under the planned signature's id.
     item["spec"] = item["spec"] | {"groups": 7}
