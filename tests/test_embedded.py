@@ -83,8 +83,9 @@ def test_forced_embedded_servers_run_the_whole_path_and_down_stops_them(
         assert f"TRAINCAST_EMBEDDED=1: started an embedded PostgreSQL at 127.0.0.1:{pg_port}, data in {run}/pg" in said
         assert f"TRAINCAST_EMBEDDED=1: started an embedded Redis at 127.0.0.1:{redis_port}, data in {run}/redis" in said
         urls = exports((run / "services.env").read_text())
+        # The configured database name and Redis db number, on the embedded servers.
         assert urls == {
-            "DATABASE_URL": f"postgresql://postgres@127.0.0.1:{pg_port}/traincast",
+            "DATABASE_URL": f"postgresql://postgres@127.0.0.1:{pg_port}/{service_env['DATABASE_URL'].rsplit('/', 1)[1]}",
             "REDIS_URL": f"redis://127.0.0.1:{redis_port}/{service_env['REDIS_URL'].rsplit('/', 1)[1]}",
         }
         with psycopg2.connect(urls["DATABASE_URL"]) as conn, conn.cursor() as cur:
