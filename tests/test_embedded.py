@@ -84,9 +84,10 @@ def test_forced_embedded_servers_run_the_whole_path_and_down_stops_them(
         assert f"TRAINCAST_EMBEDDED=1: started an embedded Redis at 127.0.0.1:{redis_port}, data in {run}/redis" in said
         urls = exports((run / "services.env").read_text())
         # The configured database name and Redis db number, on the embedded servers.
+        database, db_number = (service_env[name].rsplit("/", 1)[1] for name in ("DATABASE_URL", "REDIS_URL"))
         assert urls == {
-            "DATABASE_URL": f"postgresql://postgres@127.0.0.1:{pg_port}/{service_env['DATABASE_URL'].rsplit('/', 1)[1]}",
-            "REDIS_URL": f"redis://127.0.0.1:{redis_port}/{service_env['REDIS_URL'].rsplit('/', 1)[1]}",
+            "DATABASE_URL": f"postgresql://postgres@127.0.0.1:{pg_port}/{database}",
+            "REDIS_URL": f"redis://127.0.0.1:{redis_port}/{db_number}",
         }
         with psycopg2.connect(urls["DATABASE_URL"]) as conn, conn.cursor() as cur:
             cur.execute("SHOW data_directory")
