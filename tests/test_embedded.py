@@ -147,10 +147,11 @@ def test_an_answering_server_wins_and_a_silent_one_on_loopback_gets_an_embedded_
 ) -> None:
     """Servers answering at DATABASE_URL / REDIS_URL are used as they are (nothing started, nothing exported);
     where nothing answers on a loopback port, an embedded server starts on that port, saying so in one line;
-    TRAINCAST_EMBEDDED=0 starts none."""
+    TRAINCAST_EMBEDDED=0 starts none. The run folder is given relative, as scripts/up.sh gives .run."""
     run = tmp_path / "run"
+    rel = Path(os.path.relpath(run, ROOT))
     env = {k: v for k, v in os.environ.items() if k != "TRAINCAST_EMBEDDED"} | service_env
-    external = embedded("up", run, env)
+    external = embedded("up", rel, env)
     assert external.returncode == 0 and external.stdout == "" and external.stderr == "", external
     assert not (run / "pg").exists() and not (run / "redis").exists()
 
@@ -159,29 +160,30 @@ def test_an_answering_server_wins_and_a_silent_one_on_loopback_gets_an_embedded_
         "DATABASE_URL": f"postgresql://postgres@127.0.0.1:{pg_port}/traincast",
         "REDIS_URL": f"redis://127.0.0.1:{redis_port}/3",
     }
-    refused = embedded("up", run, silent | {"TRAINCAST_EMBEDDED": "0"})
+    refused = embedded("up", rel, silent | {"TRAINCAST_EMBEDDED": "0"})
     assert refused.returncode == 0 and refused.stdout == "" and not (run / "pg").exists()
     try:
-        started = embedded("up", run, silent)
+        started = embedded("up", rel, silent)
         assert started.returncode == 0, started.stderr
         assert started.stderr.splitlines() == [
-            f"no PostgreSQL at 127.0.0.1:{pg_port}: started an embedded one at 127.0.0.1:{pg_port}, data in {run}/pg",
+            f"no PostgreSQL at 127.0.0.1:{pg_port}: started an embedded one at 127.0.0.1:{pg_port}, data in {rel}/pg",
             f"no Redis at 127.0.0.1:{redis_port}: started an embedded one at 127.0.0.1:{redis_port}, "
-            f"data in {run}/redis",
+            f"data in {rel}/redis",
         ]
         assert exports(started.stdout) == {"DATABASE_URL": silent["DATABASE_URL"], "REDIS_URL": silent["REDIS_URL"]}
+        assert (run / "pg" / "PG_VERSION").exists() and (run / "redis" / "valkey.pid").exists()
         with psycopg2.connect(f"postgresql://postgres@127.0.0.1:{pg_port}/postgres") as conn, conn.cursor() as cur:
             cur.execute("SHOW server_version_num")
             assert int(cur.fetchone()[0]) >= 150000  # type: ignore[index]
         conn.close()
         assert redis.Redis.from_url(silent["REDIS_URL"]).ping()
         # Started again (make up after make run): the running ones are used, none started twice.
-        reused = embedded("up", run, silent)
+        reused = embedded("up", rel, silent)
         assert reused.stderr.splitlines() == [
-            f"embedded PostgreSQL at 127.0.0.1:{pg_port}, data in {run}/pg",
-            f"embedded Redis at 127.0.0.1:{redis_port}, data in {run}/redis",
+            f"embedded PostgreSQL at 127.0.0.1:{pg_port}, data in {rel}/pg",
+            f"embedded Redis at 127.0.0.1:{redis_port}, data in {rel}/redis",
         ]
     finally:
-        stopped = embedded("down", run, env)
+        stopped = embedded("down", rel, env)
     assert len(stopped.stdout.splitlines()) == 2, stopped
     assert processes_under(run) == []
