@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Stop what scripts/up.sh started: SIGTERM to each supervisor, which passes it on and waits (the agent finishes
-# its current measurement first); after 30 s, or for anything left in its session, SIGKILL.
+# its current measurement first); after 30 s, or for anything left in its session, SIGKILL. Then the embedded
+# PostgreSQL and Redis, if up.sh started them (their data stays in .run/pg and .run/redis).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 RUN=${TRAINCAST_RUN_DIR:-.run}
+VENV=${VENV:-.venv}
 for name in api beat worker agent; do
   pidfile=$RUN/$name.pid
   [ -f "$pidfile" ] || continue
@@ -18,3 +20,6 @@ for name in api beat worker agent; do
   fi
   rm -f "$pidfile" "$RUN/$name.child.pid"
 done
+if [ -x "$VENV/bin/python" ]; then
+  "$VENV/bin/python" -m shared.embedded down "$RUN"
+fi

@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/up.sh  # also keeps the local admin API key in .run/admin.key, which traincast below reads
 VENV=${VENV:-.venv}
+# The embedded PostgreSQL's and Redis's URLs, if up.sh started them (calibrate below reads the database directly).
+# shellcheck source=/dev/null
+. "${TRAINCAST_RUN_DIR:-.run}/services.env"
 export TRAINCAST_API_URL=${TRAINCAST_API_URL:-http://127.0.0.1:${API_PORT:-8000}}
 if ! "$VENV/bin/python" -c "import sys; from worker import predictor; sys.exit(predictor.latest(machine='local') is None)"; then
   echo "no model for local yet: calibrating (whole training steps of a few CNNs, a few minutes on a CPU)…"

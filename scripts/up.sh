@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Start the stack in the background: API on :8000, worker, beat (the reconciler's schedule), local agent.
 # Each runs under scripts/supervise.sh, which starts it again when it exits on its own; scripts/down.sh stops all.
-# TRAINCAST_RUN_DIR (default .run) holds the pid files, logs and the local admin key.
+# TRAINCAST_RUN_DIR (default .run) holds the pid files, logs, the local admin key and the embedded servers' data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh
 VENV=${VENV:-.venv}
 RUN=${TRAINCAST_RUN_DIR:-.run}
 mkdir -p "$RUN"
+# Where no PostgreSQL or Redis answers at DATABASE_URL / REDIS_URL (or TRAINCAST_EMBEDDED=1), start the project's own
+# from the pip wheels, data in $RUN/pg and $RUN/redis (shared/embedded.py); their URLs go into $RUN/services.env,
+# which run.sh and other shells source.
+"$VENV/bin/python" -m shared.embedded up "$RUN" >"$RUN/services.env"
+# shellcheck source=/dev/null
+. "$RUN/services.env"
 "$VENV/bin/python" -m shared.prestart 10
 
 # API keys: a local admin key, made once and kept in .run/admin.key (mode 0600); the CLI reads it from there.

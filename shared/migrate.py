@@ -91,7 +91,8 @@ def main() -> int:
 
 START_HINT = (
     "Start PostgreSQL and Redis (`docker compose up -d postgres redis`) "
-    "or point DATABASE_URL / REDIS_URL at running servers"
+    "or point DATABASE_URL / REDIS_URL at running servers; `make up` starts embedded ones where none answers on "
+    "127.0.0.1 (TRAINCAST_EMBEDDED=1: always)"
 )
 
 if __name__ == "__main__":

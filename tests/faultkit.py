@@ -20,7 +20,7 @@ import redis
 from shared.db import transaction
 from tests.agent_role import agent_url
 from tests.conftest import ROOT, Stack, free_port, http
-from tests.tlskit import PG_BIN, _as_postgres
+from tests.tlskit import PG_BIN, PG_USER, _as_postgres, redis_server_binary
 
 T = TypeVar("T")
 BIN = Path(sys.executable).parent
@@ -167,7 +167,7 @@ class OwnRedis:
 
     def start(self) -> None:
         """Start it and wait until it answers."""
-        command = [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
+        command = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1"]
         command += ["--save", "", "--appendonly", "no", "--dir", str(self.directory)]
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         until("redis-server to answer", lambda: _pings(self.url), 30)
@@ -194,7 +194,7 @@ class OwnPostgres:
         self.base = Path(tempfile.mkdtemp(prefix="traincast-faults-pg-"))
         self.data, self.port = self.base / "data", free_port()
         if os.geteuid() == 0:
-            shutil.chown(self.base, "postgres", "postgres")
+            shutil.chown(self.base, PG_USER, PG_USER)
         initdb = [str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"]
         subprocess.run(_as_postgres(initdb), check=True, capture_output=True, timeout=120)
         with (self.data / "postgresql.conf").open("a") as conf:

