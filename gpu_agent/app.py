@@ -56,6 +56,20 @@ def _retrying_outages(task: str, run: Callable[[], int]) -> int:
         raise Reject(f"{task}: transient error {type(exc).__name__}", requeue=True) from exc
 
 
+def _recording_failure(measure: Callable[[], list[int]], record: Callable[..., None]) -> list[int]:
+    """Run one signature's measurement; an unexpected error is stored (record(error=…)) before it fails the task."""
+    try:
+        return measure()
+    except Exception as exc:
+        if is_transient(exc):
+            raise  # PostgreSQL or Redis away: retried, not a failure of this signature
+        # Kept as data (layer_failures, op_failures): jobs waiting for this signature fail after a few
+        # such failures instead of waiting for ever (worker/planning.py). Out of memory and infeasible
+        # points never get here: they are stored as measurements.
+        record(error=f"{type(exc).__name__}: {exc}")
+        raise
+
+
 @app.task(name=tasks.BENCH_LAYERS)
 def bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]], channels_last: bool = False) -> int:
     """Measure conv signatures at their batch sizes (in channels_last if asked); skip what is stored."""
@@ -100,28 +114,16 @@ def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]
                 )
                 written.append(bs)
 
-            try:
-                left = layer_bench.measure(
-                    ConvSignature.from_json(item["spec"]),
-                    todo,
-                    precision,
-                    dev,
-                    policy=Policy.from_settings(),
-                    window_points=get_settings().bench_window_points,
-                    save=save,
-                    stop=lifecycle.stop_requested,
-                    channels_last=channels_last,
-                )
-            except Exception as exc:
-                if is_transient(exc):
-                    raise  # PostgreSQL or Redis away: retried, not a failure of this layer
-                # Kept as data: jobs waiting for this signature fail after a few such failures
-                # instead of waiting for ever (worker/planning.py).
-                store.save_layer_failure(
-                    signature_id=sig_id, machine=machine_type, precision=precision, environment_id=env_id,
-                    batch_sizes=todo, error=f"{type(exc).__name__}: {exc}",
-                )  # fmt: skip
-                raise
+            measure = partial(
+                layer_bench.measure, ConvSignature.from_json(item["spec"]), todo, precision, dev,
+                policy=Policy.from_settings(), window_points=get_settings().bench_window_points, save=save,
+                stop=lifecycle.stop_requested, channels_last=channels_last,
+            )  # fmt: skip
+            record = partial(
+                store.save_layer_failure, signature_id=sig_id, machine=machine_type, precision=precision,
+                environment_id=env_id, batch_sizes=todo,
+            )  # fmt: skip
+            left = _recording_failure(measure, record)
             log.info("signature %s: %d measurements stored", sig_id, len(todo) - len(left))
             # Tell the worker after each signature, so job progress moves while we measure.
             tasks.send(tasks.ADVANCE_JOBS, machine_type=machine_type)
@@ -169,10 +171,15 @@ def _bench_ops(machine_type: str, config: TrainConfig, items: list[dict[str, Any
                 )  # fmt: skip
                 written.append(bs)
 
-            left = op_bench.measure(
-                sig, todo, config, dev, policy=Policy.from_settings(OP_CAP_FACTOR),
+            measure = partial(
+                op_bench.measure, sig, todo, config, dev, policy=Policy.from_settings(OP_CAP_FACTOR),
                 window_points=get_settings().bench_window_points, save=save, stop=lifecycle.stop_requested,
             )  # fmt: skip
+            record = partial(
+                store.save_op_failure, signature_id=sig_id, machine=machine_type, variant=variant,
+                environment_id=env_id, batch_sizes=todo,
+            )  # fmt: skip
+            left = _recording_failure(measure, record)
             tasks.send(tasks.ADVANCE_JOBS, machine_type=machine_type)
             if left:
                 _hand_back(tasks.BENCH_OPS, len(written))

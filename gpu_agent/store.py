@@ -49,6 +49,9 @@ ON CONFLICT ({_STEP_COLUMNS}) DO NOTHING"""
 INSERT_LAYER_FAILURE = """
 INSERT INTO layer_failures (signature_id, machine_type, precision, environment_id, batch_sizes, error)
 VALUES (%s, %s, %s, %s, %s, %s)"""
+INSERT_OP_FAILURE = """
+INSERT INTO op_failures (op_signature_id, machine_type, variant, environment_id, batch_sizes, error)
+VALUES (%s, %s, %s, %s, %s, %s)"""
 
 
 def stats(outcome: Outcome) -> dict[str, Any]:
@@ -147,3 +150,11 @@ def save_layer_failure(
     """Record that measuring a signature raised, so the worker can fail the jobs waiting for it."""
     with transaction() as cur:
         cur.execute(INSERT_LAYER_FAILURE, (signature_id, machine, precision, environment_id, batch_sizes, error[:2000]))
+
+
+def save_op_failure(
+    *, signature_id: int, machine: str, variant: str, environment_id: int, batch_sizes: list[int], error: str
+) -> None:
+    """Record that measuring an op signature raised, so the worker can fail the jobs waiting for it."""
+    with transaction() as cur:
+        cur.execute(INSERT_OP_FAILURE, (signature_id, machine, variant, environment_id, batch_sizes, error[:2000]))

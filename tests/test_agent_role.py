@@ -25,6 +25,7 @@ GRANTED_TABLES = {
     "step_failures",
     "agents",
     "layer_failures",
+    "op_failures",
     "agent_logins",
 }
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")

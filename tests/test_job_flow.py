@@ -161,6 +161,33 @@ def test_a_benchmark_that_keeps_failing_fails_the_job(clean_db: None) -> None:
     assert failed["error"].startswith(expected) and "divisible by 7" in failed["error"]
 
 
+def test_an_op_benchmark_that_keeps_failing_fails_the_job(clean_db: None) -> None:
+    """Op work is held to the same rule: each failure is recorded, the third since the job started fails the job."""
+
+    import pytest
+
+    from gpu_agent import app as agent
+    from shared import ops
+
+    job = submit()
+    planning.plan_job(job["id"])
+    kwargs = take_queued("gpu_agent.bench_ops")
+    item = kwargs["items"][0]
+    planned = ops.signature(ops.specs(signature_ids=[item["signature_id"]])[item["signature_id"]]["spec"])
+    # A spec torch refuses (a pooling window larger than its input), under the planned signature's id.
+    args = {"kernel": [5, 5], "stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "ceil": False}
+    item["spec"] = {"op": "max_pool2d", "shape": [4, 2, 2], "args": args}
+    for attempt in (1, 2, 3):
+        with pytest.raises(RuntimeError, match="too small"):
+            agent.bench_ops(**kwargs)
+        assert planning.finish_if_complete(job["id"]) is (attempt == 3)
+    failed = jobs.get(job_id=job["id"])
+    assert failed["status"] == "failed"
+    expected = f"the op benchmark of signature {item['signature_id']} ({planned.op}"
+    assert failed["error"].startswith(expected), failed["error"]
+    assert "failed 3 times on local: RuntimeError" in failed["error"] and "too small" in failed["error"]
+
+
 def test_layer_timings_come_from_one_environment_when_one_has_them_all(clean_db: None) -> None:
     """A newer environment holding one point does not mix into a CNN whose points another one holds; the
     result names the environment, and names both only where a point exists in the newer one alone."""

@@ -127,6 +127,7 @@ def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, servi
             lambda: store.save_layer(**layer, batch_size=2, outcome=Outcome(timings=phases)),
             lambda: store.save_op(**op, batch_size=2, outcome=Outcome(timings=op_phases)),
             lambda: store.save_layer_failure(**layer, batch_sizes=[8], error="RuntimeError: lp-test"),
+            lambda: store.save_op_failure(**op, batch_sizes=[8], error="RuntimeError: lp-test"),
             lambda: store.save_step(
                 **step, machine=machine, batch_size=8, outcome=Outcome(timings={"step": timing(9)})
             ),
@@ -139,13 +140,15 @@ def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, servi
     for write in writes(OTHER):
         with pytest.raises(psycopg2.errors.InsufficientPrivilege, match="row-level security"):
             write()
-    tables = ("layer_benchmarks", "op_benchmarks", "layer_failures", "step_measurements", "step_failures", "agents")
+    tables = ("layer_benchmarks", "op_benchmarks", "layer_failures", "op_failures", "step_measurements")
+    tables += ("step_failures", "agents")
     with transaction(owner) as cur:
         # Only this test's rows: other tests leave agents and measurements of these types behind.
         mine = {
             "layer_benchmarks": ("signature_id", sig_id),
             "layer_failures": ("signature_id", sig_id),
             "op_benchmarks": ("op_signature_id", op_id),
+            "op_failures": ("op_signature_id", op_id),
             "step_measurements": ("cnn_name", "lp-test-cnn"),
             "step_failures": ("cnn_name", "lp-test-cnn"),
             "agents": ("host", host),
@@ -181,7 +184,7 @@ def test_row_security_binds_every_role_but_the_owner() -> None:
         cur.execute(RLS_TABLES)
         rows = {r["relname"]: r["relforcerowsecurity"] for r in cur.fetchall()}
     tables = {"layer_benchmarks", "op_benchmarks", "step_measurements", "step_failures", "layer_failures", "agents"}
-    tables.add("agent_logins")
+    tables |= {"op_failures", "agent_logins"}
     assert rows == dict.fromkeys(tables, False)
 
 

@@ -35,15 +35,23 @@ UPDATE jobs SET status = %(status)s, result = %(result)s, error = %(error)s,
 WHERE id = %(id)s AND status IN ('queued', 'running')
 RETURNING *"""
 # Failures of this job's missing work since it started: re-sent work that fails the same way each time.
-SELECT_FAILED_TOO_OFTEN = """
-SELECT signature_id, machine_type, count(*) AS n, (array_agg(error ORDER BY failed_at DESC))[1] AS error
-FROM layer_failures
-WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s) AND precision = %(precision)s
+# Layer and op failures differ only in their table, signature column and configuration key.
+_FAILED_TOO_OFTEN = """
+SELECT {sig} AS signature_id, machine_type, count(*) AS n, (array_agg(error ORDER BY failed_at DESC))[1] AS error
+FROM {table}
+WHERE {sig} = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s) AND {key}
   AND failed_at >= %(since)s
-GROUP BY signature_id, machine_type
+GROUP BY {sig}, machine_type
 HAVING count(*) >= %(limit)s
-ORDER BY signature_id, machine_type
+ORDER BY {sig}, machine_type
 LIMIT 1"""
+SELECT_LAYER_FAILED_TOO_OFTEN = _FAILED_TOO_OFTEN.format(
+    table="layer_failures", sig="signature_id", key="precision = %(precision)s"
+)
+# An op signature is only ever measured in one of the two variants (an optimizer step in optimizer_variant).
+SELECT_OP_FAILED_TOO_OFTEN = _FAILED_TOO_OFTEN.format(
+    table="op_failures", sig="op_signature_id", key="variant IN (%(op_variant)s, %(optimizer_variant)s)"
+)
 SELECT_RUNNING = "SELECT id FROM jobs WHERE status = 'running' AND request->'machines' ?| %s"
 SELECT_STATUS = "SELECT * FROM jobs WHERE id = %s"
 
@@ -192,7 +200,7 @@ def finish_if_complete(job_id: uuid.UUID) -> bool:
         counts = progress.of(job["plan"], request, gaps, op_gaps, previous=job["progress"])
         waited = coverage.waited_for(gaps, job["plan"])
         ops_waited = coverage.waited_for(op_gaps, job["plan"])
-        expired = progress.waited_too_long(counts) or _failed_too_often(job, request, waited)
+        expired = progress.waited_too_long(counts) or _failed_too_often(job, request, waited, ops_waited)
         if (waited or ops_waited) and not expired:
             cur.execute(SET_PROGRESS, {"id": job_id, "progress": Json(counts)})
             return False
@@ -238,26 +246,37 @@ def resend_missing(job_id: uuid.UUID) -> int:
     return sum(len({s for s, _b in gap}) for gap in (*lost.values(), *lost_ops.values()))
 
 
-def _failed_too_often(job: dict[str, Any], request: JobRequest, waited: coverage.Missing) -> str | None:
-    """The failure reason when a missing benchmark raised BENCH_MAX_FAILURES times since the job started."""
+def _failed_too_often(
+    job: dict[str, Any], request: JobRequest, waited: coverage.Missing, ops_waited: coverage.Missing
+) -> str | None:
+    """The failure reason when a missing layer or op benchmark raised BENCH_MAX_FAILURES times since the job started."""
+    common = {"since": job["started_at"], "limit": get_settings().bench_max_failures}
+    training = request.training()
+    layer = _failures(SELECT_LAYER_FAILED_TOO_OFTEN, waited, common | {"precision": training.layer_precision})
+    if layer is not None:
+        return f"the layer benchmark of signature {layer['signature_id']} {_failed(layer)}"
+    variants = {"op_variant": training.op_variant, "optimizer_variant": training.optimizer_variant}
+    op = _failures(SELECT_OP_FAILED_TOO_OFTEN, ops_waited, common | variants)
+    if op is None:
+        return None
+    sig = ops.signature(ops.specs(signature_ids=[op["signature_id"]])[op["signature_id"]]["spec"])
+    what = " ".join([sig.op, "×".join(map(str, sig.shape))]).strip()
+    return f"the op benchmark of signature {op['signature_id']} ({what}) {_failed(op)}"
+
+
+def _failures(sql: str, waited: coverage.Missing, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The first missing signature whose failures reached the limit (sql: a _FAILED_TOO_OFTEN), if any."""
     if not waited:
         return None
-    params = {
-        "sigs": sorted({s for gap in waited.values() for s, _b in gap}),
-        "machines": sorted(waited),
-        "precision": request.layer_precision,
-        "since": job["started_at"],
-        "limit": get_settings().bench_max_failures,
-    }
+    sigs = sorted({s for gap in waited.values() for s, _b in gap})
     with transaction() as cur:
-        cur.execute(SELECT_FAILED_TOO_OFTEN, params)
+        cur.execute(sql, params | {"sigs": sigs, "machines": sorted(waited)})
         row = cur.fetchone()
-    if row is None:
-        return None
-    return (
-        f"the layer benchmark of signature {row['signature_id']} failed {row['n']} times on {row['machine_type']}: "
-        f"{row['error']}"
-    )
+    return None if row is None else dict(row)
+
+
+def _failed(row: dict[str, Any]) -> str:
+    return f"failed {row['n']} times on {row['machine_type']}: {row['error']}"
 
 
 def _finish(job_id: uuid.UUID, *, status: str, error: str | None, progress: dict[str, Any]) -> None:
