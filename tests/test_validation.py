@@ -91,6 +91,9 @@ def test_model_choice_is_made_on_inner_folds_and_stored() -> None:
     low, mid, high = models.predict(models.load(params), points[0].x, points[0].conv_ms)
     assert low < mid == models.base_ms(params["base"], points[0].x, points[0].conv_ms) < high
 
+    exact = validation.fit_model(synthetic(6, seed=2, cnn_sigma=0.0, point_sigma=0.0))
+    assert exact["choice"] == "base_only" and exact["selection"]["inner_mape"]["base_only"] < 1e-9  # a tie or better
+
     bent = [
         models.Point(p.id, p.cnn, p.family, p.x, p.conv_ms, p.flops, p.step_ms * (1 + 8 / validation.batch_of(p)))
         for p in points

@@ -22,6 +22,7 @@ from worker.models import Point
 
 COVERAGE = 0.8  # P10–P90
 INNER_GROUPS = 6  # CNN groups of the inner folds: leave-one-CNN-out up to this many CNNs
+TIE_PCT = 0.01  # a later (more complex) candidate must beat the inner MAPE by this many points to be chosen
 MIN_UNSEEN = 5  # fewer out-of-setting residuals than this: the unseen bounds use the others too
 _BATCH = features.NAMES.index("batch_size")
 _IMAGE = features.NAMES.index("image_size")
@@ -157,13 +158,14 @@ def choose(points: list[Point], candidates: dict[str, ParamsFit]) -> Choice:
     """Pick a candidate by its mean error over the inner folds of these points (and only these)."""
     seen_folds, unseen_folds = inner_folds(points)
     best: Choice | None = None
+    best_score = math.inf
     scores: dict[str, float | None] = {}
     for name, fit in candidates.items():
         seen, unseen = log_errors(seen_folds, fit), log_errors(unseen_folds, fit)
         every = seen + unseen
-        scores[name] = statistics.fmean(map(_ape, every)) if every else None
-        if every and (best is None or scores[name] < (scores[best.name] or math.inf)):  # type: ignore[operator]
-            best = Choice(name, seen=seen, unseen=unseen)
+        error = scores[name] = statistics.fmean(map(_ape, every)) if every else None
+        if error is not None and error < best_score - TIE_PCT:  # the earlier (simpler) one wins a tie
+            best, best_score = Choice(name, seen=seen, unseen=unseen), error
     best = best or Choice(next(iter(candidates)))  # one CNN: nothing to compare on
     best.inner_mape = scores
     return best
