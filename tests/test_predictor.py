@@ -119,6 +119,7 @@ def test_job_result_names_the_model_version(clean_db: None) -> None:
     assert result["models"]["local"] == {
         "status": "ok", "source": "benchmarked", "version": model["version"], "kind": predictor.KIND,
         "loco_mape": model["evaluation"]["loco_mape"], "pooled_from": ["local"], "training": "sgd/fp32",
+        "interval_coverage": model["evaluation"]["loco"]["model"]["coverage"],
     }  # fmt: skip
     (point,) = result["predictions"]
     assert point["iteration_seconds_p10"] <= point["iteration_seconds"] <= point["iteration_seconds_p90"]
