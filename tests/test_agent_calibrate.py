@@ -37,6 +37,8 @@ def test_cnn_sets_cover_the_families_and_cpus_get_a_smaller_image() -> None:
     assert calibrate.default_image_size("g5.xlarge") == calibrate.GPU_IMAGE_SIZE
     for name in calibrate.DEFAULT_CNNS:
         assert cnn_zoo.conv_layers(name, calibrate.CPU_IMAGE_SIZE).total > 0
+        for size, _ in calibrate.CPU_SETTINGS:  # every CNN of the default set runs at every default size
+            assert cnn_zoo.conv_layers(name, size).total > 0
 
 
 def test_calibration_is_complete_in_one_environment_and_reports_infeasible_steps(
