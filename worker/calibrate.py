@@ -68,8 +68,8 @@ Setting = tuple[int, tuple[int, ...]]  # (image size, its batch sizes)
 # A default calibration spreads image sizes and batch sizes, so that a setting left out of a fit can be
 # scored (worker/validation.py: batch sizes 2-8 fit, 16 and 32 held out). Each (image size, batch size)
 # costs its own layer benchmarks (signatures change with the image size), so a CPU measures five, fewer
-# where a step is dearer (larger images), the large batches where it is cheap: about 2.5 times the
-# measurements of the former 112 px × batch 4, 8 (116 s for the default set, docs/PERFORMANCE.md).
+# where a step is dearer (larger images), the large batches where it is cheap: 259 s for the default set
+# on 2 idle cores (760 layer rows, 35 steps; docs/PERFORMANCE.md), 116 s at 112 px × batch 4, 8 alone.
 CPU_SETTINGS: tuple[Setting, ...] = ((64, (8, 32)), (112, (4, 16)), (160, (2,)))
 GPU_SETTINGS: tuple[Setting, ...] = ((160, (16, 64)), (224, (8, 32, 128)))
 
