@@ -116,32 +116,54 @@ def cmd_cancel(api: Api, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    """Measure whole steps on a machine type and fit its model (talks to the database and broker)."""
+def _ints(text: str | None, flag: str) -> list[int]:
+    try:
+        return [int(v) for v in (text or "").split(",") if v.strip()]
+    except ValueError:
+        raise CliError(f"{flag} {text!r}: use comma-separated whole numbers, e.g. 64,112,160") from None
+
+
+def calibration_plan(args: argparse.Namespace) -> Any:
+    """The calibrate.Plan the flags name: the machine type's spread of settings unless sizes are given."""
     from worker import calibrate
 
-    plan = calibrate.Plan(
+    sizes, batches = _ints(args.image_size, "--image-size"), _ints(args.batch_sizes, "--batch-sizes")
+    if sizes or batches:
+        settings = tuple(
+            (size, tuple(batches or calibrate.DEFAULT_BATCH_SIZES))
+            for size in sizes or [calibrate.default_image_size(args.machine)]
+        )
+    else:
+        settings = calibrate.default_settings(args.machine)
+    configs = tuple(calibrate.config_from_key(k, args.precision) for k in _split(args.configs or []))
+    return calibrate.Plan(
         machine=args.machine,
         cnns=tuple(_split(args.cnns)) if args.cnns else calibrate.SETS[args.set],
-        batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
-        image_size=args.image_size or calibrate.default_image_size(args.machine),
         config=training_of(args),
+        settings=settings,
+        configs=configs,
     )
-    print(
-        f"calibrating {plan.machine}: {len(plan.cnns)} CNNs at {plan.image_size} px, batch sizes "
-        f"{','.join(map(str, plan.batch_sizes))}, {plan.config.cost_key()}",
-        file=sys.stderr,
-    )
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measure whole steps on a machine type and fit its model(s) (talks to the database and broker)."""
+    from worker import calibrate
+
+    plan = calibration_plan(args)
+    print(f"calibrating {plan.machine}: {plan.describe()}", file=sys.stderr)
 
     def show(done: int, needed: int) -> None:
         end = "\r" if sys.stderr.isatty() else "\n"
         print(f"calibrating {plan.machine}: {done}/{needed} measurements stored", end=end, file=sys.stderr, flush=True)
 
-    model = calibrate.run(plan, timeout_s=args.timeout, on_progress=show)
-    print(file=sys.stderr)
-    _print_model(model)
+    for model in calibrate.run(plan, timeout_s=args.timeout, on_progress=show):
+        print(file=sys.stderr)
+        _print_model(model)
     for f in calibrate.failures(plan):
-        print(f"not measurable: {f['cnn_name']} at batch size {f['batch_size']}: {f['reason']}")
+        print(
+            f"not measurable: {f['cnn_name']} at batch size {f['batch_size']}: {f['reason']} "
+            f"({f['image_size']} px, {f['training']})"
+        )
     return 0
 
 
@@ -201,8 +223,9 @@ def _print_model(model: dict[str, Any]) -> None:
     ev = model["evaluation"]
     pooled = ev.get("pooled_from", [])
     print(
-        f"model {model['machine_type']} v{model['version']} ({model['kind']}) from {ev['rows']} measured steps "
-        f"of {ev['cnns']} CNNs"
+        f"model {model['machine_type']} v{model['version']} ({model['kind']}, {model['cost_key']}) from "
+        f"{ev['rows']} measured steps of {ev['cnns']} CNNs at {'/'.join(map(str, ev['image_sizes']))} px, "
+        f"batch sizes {','.join(map(str, ev['batch_sizes']))}"
         + (f", pooled from {', '.join(pooled)} ({ev['own_rows']} steps of its own)" if len(pooled) > 1 else "")
     )
     print(render.evaluation(ev))
@@ -262,10 +285,20 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--machine", required=True)
     ca.add_argument("--set", choices=["default", "full"], default="default", help="CNN set (full: 29 CNNs)")
     ca.add_argument("--cnns", action="append", default=None, help="CNN names instead of a set")
-    ca.add_argument("--batch-sizes", default="4,8")
-    ca.add_argument("--image-size", type=int, default=None, help="default: 112 on a CPU machine type, else 224")
+    ca.add_argument(
+        "--image-size", default=None,
+        help="image size(s), comma-separated; with neither this nor --batch-sizes: the machine type's spread "
+        "(a CPU: 64 px at batch 8,32, 112 px at 4,16, 160 px at 2)",
+    )  # fmt: skip
+    ca.add_argument("--batch-sizes", default=None, help="comma-separated, at every --image-size (default 4,8)")
     ca.add_argument("--timeout", type=float, default=1800)
     add_training_flags(ca)
+    ca.add_argument(
+        "--configs", action="append", default=None,
+        help="several training configurations in one calibration, a model each: comma-separated or repeated "
+        "optimizer[+momentum][+wd][/precision][/channels_last], e.g. sgd,sgd+momentum,adamw,sgd/amp_bf16 "
+        "(instead of --optimizer/--momentum/--weight-decay; --precision is the default precision)",
+    )  # fmt: skip
     ag = sub.add_parser("agents", help="list benchmark agents and what they are doing")
     ag.add_argument("--machine", default=None)
     ag.add_argument("--json", action="store_true")

@@ -108,19 +108,30 @@ def _source(point: dict[str, Any]) -> str:
     return "benchmarked" + (f" on {', '.join(others)}" if others else "")
 
 
+SPLITS = (
+    ("loco", "leave-one-CNN-out"), ("sizes", "CNN and image size held out"),
+    ("batches", "CNN and larger batches held out"), ("lofo", "leave-one-family-out"),
+)  # fmt: skip
+
+
 def evaluation(ev: dict[str, Any]) -> str:
-    """Held-out error of the model beside its baselines, overall and per held-out CNN."""
-    names = ("lightgbm", "base_only", "conv_scale", "flops_scale")
+    """Held-out error of the model beside its baselines per split, its interval's coverage, per held-out CNN."""
+    names = ("model", "lightgbm", "base_only", "conv_scale", "flops_scale")
     lines = []
-    for split, label in (("loco", "leave-one-CNN-out"), ("lofo", "leave-one-family-out")):
+    for split, label in SPLITS:
+        if not ev.get(split):
+            continue
         parts = [f"{n} {ev[split][n]['mape']:.1f}%" for n in names if ev[split][n]["mape"] is not None]
-        lines.append(f"{label} MAPE: " + ", ".join(parts))
-    groups = ev["loco"]["lightgbm"]["groups"]
+        coverage = ev[split]["model"]["coverage"]
+        inside = f"; P10-P90 holds {coverage:.0%} of steps" if coverage is not None else ""
+        lines.append(f"{label} MAPE: " + ", ".join(parts) + inside)
+    groups = ev["loco"]["model"]["groups"]
     base = {n: ev["loco"][n]["groups"] for n in ("conv_scale", "flops_scale")}
     rows = [
         [cnn, f"{g['mape']:.1f}%", f"{g['median_ape']:.1f}%", f"{g['max_ape']:.1f}%",
-         f"{base['conv_scale'][cnn]['mape']:.1f}%", f"{base['flops_scale'][cnn]['mape']:.1f}%", str(g["rows"])]
+         f"{base['conv_scale'][cnn]['mape']:.1f}%", f"{base['flops_scale'][cnn]['mape']:.1f}%",
+         f"{g['inside']}/{g['rows']}" if g["inside"] is not None else "-", g["chosen"]]
         for cnn, g in groups.items()
     ]  # fmt: skip
-    header = ["held-out cnn", "lightgbm", "median", "max", "conv x k", "flops x k", "steps"]
+    header = ["held-out cnn", "model", "median", "max", "conv x k", "flops x k", "in P10-P90", "chosen"]
     return "\n".join(lines) + "\n" + table(rows, header)

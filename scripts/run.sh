@@ -9,8 +9,9 @@ VENV=${VENV:-.venv}
 # shellcheck source=/dev/null
 . "${TRAINCAST_RUN_DIR:-.run}/services.env"
 export TRAINCAST_API_URL=${TRAINCAST_API_URL:-http://127.0.0.1:${API_PORT:-8000}}
-if ! "$VENV/bin/python" -c "import sys; from worker import predictor; sys.exit(predictor.latest(machine='local') is None)"; then
-  echo "no model for local yet: calibrating (whole training steps of a few CNNs, a few minutes on a CPU)…"
+# A model of an older kind (quantile-model intervals, one image size) is calibrated again too.
+if ! "$VENV/bin/python" -c "import sys; from worker import predictor; m = predictor.latest(machine='local'); sys.exit(m is None or m['kind'] != predictor.KIND)"; then
+  echo "no current model for local yet: calibrating (whole training steps of 7 CNNs at 64-160 px, about 5 minutes on a CPU)…"
   "$VENV/bin/traincast" calibrate --machine local
 fi
 "$VENV/bin/traincast" predict resnet18 --machine local --batch-sizes 8,16,32

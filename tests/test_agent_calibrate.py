@@ -3,11 +3,13 @@
 import pytest
 import torchvision
 
+from cli.main import build_parser, calibration_plan
 from cli.main import main as traincast
 from shared import cnn_zoo
 from shared.db import one, transaction
-from shared.errors import TraincastError
+from shared.errors import InvalidRequest, TraincastError
 from shared.settings import get_settings
+from shared.training import TrainConfig
 from tests.jobflow import drain_agent_queue
 from tests.test_agent import rows
 from worker import calibrate
@@ -35,6 +37,8 @@ def test_cnn_sets_cover_the_families_and_cpus_get_a_smaller_image() -> None:
     assert calibrate.default_image_size("g5.xlarge") == calibrate.GPU_IMAGE_SIZE
     for name in calibrate.DEFAULT_CNNS:
         assert cnn_zoo.conv_layers(name, calibrate.CPU_IMAGE_SIZE).total > 0
+        for size, _ in calibrate.CPU_SETTINGS:  # every CNN of the default set runs at every default size
+            assert cnn_zoo.conv_layers(name, size).total > 0
 
 
 def test_calibration_is_complete_in_one_environment_and_reports_infeasible_steps(
@@ -85,3 +89,77 @@ def test_calibration_without_an_agent_says_so(clean_db: None) -> None:
     plan = calibrate.Plan(machine="g4dn.xlarge", cnns=("squeezenet1_1",), batch_sizes=(1,), image_size=32)
     with pytest.raises(TraincastError, match="no agent for g4dn.xlarge is alive"):
         calibrate.run(plan, timeout_s=0)
+
+
+def test_a_plan_spans_image_sizes_batch_sizes_and_configurations() -> None:
+    """Each (configuration, setting) is a unit of the plan; the CPU default spreads 64-160 px and batch 2-32."""
+    sgd, adamw = TrainConfig(), calibrate.config_from_key("adamw")
+    plan = calibrate.Plan(
+        machine="local", cnns=("resnet18",), settings=((64, (8, 32)), (112, (2, 4))), configs=(sgd, adamw, sgd)
+    )
+    units = {(u.image_size, u.batch_sizes, u.config.cost_key()) for u in plan.units()}
+    assert units == {
+        (64, (8, 32), "sgd/fp32"), (112, (2, 4), "sgd/fp32"),
+        (64, (8, 32), "adamw+wd/fp32"), (112, (2, 4), "adamw+wd/fp32"),
+    }  # fmt: skip
+    assert len(plan.units()) == 4 and all(u.units() == [u] for u in plan.units())
+    assert calibrate.Plan(machine="local", batch_sizes=(2,), image_size=32).grid() == ((32, (2,)),)
+    sizes = [size for size, _ in calibrate.CPU_SETTINGS]
+    batches = {b for _, bs in calibrate.CPU_SETTINGS for b in bs}
+    assert sizes == [64, 112, 160] and min(batches) == 2 and max(batches) == 32
+    keys = ["sgd", "sgd+momentum", "adamw", "adam+wd/amp_bf16", "sgd/fp32/channels_last"]
+    assert [calibrate.config_from_key(k).cost_key() for k in keys] == [
+        "sgd/fp32", "sgd+momentum/fp32", "adamw+wd/fp32", "adam+wd/amp_bf16", "sgd/fp32/channels_last",
+    ]  # fmt: skip
+    assert calibrate.config_from_key("sgd", "amp_bf16").precision == "amp_bf16"
+    with pytest.raises(InvalidRequest, match="unknown: nesterov"):
+        calibrate.config_from_key("sgd+nesterov")
+
+
+def test_calibrate_flags_name_the_plan(clean_db: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """No size flags: the machine type's spread; --image-size/--batch-sizes: their grid; --configs: several."""
+    args = build_parser().parse_args(["calibrate", "--machine", "local"])
+    assert calibration_plan(args).grid() == calibrate.CPU_SETTINGS
+    assert calibration_plan(args).every_config() == (TrainConfig(),)
+    args = build_parser().parse_args(
+        ["calibrate", "--machine", "local", "--image-size", "32,48", "--batch-sizes", "2,4", "--precision", "amp_bf16",
+         "--configs", "sgd,adamw", "--configs", "sgd+momentum/fp32"]
+    )  # fmt: skip
+    plan = calibration_plan(args)
+    assert plan.grid() == ((32, (2, 4)), (48, (2, 4)))
+    assert [c.cost_key() for c in plan.every_config()] == ["sgd/amp_bf16", "adamw+wd/amp_bf16", "sgd+momentum/fp32"]
+    assert traincast(["calibrate", "--machine", "local", "--configs", "lion"]) == 1
+    assert traincast(["calibrate", "--machine", "local", "--image-size", "big"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "lion" in err[0] and "--image-size 'big'" in err[1]
+
+
+def test_one_calibration_measures_every_setting_and_configuration(
+    clean_db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two image sizes × two configurations: every unit's steps are stored, a model per configuration learns
+    from both sizes and is scored with an image size held out."""
+    monkeypatch.setenv("BENCH_QUIET_WAIT", "inf")
+    get_settings.cache_clear()
+    configs = (TrainConfig(), calibrate.config_from_key("adamw"))
+    plan = calibrate.Plan(
+        machine="local", cnns=("resnet18", "squeezenet1_1"), settings=((32, (2,)), (48, (2, 4))), configs=configs
+    )
+    sent = calibrate.send_units(plan)
+    assert len(sent) == 4
+    drain_agent_queue()
+    done, needed = calibrate.progress_of(sent)
+    assert done == needed > 0
+    stored = rows("SELECT image_size, batch_size, optimizer FROM step_measurements")
+    assert {(r["image_size"], r["batch_size"], r["optimizer"]) for r in stored} == {
+        (s, b, o) for s, bs in plan.grid() for b in bs for o in ("sgd", "adamw")
+    }
+    models = calibrate.run(plan, timeout_s=5)
+    assert [m["cost_key"] for m in models] == ["sgd/fp32", "adamw+wd/fp32"]
+    for model in models:
+        ev = model["evaluation"]
+        assert ev["image_sizes"] == [32, 48] and ev["rows"] == 6
+        assert set(ev["sizes"]["model"]["groups"]) == {f"{c} @ {s} px" for c in plan.cnns for s in (32, 48)}
+        assert model["params"]["interval"]["image_sizes"] == [32, 48]
+    monkeypatch.undo()
+    get_settings.cache_clear()

@@ -74,7 +74,7 @@ def test_calibrate_predict_and_reuse(full_stack: Stack, clean_db: None) -> None:
         "300",
     )
     assert cal.returncode == 0, cal.stderr
-    assert "leave-one-CNN-out MAPE: lightgbm" in cal.stdout
+    assert "leave-one-CNN-out MAPE: model" in cal.stdout and "P10-P90 holds" in cal.stdout
 
     r = http.post(f"{full_stack.url}/v1/jobs", json=JOB)
     assert r.status_code == 202

@@ -10,7 +10,7 @@ from shared.errors import InvalidRequest
 from shared.schemas import JobRequest
 from shared.settings import get_settings
 from tests.jobflow import drain_agent_queue, submit
-from worker import assemble, calibrate, features, models, planning, predictor
+from worker import assemble, calibrate, features, models, planning, predictor, validation
 
 
 def measure(plan: calibrate.Plan) -> None:
@@ -29,14 +29,18 @@ def test_train_store_load_predict_and_version(clean_db: None) -> None:
     points = predictor.dataset("local")
     assert len(points) == 6 and all(p.conv_ms > 0 and p.step_ms > 0 for p in points)
     first = predictor.train(machine="local")
-    assert first["version"] == 1 and first["kind"] == "lightgbm_base_ratio"
+    assert first["version"] == 1 and first["kind"] == predictor.KIND
     assert len(first["params"]["base"]) == len(models.BASE_TERMS) and min(first["params"]["base"]) >= 0
+    assert first["params"]["choice"] in validation.CANDIDATES
+    assert first["params"]["interval"]["image_sizes"] == [64] and first["params"]["interval"]["batch_range"] == [2, 4]
     assert sorted(first["training_rows"]) == sorted(p.id for p in points)
     ev = first["evaluation"]
-    assert set(ev["loco"]["lightgbm"]["groups"]) == set(cnns)
-    assert set(ev["lofo"]["lightgbm"]["groups"]) == {"resnet", "squeezenet", "mobilenet_v2"}
-    assert {"base_only", "conv_scale", "flops_scale"} <= set(ev["loco"])
-    assert ev["loco_mape"] == ev["loco"]["lightgbm"]["mape"]
+    assert set(ev["loco"]["model"]["groups"]) == set(ev["loco"]["lightgbm"]["groups"]) == set(cnns)
+    assert set(ev["lofo"]["model"]["groups"]) == {"resnet", "squeezenet", "mobilenet_v2"}
+    assert {"lightgbm", "base_only", "conv_scale", "flops_scale"} <= set(ev["loco"])
+    assert ev["loco_mape"] == ev["loco"]["model"]["mape"] and 0 <= ev["loco"]["model"]["coverage"] <= 1
+    # One image size: no size split; batch 2 fits, batch 4 is held out.
+    assert ev["sizes"] is None and set(ev["batches"]["model"]["groups"]) == {f"{c} @ batch > 2" for c in cnns}
     low, mid, high = predictor.predict_ms(first, points[0].x, points[0].conv_ms)
     assert 0 < low <= mid <= high
     second = predictor.train(machine="local")
@@ -56,7 +60,7 @@ def test_base_finds_the_per_parameter_cost_a_conv_scale_cannot() -> None:
         points.append(models.Point(i, f"cnn{i % 8}", "fam", x, conv, conv, 2 * conv + 3 * mparams))
     coef = dict(zip(models.BASE_TERMS, models.fit_base(points), strict=True))
     assert coef["conv_ms"] == pytest.approx(2, rel=1e-6) and coef["mparameters"] == pytest.approx(3, rel=1e-6)
-    ev = models.evaluate(points)
+    ev = validation.evaluate(points)
     assert ev["loco"]["base_only"]["mape"] < 1e-6 < ev["loco"]["conv_scale"]["mape"]
 
 
@@ -65,27 +69,6 @@ def test_an_older_kind_of_model_is_not_used(clean_db: None) -> None:
     model = {"id": -1, "version": 7, "kind": "lightgbm_ratio", "params": {"features": list(features.NAMES)}}
     with pytest.raises(InvalidRequest, match="older kind; retrain"):
         predictor.predict_ms(model, [0.0] * len(features.NAMES), 1.0)
-
-
-def test_held_out_group_is_excluded_from_its_fit() -> None:
-    """Every fold's model is fitted on data holding no row of the held-out CNN."""
-    rng = random.Random(3)
-    points = [
-        models.Point(i, cnn, "fam", [rng.random() for _ in range(3)], 10.0 * (1 + rng.random()), 1e9, 25.0)
-        for i, cnn in enumerate(["a", "a", "b", "b", "c", "c", "c"])
-    ]
-    seen: dict[frozenset[int], None] = {}
-
-    def fit(train: list[models.Point]) -> models.Predictor:
-        seen[frozenset(p.id for p in train)] = None
-        return lambda p: p.conv_ms * 2
-
-    result = models.held_out(points, lambda p: p.cnn, fit)
-    assert len(seen) == 3
-    for group in result["groups"].values():
-        held = set(group["held_out_ids"])
-        assert any(not (held & train) and len(train) + len(held) == len(points) for train in seen)
-    assert result["groups"]["c"]["rows"] == 3
 
 
 def test_lightgbm_learns_a_ratio_the_scale_cannot() -> None:
@@ -97,8 +80,9 @@ def test_lightgbm_learns_a_ratio_the_scale_cannot() -> None:
         conv = 10.0 * bs * (1 + rng.random())
         x = [float(bs)] + [0.0] * (len(features.NAMES) - 1)
         points.append(models.Point(i, f"cnn{i % 10}", "fam", x, conv, conv, conv * (1 + 8 / bs)))
-    ev = models.evaluate(points)
+    ev = validation.evaluate(points)
     assert ev["loco"]["lightgbm"]["mape"] < ev["loco"]["conv_scale"]["mape"] / 2
+    assert ev["loco"]["model"]["mape"] < ev["loco"]["conv_scale"]["mape"] / 2
 
 
 def test_assembly_time_cost_energy_and_out_of_memory(clean_db: None) -> None:
@@ -133,11 +117,16 @@ def test_job_result_names_the_model_version(clean_db: None) -> None:
     planning.plan_job(job["id"])
     result = jobs.get(job_id=job["id"])["result"]
     assert result["models"]["local"] == {
-        "status": "ok", "source": "benchmarked", "version": model["version"], "kind": "lightgbm_base_ratio",
+        "status": "ok", "source": "benchmarked", "version": model["version"], "kind": predictor.KIND,
         "loco_mape": model["evaluation"]["loco_mape"], "pooled_from": ["local"], "training": "sgd/fp32",
+        "interval_coverage": model["evaluation"]["loco"]["model"]["coverage"],
     }  # fmt: skip
     (point,) = result["predictions"]
     assert point["iteration_seconds_p10"] <= point["iteration_seconds"] <= point["iteration_seconds_p90"]
+    # The interval is the stored one from out-of-fold errors (32 px, batch 2: a setting the fit measured).
+    low, high = model["params"]["interval"]["seen"]
+    assert point["iteration_seconds_p10"] == pytest.approx(point["iteration_seconds"] * math.exp(min(low, 0)))
+    assert point["total_seconds_p90"] == pytest.approx(point["total_seconds"] * math.exp(max(high, 0)))
     assert point["cost_usd"] == 0.0 and point["energy_kwh"] is None  # local: free, board power unknown
     assert result["best"][0]["min_time"]["batch_size"] == 2
 

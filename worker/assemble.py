@@ -254,6 +254,7 @@ def _model_summary(
         "kind": model["kind"],
         "training": model["cost_key"],
         "loco_mape": model["evaluation"].get("loco_mape"),
+        "interval_coverage": model["evaluation"].get("interval_coverage"),
         # More than this machine type: the model also learnt from other types' steps (few of its own).
         "pooled_from": model["evaluation"].get("pooled_from", [machine]),
     }

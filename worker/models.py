@@ -7,12 +7,12 @@ write each one, however small the batch: this is most of an AlexNet or VGG step)
 the other layers move, and a cost per operation. Then LightGBM learns the ratio of the
 measured step to that base (in log space). Both transfer across CNNs better than a model of
 the time itself, and the measured conv time keeps the steps at particular batch sizes that
-the layer benchmarks show.
+the layer benchmarks show. The P10–P90 interval is not a quantile model's (those were far too
+narrow on unseen CNNs): it is the spread of out-of-fold errors (worker/validation.py), wider for
+settings the fit did not see.
 """
 
 import math
-import statistics
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +22,6 @@ import numpy as np
 from scipy.optimize import nnls
 
 from worker import features
-
-QUANTILES = {"p10": 0.1, "p90": 0.9}
 
 
 @dataclass(frozen=True)
@@ -58,8 +56,8 @@ def scale_constant(points: list[Point]) -> float:
     return num / den
 
 
-def _params(alpha: float | None, rows: int) -> dict[str, Any]:
-    params: dict[str, Any] = {
+def _params(rows: int) -> dict[str, Any]:
+    return {
         "learning_rate": 0.05,
         "num_leaves": 7,
         # Few rows per machine type: leaves must be allowed to be small, or nothing is learnt.
@@ -71,9 +69,8 @@ def _params(alpha: float | None, rows: int) -> dict[str, Any]:
         "deterministic": True,
         "num_threads": 1,
         "seed": 7,
+        "objective": "regression",
     }
-    params.update({"objective": "quantile", "alpha": alpha} if alpha else {"objective": "regression"})
-    return params
 
 
 # Measured where the agent measured them: the other ops' and the optimizer's time (issue 14). The guessed
@@ -110,90 +107,94 @@ def base_ms(coef: list[float], x: list[float], conv_ms: float) -> float:
 
 
 def fit_lgbm(points: list[Point], rounds: int = 300) -> dict[str, Any]:
-    """The base coefficients, and median (L2 on the log ratio) and P10/P90 boosters as LightGBM model text."""
+    """The base coefficients and a median booster (L2 on the log ratio to the base) as LightGBM model text."""
     coef = fit_base(points)
     x = np.array([[*p.x, base_ms(coef, p.x, p.conv_ms)] for p in points], dtype=float)
     y = np.array([math.log(p.step_ms / base_ms(coef, p.x, p.conv_ms)) for p in points])
-    boosters = {"p50": lgb.train(_params(None, len(points)), lgb.Dataset(x, y), rounds)}
-    for name, alpha in QUANTILES.items():
-        boosters[name] = lgb.train(_params(alpha, len(points)), lgb.Dataset(x, y), rounds)
-    return {"base": coef, "boosters": {name: b.model_to_string() for name, b in boosters.items()}}
+    booster = lgb.train(_params(len(points)), lgb.Dataset(x, y), rounds)
+    return {"base": coef, "boosters": {"p50": booster.model_to_string()}}
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Log-ratio bounds (measured ÷ predicted) of the P10–P90 interval, from out-of-fold errors.
+
+    `seen` holds for a point at an image size the fit measured and a batch size within the fitted
+    range; any other point gets the wider `unseen` bounds, learnt from folds that left its setting out.
+    """
+
+    seen: tuple[float, float]
+    unseen: tuple[float, float]
+    image_sizes: tuple[int, ...]
+    batch_range: tuple[int, int]
+
+    def bounds(self, x: list[float]) -> tuple[float, float]:
+        """The (low, high) log-ratio bounds for a point with features x."""
+        image, batch = int(x[_AT["image_size"]]), int(x[_AT["batch_size"]])
+        lo, hi = self.batch_range
+        return self.seen if image in self.image_sizes and lo <= batch <= hi else self.unseen
+
+    @classmethod
+    def from_params(cls, d: dict[str, Any]) -> "Interval":
+        """From its stored form (to_params)."""
+        return cls(tuple(d["seen"]), tuple(d["unseen"]), tuple(d["image_sizes"]), tuple(d["batch_range"]))  # type: ignore[arg-type]
+
+    def to_params(self) -> dict[str, Any]:
+        """Stored with the model (JSON)."""
+        return {"seen": list(self.seen), "unseen": list(self.unseen), "image_sizes": list(self.image_sizes),
+                "batch_range": list(self.batch_range)}  # fmt: skip
+
+
+NO_INTERVAL = Interval((0.0, 0.0), (0.0, 0.0), (), (0, 0))
 
 
 @dataclass(frozen=True)
 class Fitted:
-    """A loaded model: base coefficients and boosters."""
+    """A loaded model: base coefficients, the median booster (none: the base alone) and the interval."""
 
     base: list[float]
-    boosters: dict[str, lgb.Booster]
+    booster: lgb.Booster | None
+    interval: Interval = NO_INTERVAL
 
 
 def load(params: dict[str, Any]) -> Fitted:
     """A model from its stored parameters (LightGBM model text, never a pickle)."""
-    boosters = {name: lgb.Booster(model_str=text) for name, text in params["boosters"].items()}
-    return Fitted(list(params["base"]), boosters)
+    text = (params.get("boosters") or {}).get("p50")
+    booster = lgb.Booster(model_str=text) if text else None
+    interval = Interval.from_params(params["interval"]) if params.get("interval") else NO_INTERVAL
+    return Fitted(list(params["base"]), booster, interval)
+
+
+def medians_ms(model: Fitted, rows: list[tuple[list[float], float]]) -> list[float]:
+    """The median iteration time in ms of each (x, conv_ms): the base, times the booster's ratio if any."""
+    bases = [base_ms(model.base, x, conv_ms) for x, conv_ms in rows]
+    if model.booster is None or not rows:
+        return bases
+    ratios = model.booster.predict(np.array([[*x, b] for (x, _), b in zip(rows, bases, strict=True)], dtype=float))
+    return [b * math.exp(float(r)) for b, r in zip(bases, ratios, strict=True)]
+
+
+def predict_many(model: Fitted, rows: list[tuple[list[float], float]]) -> list[tuple[float, float, float]]:
+    """(P10, median, P90) iteration time in ms of each (x, conv_ms); the interval always holds the median."""
+    out = []
+    for (x, _), mid in zip(rows, medians_ms(model, rows), strict=True):
+        lo, hi = model.interval.bounds(x)
+        out.append((mid * math.exp(min(lo, 0.0)), mid, mid * math.exp(max(hi, 0.0))))
+    return out
 
 
 def predict(model: Fitted, x: list[float], conv_ms: float) -> tuple[float, float, float]:
-    """(P10, median, P90) iteration time in ms; quantiles sorted so they never cross."""
-    base = base_ms(model.base, x, conv_ms)
-    row = np.array([[*x, base]], dtype=float)
-    p10, p50, p90 = (base * math.exp(float(model.boosters[n].predict(row)[0])) for n in ("p10", "p50", "p90"))
-    low, mid, high = sorted((p10, p50, p90))
-    return low, mid, high
+    """(P10, median, P90) iteration time in ms of one point."""
+    return predict_many(model, [(x, conv_ms)])[0]
 
 
 def lgbm_predictor(points: list[Point]) -> Predictor:
     """Fit the base and LightGBM on points; return the median prediction."""
     model = load(fit_lgbm(points))
-    return lambda p: predict(model, p.x, p.conv_ms)[1]
+    return lambda p: medians_ms(model, [(p.x, p.conv_ms)])[0]
 
 
 def base_predictor(points: list[Point]) -> Predictor:
     """The base alone (reported beside the full model, so the boosters must earn their place)."""
     coef = fit_base(points)
     return lambda p: base_ms(coef, p.x, p.conv_ms)
-
-
-def held_out(
-    points: list[Point], group: Callable[[Point], str], fit: Callable[[list[Point]], Predictor]
-) -> dict[str, Any]:
-    """Leave-one-group-out: each group predicted by a model fitted without any of its points."""
-    groups: dict[str, list[Point]] = defaultdict(list)
-    for p in points:
-        groups[group(p)].append(p)
-    per_group: dict[str, Any] = {}
-    every: list[float] = []
-    for name, test in sorted(groups.items()):
-        train = [p for p in points if group(p) != name]
-        if not train:
-            continue
-        model = fit(train)
-        predicted = [model(p) for p in test]
-        apes = [abs(q - p.step_ms) / p.step_ms * 100 for q, p in zip(predicted, test, strict=True)]
-        per_group[name] = {
-            "mape": statistics.fmean(apes), "median_ape": statistics.median(apes), "max_ape": max(apes),
-            "rows": len(apes), "held_out_ids": [p.id for p in test],
-            "measured_ms": [p.step_ms for p in test], "predicted_ms": predicted,
-        }  # fmt: skip
-        every.extend(apes)
-    return {
-        "mape": statistics.fmean(every) if every else None,
-        "median_ape": statistics.median(every) if every else None,
-        "max_ape": max(every) if every else None,
-        "groups": per_group,
-    }
-
-
-def evaluate(points: list[Point]) -> dict[str, Any]:
-    """LightGBM and both baselines, leave-one-CNN-out and leave-one-family-out."""
-    fits: dict[str, Callable[[list[Point]], Predictor]] = {
-        "lightgbm": lgbm_predictor,
-        "base_only": base_predictor,
-        "conv_scale": lambda pts: fit_scale(pts, lambda p: p.conv_ms),
-        "flops_scale": lambda pts: fit_scale(pts, lambda p: p.flops),
-    }
-    out: dict[str, Any] = {"rows": len(points), "cnns": len({p.cnn for p in points})}
-    for split, group in (("loco", lambda p: p.cnn), ("lofo", lambda p: p.family)):
-        out[split] = {name: held_out(points, group, fit) for name, fit in fits.items()}
-    return out

@@ -1178,8 +1178,10 @@
     const fitted = machines.filter((m) => models[m] && models[m].status === "ok").map((m) => {
       const model = models[m];
       const error = typeof model.loco_mape === "number" ? `, leave-one-CNN-out error ${sig3(model.loco_mape)}%` : "";
+      const inside = typeof model.interval_coverage === "number"
+        ? `, ${Math.round(model.interval_coverage * 100)}% of held-out steps inside P10–P90` : "";
       const on = model.measured_on && model.measured_on !== m ? `, measured on ${model.measured_on}` : "";
-      return `${m} v${model.version} (${model.kind}${error}${on})`;
+      return `${m} v${model.version} (${model.kind}${error}${inside}${on})`;
     });
     if (fitted.length) note(`Predictor model${fitted.length > 1 ? "s" : ""}: ${listed(fitted, 8)}.`);
   }
