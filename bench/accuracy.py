@@ -115,7 +115,7 @@ def report(models: list[dict[str, Any]], noise: dict[str, Any] | None, plan: cal
     """The markdown section."""
     first = models[0]["evaluation"]
     lines = [
-        f"Command: `{command}` (stack up). Whole steps of {first['cnns']} CNNs ({', '.join(plan.cnns)}) at "
+        f"Command: `{command}` (a local agent up). Whole steps of {first['cnns']} CNNs ({', '.join(plan.cnns)}) at "
         f"{'; '.join(f'{s} px batch {chr(44).join(map(str, b))}' for s, b in plan.grid())}, one model per training "
         "configuration. Every figure is held out: a point is predicted by a model fitted without its CNN (and, "
         f"for the setting splits, without any step at its image size, or with batch sizes up to {first['batch_cut']} "
