@@ -210,16 +210,20 @@ def test_benchmark_seconds_of_the_day_over_the_budget_are_429(limits_stack: Stac
 
 
 def test_planning_charges_the_points_it_sends(limits_stack: Stack, clean_db: None) -> None:
-    """A planned job's charge is the (signature, batch size) points it queued for agents x 3 phases x
-    BENCH_TIME_CAP_S, and the API counts exactly that against the key's budget."""
+    """A planned job's charge is the (signature, batch size) points it queued for agents x BENCH_TIME_CAP_S x 3
+    phases for a conv point, x 2 phases at half the cap for an op point; the API counts exactly that."""
     key = new_key()
     job, _ = jobs.create(request=JobRequest.model_validate(sizes(2)), owner_key_id=key_id(key))
     planning.plan_job(job["id"])
-    queued = [json.loads(_body(json.loads(m))) for m in broker().lrange("bench.local", 0, -1)]
-    points = sum(len(item["batch_sizes"]) for _args, kwargs, _embed in queued for item in kwargs["items"])
-    assert points > 0
+    points = {"gpu_agent.bench_layers": 0, "gpu_agent.bench_ops": 0}
+    for raw in broker().lrange("bench.local", 0, -1):
+        message = json.loads(raw)
+        _args, kwargs, _embed = json.loads(_body(message))
+        points[message["headers"]["task"]] += sum(len(item["batch_sizes"]) for item in kwargs["items"])
+    assert all(n > 0 for n in points.values()), points
     charge = jobs.get(job_id=job["id"])["plan"]["bench_seconds"]
-    assert charge == points * 3 * get_settings().bench_time_cap_s
+    cap = get_settings().bench_time_cap_s
+    assert charge == pytest.approx((points["gpu_agent.bench_layers"] * 3 + points["gpu_agent.bench_ops"]) * cap)
     assert jobs.key_usage(owner_key_id=key_id(key))["bench_seconds_day"] == charge
     with transaction() as cur:  # its budget: just under the charge, then exactly it
         cur.execute("UPDATE api_keys SET bench_seconds_per_day = %s WHERE id = %s", (charge - 0.01, key_id(key)))

@@ -452,7 +452,14 @@ def test_gpu_types_without_an_agent_get_reference_predictions(full_stack: Stack,
     )
     label = page.hover("plot-batch", index)
     assert f"reference (±{pct:.3g}% held-out error)" in label, label
-    assert "Google Cloud" in label and "T4" in label and "fit in GPU memory not checked" in label, label
+    # Reference points now carry the modelled peak memory and fit (a T4 has 16 GiB).
+    point = next(p for p in result["predictions"] if p["machine"] == gcp_t4["name"])
+    assert (
+        "Google Cloud" in label
+        and "T4" in label
+        and f"peak memory {point['peak_memory_gib']:.3g} GiB of 16 GiB" in label
+    )
+    assert ("does not fit" if point["fits_in_memory"] is False else "fits") in label, label
     index = next(i for i, t in enumerate(page.traces("plot-cost")) if t["meta"]["machine"] == multi["name"])
     label = page.hover("plot-cost", index)
     assert f"of its {multi['gpu_count']} GPUs" in label and "cost per GPU" in label and "reference (±" in label, label
