@@ -5,6 +5,7 @@ A machine type's benchmarks count as present when any machine type with its GPU 
 """
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from shared import agents, fleet, layers, machines, ops, tasks
@@ -107,56 +108,41 @@ def _served(peers: list[str], served: set[str]) -> str | None:
     return next((p for p in peers if p in served), None)
 
 
-def _grouped(gaps: Missing) -> dict[tuple[str, int], list[int]]:
-    grouped: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for machine, gap in gaps.items():
-        for sig, bs in gap:
-            grouped[(machine, sig)].append(bs)
-    return grouped
-
-
-def _jobs(job_ids: list[str] | None) -> dict[str, list[str]]:
-    return {"job_ids": job_ids} if job_ids else {}
-
-
-def send_work(gaps: Missing, precision: str, channels_last: bool = False, job_ids: list[str] | None = None) -> None:
+def _send(
+    task: str,
+    gaps: Missing,
+    specs: Callable[..., dict[int, dict[str, Any]]],
+    job_ids: list[str] | None,
+    **task_kwargs: Any,
+) -> None:
     """One task per (machine, signature) with all its batch sizes, so a CNN costs few round-trips.
 
     Each item names the jobs that sent it (`job_ids`), so the agent's log lines name them; agents that
     predate the field ignore it.
     """
-    grouped = _grouped(gaps)
+    grouped: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for machine, gap in gaps.items():
+        for sig, bs in gap:
+            grouped[(machine, sig)].append(bs)
     if not grouped:
         return
-    spec_by_id = layers.specs(signature_ids=sorted({sig for _m, sig in grouped}))
-    layout: dict[str, Any] = {"channels_last": True} if channels_last else {}  # absent: as agents before 14 accept
+    spec_by_id = specs(signature_ids=sorted({sig for _m, sig in grouped}))
     for (machine, sig), sizes in sorted(grouped.items()):
-        item = {"signature_id": sig, **spec_by_id[sig], "batch_sizes": sorted(sizes)} | _jobs(job_ids)
-        tasks.send(
-            tasks.BENCH_LAYERS,
-            queue=tasks.bench_queue(machine),
-            machine_type=machine,
-            precision=precision,
-            items=[item],
-            **layout,
-        )
+        item = {"signature_id": sig, **spec_by_id[sig], "batch_sizes": sorted(sizes)}
+        if job_ids:
+            item["job_ids"] = job_ids
+        tasks.send(task, queue=tasks.bench_queue(machine), machine_type=machine, items=[item], **task_kwargs)
+
+
+def send_work(gaps: Missing, precision: str, channels_last: bool = False, job_ids: list[str] | None = None) -> None:
+    """Conv layer work: one task per (machine, conv signature), timed in this precision and layout."""
+    layout: dict[str, Any] = {"channels_last": True} if channels_last else {}  # absent: as agents before 14 accept
+    _send(tasks.BENCH_LAYERS, gaps, layers.specs, job_ids, precision=precision, **layout)
 
 
 def send_op_work(gaps: Missing, training: TrainConfig, job_ids: list[str] | None = None) -> None:
-    """Likewise for op signatures: one task per (machine, op signature), in the request's training configuration."""
-    grouped = _grouped(gaps)
-    if not grouped:
-        return
-    spec_by_id = ops.specs(signature_ids=sorted({sig for _m, sig in grouped}))
-    for (machine, sig), sizes in sorted(grouped.items()):
-        item = {"signature_id": sig, **spec_by_id[sig], "batch_sizes": sorted(sizes)} | _jobs(job_ids)
-        tasks.send(
-            tasks.BENCH_OPS,
-            queue=tasks.bench_queue(machine),
-            machine_type=machine,
-            config=training.model_dump(),
-            items=[item],
-        )
+    """Op work: one task per (machine, op signature), in the request's training configuration."""
+    _send(tasks.BENCH_OPS, gaps, ops.specs, job_ids, config=training.model_dump())
 
 
 def uncalibrated(request: JobRequest) -> str | None:
