@@ -19,12 +19,14 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
     && pip install --extra-index-url "$TORCH_INDEX_URL" -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 
-# Keep the repo layout: shared/migrate.py reads /app/migrations.
+# Keep the repo layout: shared/core/migrate.py reads /app/migrations.
 COPY api/ api/
 COPY worker/ worker/
 COPY gpu_agent/ gpu_agent/
 COPY shared/ shared/
 COPY cli/ cli/
+COPY calibration/ calibration/
+COPY fleet/ fleet/
 COPY migrations/ migrations/
 COPY data/ data/
 RUN pip install --no-deps -e . \

@@ -8,9 +8,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from api import ratelimit
-from shared import keys, schemas
+from shared import keys
+from shared.core.settings import get_settings
+from shared.jobs import request as schemas
 from shared.keys import Principal
-from shared.settings import get_settings
 
 # auto_error off: a missing key is our own 401 problem+json, not FastAPI's 403.
 bearer = HTTPBearer(auto_error=False, description="An API key: `traincast keys create --name N --scope S`")
@@ -25,7 +26,7 @@ async def authenticate(
     await run_in_threadpool(ratelimit.take, key_id=principal.key_id, rate_per_s=rate)
     if principal.max_points_per_job is not None:
         # Here, not in a sync dependency: a threadpool call sets the variable in a copy of the context. FastAPI
-        # validates the body (shared/schemas.py reads the limit) after the dependencies, in this context;
+        # validates the body (shared/jobs/request.py reads the limit) after the dependencies, in this context;
         # api/limits.py set the default for the request and resets it when the request ends.
         schemas.points_limit.set(principal.max_points_per_job)
     return principal

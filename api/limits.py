@@ -13,8 +13,8 @@ from urllib.parse import unquote_to_bytes
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.problems import problem
-from shared import schemas
-from shared.settings import get_settings
+from shared.core.settings import get_settings
+from shared.jobs import request as schemas
 
 log = logging.getLogger(__name__)
 

@@ -5,11 +5,13 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api import problems
+from api import problems, waits
+from api.compress import GZip
 from api.limits import RequestLimits
 from api.observe import Observe
 from api.routers import agents, cnns, fleet, health, jobs, keys, machines, metrics, web
-from shared import cnn_zoo, logs, secrets
+from shared.cnn import builtins as cnn_registry
+from shared.core import logs, secrets
 
 # uvicorn set up its loggers before importing this module: ours replace them (JSON lines unless on a terminal).
 logs.setup("api")
@@ -20,9 +22,10 @@ secrets.load_from_environment()
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Load the CNN catalog (imports torchvision) before the first request, not during it."""
-    cnn_zoo.builtin_names()
+    """Load the built-in CNNs' registry (a JSON file; no torch) before the first request, not during it."""
+    cnn_registry.names()
     yield
+    waits.stop()
 
 
 app = FastAPI(
@@ -33,6 +36,7 @@ app = FastAPI(
 )
 problems.install(app)
 app.add_middleware(RequestLimits)
+app.add_middleware(GZip)
 # Added last, so outermost: requests refused at the door are logged and counted too.
 app.add_middleware(Observe)
 routers = (jobs, cnns, machines, agents, fleet, keys, health, metrics, web)

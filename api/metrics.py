@@ -21,13 +21,16 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from shared import agents, db, fleet, jobs, layers, machines, tasks
-from shared.errors import ServiceUnavailable
-from shared.settings import get_settings
+from fleet import service as fleet
+from shared import agents, jobs, machines
+from shared.core import db, tasks
+from shared.core.errors import ServiceUnavailable
+from shared.core.settings import get_settings
+from shared.measurements import layers
 
 log = logging.getLogger(__name__)
 REGISTRY = CollectorRegistry(auto_describe=True)
-STATUSES = ("queued", "running", "succeeded", "failed", "canceled")
+STATUSES = tuple(jobs.JobStatus)
 
 
 @dataclass
@@ -169,7 +172,7 @@ def _jobs(snap: Snapshot) -> Iterator[Metric]:
         "Finished jobs' time from submission to their end, by how they ended (every job stored)",
         labels=["status"],
     )
-    for status in STATUSES[2:]:
+    for status in (s for s in STATUSES if s.terminal):
         row = rows.get(status, {"finished": 0, "seconds": 0, "buckets": [0] * len(jobs.DURATION_BUCKETS_S)})
         buckets = [(str(float(b)), int(n)) for b, n in zip(jobs.DURATION_BUCKETS_S, row["buckets"], strict=True)]
         durations.add_metric([status], [*buckets, ("+Inf", int(row["finished"]))], float(row["seconds"]))

@@ -15,7 +15,7 @@ from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.metrics import REGISTRY
-from shared import logs
+from shared.core import logs
 
 log = logging.getLogger("api.requests")
 

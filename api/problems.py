@@ -7,7 +7,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from shared.errors import TraincastError
+from shared.core.errors import TraincastError
 
 MEDIA_TYPE = "application/problem+json"
 _RESERVED = {"type", "title", "status", "detail", "instance"}

@@ -2,11 +2,12 @@
 
 import logging
 import math
+from typing import Any
 
 import redis
 
-from shared import tasks
-from shared.errors import RateLimited
+from shared.core import tasks
+from shared.core.errors import RateLimited
 
 log = logging.getLogger(__name__)
 
@@ -28,21 +29,22 @@ if wait > 0 then return {0, tostring(wait)} end
 return {1, '0'}
 """
 
-_client: redis.Redis | None = None
+_script: Any = None
 
 
-def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = tasks.redis_client(socket_connect_timeout=1, socket_timeout=1)
-    return _client
+def _take_script() -> Any:
+    """TAKE registered once: each call sends its SHA (EVALSHA), not the script; redis-py loads it again on NOSCRIPT."""
+    global _script
+    if _script is None:
+        _script = tasks.redis_client(socket_connect_timeout=1, socket_timeout=1).register_script(TAKE)
+    return _script
 
 
 def take(*, key_id: str, rate_per_s: float) -> None:
     """Take one request from the key's bucket (a second's worth at most); RateLimited when it is empty."""
     capacity = max(1.0, rate_per_s)
     try:
-        allowed, wait = _redis().eval(TAKE, 1, f"traincast:rate:{key_id}", rate_per_s, capacity)
+        allowed, wait = _take_script()(keys=[f"traincast:rate:{key_id}"], args=[rate_per_s, capacity])
     except redis.RedisError as exc:
         # Fail open: a broker outage must not lock every key out of reading its jobs.
         log.warning("rate limit not applied to key %s: Redis unreachable (%s)", key_id, exc)

@@ -11,15 +11,18 @@ measurements of the same points), prints everything and writes docs/PERFORMANCE.
 """
 
 import argparse
+import os
 import statistics
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.perf_doc import DOC, write_section  # noqa: E402
-from worker import calibrate  # noqa: E402
+from bench.perf_doc import DOC, agent_settings, write_section  # noqa: E402
+from calibration import run as calibrate  # noqa: E402
 
 IMG = DOC.parent / "img" / "accuracy.png"
 MODELS = ("model", "lightgbm", "base_only", "conv_scale", "flops_scale")
@@ -73,7 +76,7 @@ def noise_floor(plan: calibrate.Plan, cnns: list[str]) -> dict[str, Any]:
 
 
 def _stored_steps(plan: calibrate.Plan) -> dict[tuple[str, int], float]:
-    from shared.db import transaction
+    from shared.core.db import transaction
 
     with transaction() as cur:
         cur.execute(SELECT_STEPS, plan.params())
@@ -111,18 +114,23 @@ def _pct(value: float | None) -> str:
     return f"{value:.1f}%" if value is not None else "-"
 
 
-def report(models: list[dict[str, Any]], noise: dict[str, Any] | None, plan: calibrate.Plan, command: str) -> str:
-    """The markdown section."""
+def report(
+    models: list[dict[str, Any]], noise: dict[str, Any] | None, plan: calibrate.Plan, command: str, run: str
+) -> str:
+    """The markdown section; `run` says how long it took and how loaded the machine was."""
     first = models[0]["evaluation"]
     lines = [
-        f"Command: `{command}` (a local agent up). Whole steps of {first['cnns']} CNNs ({', '.join(plan.cnns)}) at "
+        f"Command: `{command}` (a local agent up; {run}). "
+        f"Whole steps of {first['cnns']} CNNs ({', '.join(plan.cnns)}) at "
         f"{'; '.join(f'{s} px batch {chr(44).join(map(str, b))}' for s, b in plan.grid())}, one model per training "
         "configuration. Every figure is held out: a point is predicted by a model fitted without its CNN (and, "
         f"for the setting splits, without any step at its image size, or with batch sizes up to {first['batch_cut']} "
         "only). `model` is what a machine type stores: the base alone or LightGBM on the base's ratio, chosen "
         "inside each fit on inner folds of its own training points (CNN groups left out, alone or with a setting), "
-        "with its P10-P90 interval from those folds' errors; the held-out points were never looked at for any "
-        "choice. `lightgbm` is always LightGBM (no choice); the others are the baselines.",
+        "with its P10-P90 interval from those folds' errors (at batch sizes beyond the fitted ones widened per "
+        "doubling, by a scale learnt on inner folds that fitted smaller batch sizes and predicted larger ones); "
+        "the held-out points were never looked at for any choice. `lightgbm` is always LightGBM (no choice); "
+        "the others are the baselines.",
         "",
         "| training | split | model | P10-P90 coverage | lightgbm | base only | conv×k | flops×k | steps |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -203,10 +211,17 @@ def main() -> None:
     def show(done: int, needed: int) -> None:
         print(f"\rcalibrating {plan.machine}: {done}/{needed}", end="", file=sys.stderr, flush=True)
 
+    started, load = time.monotonic(), os.getloadavg()[0]
     models = calibrate.run(plan, timeout_s=args.timeout, on_progress=show)
     print(file=sys.stderr)
     noise = noise_floor(plan, list(plan.cnns[: args.noise_cnns])) if args.noise_cnns else None
-    body = report(models, noise, plan, command)
+    # Other processes share the cores (the agent's timings wait for quiet, but not forever): say how busy it was.
+    run = (
+        f"{os.cpu_count()} cores, 1-minute load average {load:.1f} at the start and {os.getloadavg()[0]:.1f} at the "
+        f"end, {time.monotonic() - started:.0f} s in all, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; the "
+        f"{agent_settings()}"
+    )
+    body = report(models, noise, plan, command, run)
     print(body)
     plot(models[0]["evaluation"], models[0]["cost_key"])
     write_section("Accuracy (bench/accuracy.py)", body)

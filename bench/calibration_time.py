@@ -6,6 +6,8 @@ bound a CPU calibration of the default set must meet.
 
     .venv/bin/python bench/calibration_time.py                 # the default set
     .venv/bin/python bench/calibration_time.py --set full      # any `traincast calibrate` options
+    .venv/bin/python bench/calibration_time.py --keep-in URL   # into that empty database, kept afterwards
+                                                               # (bench/accuracy.py can go on from it)
 """
 
 import os
@@ -13,14 +15,15 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.perf_doc import write_section  # noqa: E402
-from shared.db import transaction  # noqa: E402
-from tests.services import fresh_database, fresh_redis_db, server_urls  # noqa: E402
+from bench.perf_doc import agent_settings, write_section  # noqa: E402
+from shared.core.db import transaction  # noqa: E402
+from tests.support.services import fresh_database, fresh_redis_db, server_urls  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -34,10 +37,18 @@ SELECT (SELECT count(*) FROM layer_benchmarks) AS layers, (SELECT count(*) FROM 
 def main() -> int:
     """Start an agent, time one calibration, write the figure to docs/PERFORMANCE.md."""
     options = sys.argv[1:]
+    keep = options[1] if options[:1] == ["--keep-in"] else None
+    options = options[2:] if keep else options
     admin_db, redis_server = server_urls()
-    with fresh_database(admin_db) as db_url, fresh_redis_db(redis_server) as redis_url:
+    database = nullcontext(keep) if keep else fresh_database(admin_db)
+    with database as db_url, fresh_redis_db(redis_server) as redis_url:
         env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": redis_url}
         subprocess.run([str(BIN / "traincast"), "migrate"], env=env, check=True, cwd=ROOT, capture_output=True)
+        with transaction(db_url) as cur:
+            cur.execute(SUMMARY)
+            if (row := cur.fetchone()) and (row["layers"] or row["steps"]):  # timed from empty tables, or not at all
+                print(f"{db_url} already holds measurements: give an empty database", file=sys.stderr)
+                return 2
         log_path = Path("/tmp") / f"traincast-calibration-agent-{os.getpid()}.log"
         with open(log_path, "w") as log:
             agent = subprocess.Popen([sys.executable, "-m", "gpu_agent"], env=env, cwd=ROOT, stdout=log, stderr=log)
@@ -78,7 +89,7 @@ def main() -> int:
 | {when} | {plan} | {row["layers"]} | {row["steps"]} | {row["infeasible"]} | {took:.0f} s | {ratio} | {loads} |
 
 Environment: {env_details["cpu"]}, {env_details["threads"]} threads, torch {env_details["torch"]}, agent
-{env_details["agent_version"]} ({env_details["timing_method"]}); agent settings at their defaults.
+{env_details["agent_version"]} ({env_details["timing_method"]}); {agent_settings()}.
 """
     print(body)
     print(cal.stdout)

@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.perf_doc import write_section  # noqa: E402
-from shared import cnn_zoo  # noqa: E402
+from shared.cnn import zoo as cnn_zoo  # noqa: E402
 
 
 def size_for(name: str) -> int:

@@ -1,4 +1,4 @@
-"""Memory error of the training-step peak model (shared/memory.py) against measured peaks.
+"""Memory error of the training-step peak model (shared/cnn/memory.py) against measured peaks.
 
 Two sets of measured peaks:
   cpu   whole training steps of eight torchvision CNNs on this CPU, each point in a fresh process
@@ -12,6 +12,8 @@ reported on the Adam file. Baselines: parameters × 4 bytes, and the agent's old
 
     .venv/bin/python bench/memory.py            # ~5 min on a 2-core CPU; writes docs/PERFORMANCE.md
     .venv/bin/python bench/memory.py --quick    # three CNNs, to try it
+    .venv/bin/python bench/memory.py --agent-peaks [DATABASE_URL]   # only: the model against the peaks agents
+                                                # stored with their steps (bench/memory_agent.py); its own section
 """
 
 import argparse
@@ -28,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.memory_public import ape, gpu_report, lambda_report, old_guard, workload  # noqa: E402
 from bench.perf_doc import write_section  # noqa: E402
-from shared import memory  # noqa: E402
+from shared.cnn import memory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CNNS = (
@@ -143,7 +145,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="three CNNs; nothing written to the docs")
     parser.add_argument("--parallel", type=int, default=2, help="probes at once (each a fresh process)")
     parser.add_argument("--cache", type=Path, help="JSON file of measured points to reuse and extend")
+    parser.add_argument(
+        "--agent-peaks", nargs="?", const="", metavar="DATABASE_URL",
+        help="only compare the model with the step peaks agents stored (default: DATABASE_URL's database)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.agent_peaks is not None:
+        agent_peaks(args.agent_peaks or None)
+        return
     started = time.monotonic()
     rows = measure(QUICK_CNNS if args.quick else CNNS, args.parallel, args.cache)
     cpu_lines, cpu = cpu_report(rows)
@@ -159,6 +168,36 @@ def main() -> None:
     write_section("Memory", _doc(rows, cpu_lines, cpu, gpu_lines, gpu, took))
 
 
+def agent_peaks(database_url: str | None) -> None:
+    """The model against the step peaks stored by agents; printed and written to its own section."""
+    from bench import memory_agent
+
+    lines, summary = memory_agent.report(memory_agent.stored_peaks(database_url))
+    print("\n".join(lines), "\n", summary, sep="")
+    if not summary["steps"]:
+        print("no stored step peaks: calibrate a machine type with an agent of this version first")
+        return
+    write_section(
+        "Memory: peaks the agent stored",
+        f"""
+`.venv/bin/python bench/memory.py --agent-peaks` over a database the agent calibrated (the one the Accuracy
+section's run filled). The agent stores each whole step's peak with its timing (`step_measurements.peak_memory_bytes`,
+gpu_agent/step_bench.py): the allocator's peak of an untimed step with the optimizer's state in place,
+counting the weights, optimizer state and its own batch (`torch.cuda.max_memory_allocated` after
+`reset_peak_memory_stats` on a GPU; on a CPU torch.profiler's allocation records, as `bench/memory_probe.py`
+reads them). The model (`shared/cnn/memory.py`, its `tensors_only` peak) was fitted on other measurements (the
+section above) and is not refitted here.
+
+{chr(10).join(lines)}
+
+Over all {summary["steps"]} stored peaks: MAPE **{summary["mape"]:.1f}%**, largest error {summary["max"]:.1f}%
+(the model's largest held-out error on the probe's points, `CPU_HELD_OUT_MAX_ERROR`:
+{memory.CPU_HELD_OUT_MAX_ERROR:.1%}).
+The agent runs its configured threads; some CPU kernels keep a buffer per thread, which the model does not count.
+""",
+    )
+
+
 def _doc(
     rows: list[dict[str, Any]],
     cpu_lines: list[str],
@@ -171,7 +210,7 @@ def _doc(
     settings = ", ".join(f"{s} px batch {b} {o} {p}" for s, b, o, p in POINTS)
     return f"""
 `.venv/bin/python bench/memory.py` ({took}, torch {rows[0]["torch"]}, torchvision
-{rows[0]["torchvision"]}). The peak-memory model is `shared/memory.py`; the figures below are its error
+{rows[0]["torchvision"]}). The peak-memory model is `shared/cnn/memory.py`; the figures below are its error
 against measured peaks.
 
 **On this CPU:** {len(rows)} whole training steps ({len({r["cnn"] for r in rows})} torchvision CNNs × {settings}),
@@ -190,7 +229,7 @@ memory guard used before (`(2 + states) × parameters + 4 × every conv's input 
 
 Fitted on all {len(rows)} points: `SAVED_SCALE` {cpu["SAVED_SCALE"]:.2f}, `AMP_ACTIVATION_SCALE`
 {cpu["AMP_ACTIVATION_SCALE"]:.2f}, `SAVED_PER_OUTPUT` {cpu["SAVED_PER_OUTPUT"]:.2f} (the values in
-`shared/memory.py`). Largest held-out error of the model: {cpu["max_ape"]:.1f}%. The optimizer's share is
+`shared/cnn/memory.py`). Largest held-out error of the model: {cpu["max_ape"]:.1f}%. The optimizer's share is
 exact by construction and checked here: PyTorch on a CPU runs the per-tensor optimizer (two temporaries the
 size of the largest tensor for Adam, e.g. AlexNet's 151 MB classifier weight), on a GPU the foreach one (a
 temporary as large as all parameters).

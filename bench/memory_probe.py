@@ -1,12 +1,13 @@
 """One measured training-step peak on this CPU, in a fresh process (run by bench/memory.py).
 
-    .venv/bin/python bench/memory_probe.py resnet18 112 16 sgd fp32   # prints one JSON line
+    .venv/bin/python bench/memory_probe.py resnet18 112 16 sgd fp32 [threads]   # prints one JSON line
 
 The peak is the most bytes held by torch's CPU allocator at once, from torch.profiler's memory
 events (every tensor allocation and free, with its size) summed in time order from before the
 model is built: the CPU counterpart of torch.cuda.max_memory_allocated. Peak RSS above the
 post-import baseline is printed beside it; it also holds oneDNN's primitive caches, glibc's
-retained heap and the profiler's own records, so it is not what the model predicts.
+retained heap and the profiler's own records, so it is not what the model predicts. Threads (default 1) change
+the peak a little: some kernels keep a buffer per thread.
 """
 
 import json
@@ -21,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shared import cnn_zoo  # noqa: E402
+from shared.cnn import zoo as cnn_zoo  # noqa: E402
 
 
 def _rss() -> int:
@@ -42,9 +43,9 @@ def optimizer_of(name: str, params: Any) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=1e-3)
 
 
-def probe(cnn: str, image_size: int, batch: int, optimizer: str, precision: str) -> dict[str, Any]:
+def probe(cnn: str, image_size: int, batch: int, optimizer: str, precision: str, threads: int = 1) -> dict[str, Any]:
     """Two training steps (the second with optimizer state); the allocator's peak and the RSS peak."""
-    torch.set_num_threads(1)  # the machine is shared; threads change no tensor's size
+    torch.set_num_threads(threads)  # the machine is shared: one by default
     rss0 = _rss()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         model = cnn_zoo.build(cnn, device="cpu").train()
@@ -83,4 +84,4 @@ def probe(cnn: str, image_size: int, batch: int, optimizer: str, precision: str)
 
 if __name__ == "__main__":
     name, size, bs, opt_name, prec = sys.argv[1:6]
-    print(json.dumps(probe(name, int(size), int(bs), opt_name, prec)))
+    print(json.dumps(probe(name, int(size), int(bs), opt_name, prec, int(sys.argv[6]) if len(sys.argv) > 6 else 1)))

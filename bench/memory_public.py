@@ -5,7 +5,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from shared import cnn_zoo, memory
+from shared.cnn import memory
+from shared.cnn import zoo as cnn_zoo
 
 PUBLIC = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "public"
 CDE = PUBLIC / "cdecatapult"

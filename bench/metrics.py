@@ -42,18 +42,6 @@ SELECT c.id, m.name, b.bs, 'fp32', (SELECT id FROM environments WHERE hash = 'be
                           'method', 'interleaved-rounds', 'window', jsonb_build_array(b.bs))
 FROM (SELECT id, row_number() OVER () AS g FROM conv_signatures WHERE hash LIKE 'bench-%%') c(id, g)
 CROSS JOIN unnest(%(machines)s::text[]) m(name) CROSS JOIN unnest(%(batch_sizes)s::int[]) b(bs);
-INSERT INTO jobs (id, status, request, request_hash, progress, result, created_at, started_at, finished_at)
-SELECT gen_random_uuid(), (ARRAY['succeeded','succeeded','succeeded','failed','canceled'])[1 + j %% 5],
-       '{{"cnns": ["resnet50"], "machines": ["g5.xlarge"], "batch_sizes": [8, 16, 32]}}', md5(j::text), '{{}}',
-       (SELECT jsonb_build_object('predictions', jsonb_agg(jsonb_build_object('batch_size', p, 'seconds', p * 1.5)))
-        FROM generate_series(1, 40) p),
-       now() - make_interval(secs => j * 30), now() - make_interval(secs => j * 30 - 2),
-       now() - make_interval(secs => j * 30 - 5 - j %% 600)
-FROM generate_series(1, %(jobs)s) j;
-INSERT INTO jobs (id, status, request, request_hash, progress, created_at, started_at)
-SELECT gen_random_uuid(), 'running', '{{"cnns": ["resnet50"], "machines": ["local", "g5.xlarge"]}}', md5('r' || j),
-       '{{"machines": {{"local": {{"pending": 12}}, "g5.xlarge": {{"pending": 30}}}}}}', now(), now()
-FROM generate_series(1, 20) j;
 INSERT INTO fleet_instances (instance_id, machine_type, market, price_usd_per_hour, launched_at, state)
 SELECT 'i-bench' || i, 'g5.xlarge', 'spot', 0.5, now(), 'running' FROM generate_series(1, 3) i;
 """
@@ -69,15 +57,17 @@ def fill(db_url: str, jobs: int, layer_rows: int) -> None:
     """Migrate and fill the scratch database, then VACUUM ANALYZE as autovacuum would."""
     import psycopg2
 
-    from shared.migrate import migrate
+    from shared.core.migrate import migrate
+    from shared.jobs import fill_synthetic
 
     migrate(db_url)
     signatures = max(1, layer_rows // (len(MACHINES) * len(BATCH_SIZES)))
-    params = {"signatures": signatures, "machines": list(MACHINES), "batch_sizes": list(BATCH_SIZES), "jobs": jobs}
+    params = {"signatures": signatures, "machines": list(MACHINES), "batch_sizes": list(BATCH_SIZES)}
     conn = psycopg2.connect(db_url)
     conn.autocommit = True
     with conn.cursor() as cur:
         cur.execute(FILL, params)
+        fill_synthetic(cur, finished=jobs, running=20)  # shared/jobs owns the jobs table
         cur.execute("VACUUM ANALYZE")
     conn.close()
 
@@ -100,7 +90,7 @@ def scrape_times(url: str, scrapes: int) -> dict[str, list[float]]:
 
 def serve_and_time(db_url: str, redis_url: str, cache_s: str, scrapes: int) -> tuple[dict[str, list[float]], int]:
     """Start the API with METRICS_CACHE_S=cache_s, time it; the times and the answer's size in bytes."""
-    from tests.conftest import free_port
+    from tests.support.stack import free_port
 
     port = free_port()
     env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": redis_url, "METRICS_TOKEN": TOKEN,
@@ -142,7 +132,7 @@ def main() -> int:
     parser.add_argument("--layer-rows", type=int, default=100_000)
     parser.add_argument("--scrapes", type=int, default=200)
     args = parser.parse_args()
-    from tests.services import fresh_database, fresh_redis_db, server_urls
+    from tests.support.services import fresh_database, fresh_redis_db, server_urls
 
     admin_db, redis_server = server_urls()
     with fresh_database(admin_db) as db_url, fresh_redis_db(redis_server) as redis_url:

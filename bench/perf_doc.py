@@ -1,5 +1,6 @@
 """Write a benchmark's section into docs/PERFORMANCE.md, replacing that section's previous figures."""
 
+import os
 import re
 from pathlib import Path
 
@@ -17,3 +18,13 @@ def write_section(title: str, body: str) -> None:
     text = pattern.sub(lambda _m: section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
     DOC.parent.mkdir(exist_ok=True)
     DOC.write_text(text.rstrip() + "\n")
+
+
+def agent_settings() -> str:
+    """The agent settings this run changed from their defaults (BENCH_* and AGENT_* in the environment)."""
+    changed = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith(("BENCH_", "AGENT_")))
+    return (
+        f"agent settings {', '.join(changed)}, the rest at their defaults"
+        if changed
+        else "agent settings at their defaults"
+    )

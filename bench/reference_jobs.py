@@ -33,9 +33,10 @@ def main() -> int:
     args = parser.parse_args()
     name = f"traincast_bench_{uuid.uuid4().hex[:8]}"
     os.environ["DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:5432/{name}"
-    from shared import jobs, layers, machines
-    from shared.migrate import migrate
-    from shared.schemas import JobRequest
+    from shared import jobs, machines
+    from shared.core.migrate import migrate
+    from shared.jobs.request import JobRequest
+    from shared.measurements import layers
     from worker import planning, reference
 
     migrate()
@@ -105,7 +106,7 @@ def _median(repeat: int, run: object) -> tuple[float, int, float]:
 
 
 def _drop(name: str) -> None:
-    from shared.db import connect
+    from shared.core.db import connect
 
     conn = connect("postgresql://postgres@127.0.0.1:5432/postgres")
     conn.autocommit = True

@@ -37,8 +37,8 @@ from gpu_agent import environment, layer_bench, step_bench  # noqa: E402
 from gpu_agent.app import STEP_CAP_FACTOR  # noqa: E402
 from gpu_agent.timing import Policy, Timing, sync  # noqa: E402
 from gpu_agent.windows import Outcome  # noqa: E402
-from shared import cnn_zoo  # noqa: E402
-from shared.settings import get_settings  # noqa: E402
+from shared.cnn import zoo as cnn_zoo  # noqa: E402
+from shared.core.settings import get_settings  # noqa: E402
 from shared.training import TrainConfig  # noqa: E402
 
 LAYER_CNNS, LAYER_SIZE, LAYER_BATCHES = ("resnet18", "mobilenet_v2"), 112, (4, 16)

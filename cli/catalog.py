@@ -26,8 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Carry out a `catalog` sub-command; print what changed, or one line saying why it failed."""
     # Imported here so the HTTP commands of `traincast` start without boto3 and the database layer.
-    from shared import catalog
-    from shared.errors import TraincastError
+    from fleet import catalog
+    from shared.core.errors import TraincastError
 
     types = [t for t in args.types.split(",") if t.strip()] if args.types else None
     try:

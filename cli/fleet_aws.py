@@ -81,8 +81,8 @@ def _valid(option: str, values: list[str], source: str = "") -> list[str]:
 
 def scope_from(args: argparse.Namespace, *, need_account: bool = True) -> Any:
     """The fleet's Scope from the options, defaulting to the FLEET_* settings."""
-    from gpu_agent.fleet.iam import Scope
-    from shared.settings import get_settings
+    from fleet.iam import Scope
+    from shared.core.settings import get_settings
 
     s = get_settings()
 
@@ -132,7 +132,7 @@ def _account(region: str) -> str:
 
 
 def _policy(args: argparse.Namespace) -> int:
-    from gpu_agent.fleet.iam import policy
+    from fleet.iam import policy
 
     scope = scope_from(args)
     if args.role in ("controller", "operator") and not scope.instance_types:
@@ -144,7 +144,7 @@ def _policy(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace, clients: Any = None) -> int:
-    from gpu_agent.fleet import check
+    from fleet import check
 
     if args.principal:
         _valid("principal", [args.principal])

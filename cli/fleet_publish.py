@@ -20,9 +20,9 @@ def run(args: argparse.Namespace) -> int | None:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from gpu_agent.fleet import publish
-    from shared.errors import TraincastError
-    from shared.settings import get_settings
+    from fleet import publish
+    from shared.core.errors import TraincastError
+    from shared.core.settings import get_settings
 
     settings = get_settings()
     artifact = args.artifact or settings.fleet_artifact

@@ -13,7 +13,7 @@ from typing import Any
 
 from cli import render
 from shared import keys
-from shared.errors import TraincastError
+from shared.core.errors import TraincastError
 
 LIMIT_HEADERS = ["max jobs", "max points", "bench s/day"]
 

@@ -11,14 +11,15 @@ from pydantic import ValidationError
 
 from cli import catalog, fleet, keys, machines, render
 from cli.client import Api, CliError
-from shared.errors import InvalidRequest
+from shared.core.errors import InvalidRequest
+from shared.jobs.models import JobStatus
 from shared.training import OPTIMIZERS, PRECISIONS, TrainConfig, config_of
 
 DEFAULT_API = "http://127.0.0.1:8000"
 
 
 def parse_batch_sizes(text: str) -> list[int] | dict[str, int]:
-    """'8,16,32' → list; '1-256' or '1-256:8' → range {min, max, step}."""
+    """The one batch-size parser: '8,16,32' → list; '1-256' or '1-256:8' → range {min, max, step}."""
     try:
         if "-" in text:
             span, _, step = text.partition(":")
@@ -27,6 +28,14 @@ def parse_batch_sizes(text: str) -> list[int] | dict[str, int]:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise CliError(f"--batch-sizes {text!r}: use a list like 8,16,32 or a range like 1-256 or 1-256:8") from None
+
+
+def batch_size_list(text: str | None) -> list[int]:
+    """--batch-sizes as a list (a range spelt out); none given: an empty list."""
+    parsed = parse_batch_sizes(text or "")
+    if isinstance(parsed, dict):
+        return list(range(parsed["min"], parsed["max"] + 1, max(parsed["step"], 1)))
+    return parsed
 
 
 def _split(values: list[str]) -> list[str]:
@@ -53,21 +62,25 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
 
 
 def follow(api: Api, job_id: str, *, show: bool, poll_s: float = 0.5) -> dict[str, Any]:
-    """Poll a job until it finishes, drawing a progress bar on stderr."""
+    """Poll a job until it finishes (each request held by the API until then, or a while), drawing a progress bar."""
     last = ""
+    # Shown: the bar moves each second; not shown: fewer requests. The answer comes as soon as the job ends.
+    wait = 1.0 if show else 10.0
     while True:
-        job = api.call("GET", f"/v1/jobs/{job_id}")
+        asked = time.monotonic()
+        job = api.call("GET", f"/v1/jobs/{job_id}", params={"wait": wait})
         if show:
             line = _bar(job)
             if line != last:
                 end = "\r" if sys.stderr.isatty() else "\n"
                 print(line.ljust(len(last)), end=end, file=sys.stderr, flush=True)
                 last = line
-        if job["status"] in ("succeeded", "failed", "canceled"):
+        if JobStatus(job["status"]).terminal:
             if show and sys.stderr.isatty():
                 print(file=sys.stderr)
             return job
-        time.sleep(poll_s)
+        if time.monotonic() - asked < wait / 2:  # an API that does not hold answers: poll at our own pace
+            time.sleep(poll_s)
 
 
 def _bar(job: dict[str, Any], width: int = 30) -> str:
@@ -82,17 +95,17 @@ def _bar(job: dict[str, Any], width: int = 30) -> str:
 def _print_job(job: dict[str, Any], *, as_json: bool) -> int:
     if as_json:
         print(json.dumps(job, indent=2))
-    elif job["status"] == "succeeded":
+    elif job["status"] == JobStatus.SUCCEEDED:
         print(render.result(job))
     else:
         print(f"job {job['id']} {job['status']}" + (f": {job['error']}" if job.get("error") else ""))
-    return 0 if job["status"] == "succeeded" else 1
+    return 0 if job["status"] == JobStatus.SUCCEEDED else 1
 
 
 def cmd_status(api: Api, args: argparse.Namespace) -> int:
     """Show one job."""
     job = api.call("GET", f"/v1/jobs/{args.id}")
-    if job["status"] in ("succeeded", "failed", "canceled"):
+    if JobStatus(job["status"]).terminal:
         return _print_job(job, as_json=args.json)
     print(json.dumps(job, indent=2) if args.json else _bar(job))
     return 0
@@ -125,9 +138,9 @@ def _ints(text: str | None, flag: str) -> list[int]:
 
 def calibration_plan(args: argparse.Namespace) -> Any:
     """The calibrate.Plan the flags name: the machine type's spread of settings unless sizes are given."""
-    from worker import calibrate
+    from calibration import run as calibrate
 
-    sizes, batches = _ints(args.image_size, "--image-size"), _ints(args.batch_sizes, "--batch-sizes")
+    sizes, batches = _ints(args.image_size, "--image-size"), batch_size_list(args.batch_sizes)
     if sizes or batches:
         settings = tuple(
             (size, tuple(batches or calibrate.DEFAULT_BATCH_SIZES))
@@ -147,7 +160,7 @@ def calibration_plan(args: argparse.Namespace) -> Any:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure whole steps on a machine type and fit its model(s) (talks to the database and broker)."""
-    from worker import calibrate
+    from calibration import run as calibrate
 
     plan = calibration_plan(args)
     print(f"calibrating {plan.machine}: {plan.describe()}", file=sys.stderr)
@@ -207,14 +220,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Apply database migrations."""
-    from shared import migrate
+    from shared.core import migrate
 
     return migrate.main()
 
 
 def cmd_db_logins(args: argparse.Namespace) -> int:
     """Create or update the processes' PostgreSQL logins."""
-    from shared import logins
+    from shared.core import logins
 
     return logins.main()
 
@@ -290,7 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="image size(s), comma-separated; with neither this nor --batch-sizes: the machine type's spread "
         "(a CPU: 64 px at batch 8,32, 112 px at 4,16, 160 px at 2)",
     )  # fmt: skip
-    ca.add_argument("--batch-sizes", default=None, help="comma-separated, at every --image-size (default 4,8)")
+    ca.add_argument(
+        "--batch-sizes", default=None, help="8,16,32 or 1-64 or 1-64:8, at every --image-size (default 4,8)"
+    )
     ca.add_argument("--timeout", type=float, default=1800)
     add_training_flags(ca)
     ca.add_argument(
@@ -324,8 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: every failure is one line on stderr and exit status 1."""
-    from shared import logs
-    from shared.errors import TraincastError
+    from shared.core import logs
+    from shared.core.errors import TraincastError
 
     # Warnings and errors of the modules operator commands run (calibrate, train, migrate) as the other processes'.
     logs.setup("cli", level="WARNING")

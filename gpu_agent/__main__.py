@@ -4,8 +4,8 @@ import logging
 import socket
 import sys
 
-from shared import logs, secrets
-from shared.settings import get_settings
+from shared.core import logs, secrets
+from shared.core.settings import get_settings
 
 log = logging.getLogger("gpu_agent")
 
@@ -48,7 +48,7 @@ def main() -> None:
     if loaded := secrets.load_from_environment():
         # Celery configures logging only later; names only, never values.
         print(f"loaded {', '.join(loaded)} from SSM", file=sys.stderr)
-    from shared import tasks
+    from shared.core import tasks
 
     # Ours instead of Celery's (JSON lines with each task's machine type, signature and jobs), also into
     # AGENT_LOG_FILE (as JSON) when set, for the CloudWatch agent to ship.

@@ -10,16 +10,17 @@ from typing import Any
 from celery import signals
 from celery.exceptions import Reject
 
-from gpu_agent import environment, instance, layer_bench, lifecycle, op_bench, step_bench, store
+from gpu_agent import environment, instance, layer_bench, lifecycle, op_bench, runner, step_bench, store
+from gpu_agent.runner import SignatureWork
 from gpu_agent.timing import Policy
 from gpu_agent.windows import Outcome
-from shared import logs, tasks
-from shared.errors import InvalidRequest
-from shared.op_signatures import OPTIMIZER, OpSignature
-from shared.settings import get_settings
-from shared.signatures import ConvSignature
+from shared.cnn.op_signatures import OPTIMIZER, OpSignature
+from shared.cnn.signatures import ConvSignature
+from shared.core import logs, tasks
+from shared.core.errors import InvalidRequest
+from shared.core.settings import get_settings
+from shared.core.transient import is_transient
 from shared.training import LEGACY_SGD_MOMENTUM, TrainConfig
-from shared.transient import is_transient
 
 log = logging.getLogger(__name__)
 # Its in-flight messages under its machine type's own keys: its Redis user needs no access to others'.
@@ -37,12 +38,6 @@ def _check_machine(machine_type: str) -> None:
         raise InvalidRequest(f"agent for {mine!r} received work for {machine_type!r}")
 
 
-def _hand_back(task: str, written: int) -> None:
-    # Requeued as it came: the next delivery skips every stored row, so nothing is measured twice.
-    log.warning("stop requested: stored %d measurements of %s; handing the rest back to the queue", written, task)
-    raise Reject(f"agent stopping; {task} continues from its stored rows", requeue=True)
-
-
 def _retrying_outages(task: str, run: Callable[[], int]) -> int:
     """Run a task; on a transient database or broker error hand it back to the queue after a pause."""
     try:
@@ -54,20 +49,6 @@ def _retrying_outages(task: str, run: Callable[[], int]) -> int:
         log.warning("%s met a transient error (%s: %s); handing it back to the queue", task, type(exc).__name__, exc)
         time.sleep(get_settings().agent_db_retry_s)
         raise Reject(f"{task}: transient error {type(exc).__name__}", requeue=True) from exc
-
-
-def _recording_failure(measure: Callable[[], list[int]], record: Callable[..., None]) -> list[int]:
-    """Run one signature's measurement; an unexpected error is stored (record(error=…)) before it fails the task."""
-    try:
-        return measure()
-    except Exception as exc:
-        if is_transient(exc):
-            raise  # PostgreSQL or Redis away: retried, not a failure of this signature
-        # Kept as data (layer_failures, op_failures): jobs waiting for this signature fail after a few
-        # such failures instead of waiting for ever (worker/planning.py). Out of memory and infeasible
-        # points never get here: they are stored as measurements.
-        record(error=f"{type(exc).__name__}: {exc}")
-        raise
 
 
 @app.task(name=tasks.BENCH_LAYERS)
@@ -83,55 +64,28 @@ def bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]],
 def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]], channels_last: bool) -> int:
     dev = environment.device()
     env_id = environment.environment_id(str(dev))
-    written: list[int] = []
-    try:
-        for n, item in enumerate(items):
-            if lifecycle.stop_requested():
-                _hand_back(tasks.BENCH_LAYERS, len(written))
-            sig_id = item["signature_id"]
-            done = store.layer_batch_sizes_done(
-                signature_id=sig_id, machine=machine_type, precision=precision, environment_id=env_id,
-                channels_last=channels_last,
-            )  # fmt: skip
-            todo = sorted(set(item["batch_sizes"]) - done)
-            # The task's lines carry the signature from here (the machine type and jobs: shared/logs.py).
-            logs.bind(signature=sig_id)
-            log.info("measuring signature %s at %d batch sizes (%d stored)", sig_id, len(todo), len(done))
-            lifecycle.set_work(
-                {"task": tasks.BENCH_LAYERS, "signature_id": sig_id, "batch_sizes": todo, "item": n + 1}
-                | {"items": len(items), "since": datetime.now(UTC).isoformat()}
-            )
+    key: dict[str, Any] = {"machine": machine_type, "precision": precision, "environment_id": env_id}
 
-            def save(bs: int, outcome: Outcome, sig_id: int = sig_id) -> None:
-                store.save_layer(
-                    signature_id=sig_id,
-                    machine=machine_type,
-                    batch_size=bs,
-                    precision=precision,
-                    environment_id=env_id,
-                    outcome=outcome,
-                    channels_last=channels_last,
-                )
-                written.append(bs)
+    def prepare(item: dict[str, Any]) -> SignatureWork:
+        sig_id = item["signature_id"]
+        measure = partial(
+            layer_bench.measure, ConvSignature.from_json(item["spec"]), precision=precision, device=dev,
+            policy=Policy.from_settings(), window_points=get_settings().bench_window_points,
+            stop=lifecycle.stop_requested, channels_last=channels_last,
+        )  # fmt: skip
+        return SignatureWork(
+            signature_id=sig_id, tag=sig_id, what=f"signature {sig_id}",
+            done=store.layer_batch_sizes_done(signature_id=sig_id, channels_last=channels_last, **key),
+            measure=lambda todo, save: measure(todo, save=save),
+            save=lambda bs, outcome: store.save_layer(
+                signature_id=sig_id, batch_size=bs, outcome=outcome, channels_last=channels_last, **key
+            ),
+            record_failure=lambda todo, error: store.save_layer_failure(
+                signature_id=sig_id, batch_sizes=todo, error=error, **key
+            ),
+        )  # fmt: skip
 
-            measure = partial(
-                layer_bench.measure, ConvSignature.from_json(item["spec"]), todo, precision, dev,
-                policy=Policy.from_settings(), window_points=get_settings().bench_window_points, save=save,
-                stop=lifecycle.stop_requested, channels_last=channels_last,
-            )  # fmt: skip
-            record = partial(
-                store.save_layer_failure, signature_id=sig_id, machine=machine_type, precision=precision,
-                environment_id=env_id, batch_sizes=todo,
-            )  # fmt: skip
-            left = _recording_failure(measure, record)
-            log.info("signature %s: %d measurements stored", sig_id, len(todo) - len(left))
-            # Tell the worker after each signature, so job progress moves while we measure.
-            tasks.send(tasks.ADVANCE_JOBS, machine_type=machine_type)
-            if left:
-                _hand_back(tasks.BENCH_LAYERS, len(written))
-    finally:
-        lifecycle.set_work(None)
-    return len(written)
+    return runner.run_items(tasks.BENCH_LAYERS, machine_type, items, prepare)
 
 
 @app.task(name=tasks.BENCH_OPS)
@@ -146,46 +100,29 @@ def bench_ops(machine_type: str, config: dict[str, Any], items: list[dict[str, A
 def _bench_ops(machine_type: str, config: TrainConfig, items: list[dict[str, Any]]) -> int:
     dev = environment.device()
     env_id = environment.environment_id(str(dev))
-    written: list[int] = []
-    try:
-        for n, item in enumerate(items):
-            if lifecycle.stop_requested():
-                _hand_back(tasks.BENCH_OPS, len(written))
-            sig_id, sig = item["signature_id"], OpSignature.from_json(item["spec"])
-            variant = config.optimizer_variant if sig.op == OPTIMIZER else config.op_variant
-            done = store.op_batch_sizes_done(
-                signature_id=sig_id, machine=machine_type, variant=variant, environment_id=env_id
-            )
-            todo = sorted(set(item["batch_sizes"]) - done)
-            logs.bind(signature=f"op:{sig_id}")
-            log.info("measuring %s signature %s at %d batch sizes (%d stored)", sig.op, sig_id, len(todo), len(done))
-            lifecycle.set_work(
-                {"task": tasks.BENCH_OPS, "signature_id": sig_id, "op": sig.op, "batch_sizes": todo}
-                | {"item": n + 1, "items": len(items), "since": datetime.now(UTC).isoformat()}
-            )
 
-            def save(bs: int, outcome: Outcome, sig_id: int = sig_id, variant: str = variant) -> None:
-                store.save_op(
-                    signature_id=sig_id, machine=machine_type, batch_size=bs, variant=variant,
-                    environment_id=env_id, outcome=outcome,
-                )  # fmt: skip
-                written.append(bs)
+    def prepare(item: dict[str, Any]) -> SignatureWork:
+        sig_id, sig = item["signature_id"], OpSignature.from_json(item["spec"])
+        variant = config.optimizer_variant if sig.op == OPTIMIZER else config.op_variant
+        key: dict[str, Any] = {
+            "signature_id": sig_id,
+            "machine": machine_type,
+            "variant": variant,
+            "environment_id": env_id,
+        }
+        measure = partial(
+            op_bench.measure, sig, config=config, device=dev, policy=Policy.from_settings(OP_CAP_FACTOR),
+            window_points=get_settings().bench_window_points, stop=lifecycle.stop_requested,
+        )  # fmt: skip
+        return SignatureWork(
+            signature_id=sig_id, tag=f"op:{sig_id}", what=f"{sig.op} signature {sig_id}",
+            done=store.op_batch_sizes_done(**key), measure=lambda todo, save: measure(todo, save=save),
+            save=lambda bs, outcome: store.save_op(batch_size=bs, outcome=outcome, **key),
+            record_failure=lambda todo, error: store.save_op_failure(batch_sizes=todo, error=error, **key),
+            work={"op": sig.op},
+        )  # fmt: skip
 
-            measure = partial(
-                op_bench.measure, sig, todo, config, dev, policy=Policy.from_settings(OP_CAP_FACTOR),
-                window_points=get_settings().bench_window_points, save=save, stop=lifecycle.stop_requested,
-            )  # fmt: skip
-            record = partial(
-                store.save_op_failure, signature_id=sig_id, machine=machine_type, variant=variant,
-                environment_id=env_id, batch_sizes=todo,
-            )  # fmt: skip
-            left = _recording_failure(measure, record)
-            tasks.send(tasks.ADVANCE_JOBS, machine_type=machine_type)
-            if left:
-                _hand_back(tasks.BENCH_OPS, len(written))
-    finally:
-        lifecycle.set_work(None)
-    return len(written)
+    return runner.run_items(tasks.BENCH_OPS, machine_type, items, prepare)
 
 
 @app.task(name=tasks.MEASURE_STEPS)
@@ -241,7 +178,7 @@ def _measure_steps(machine_type: str, cnn: str, image_size: int, config: TrainCo
             stop=lifecycle.stop_requested,
         )
         if left:
-            _hand_back(tasks.MEASURE_STEPS, len(written))
+            runner.hand_back(tasks.MEASURE_STEPS, len(written))
     finally:
         lifecycle.set_work(None)
     return len(written)

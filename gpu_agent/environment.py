@@ -11,18 +11,11 @@ import torch
 import torchvision
 
 from gpu_agent import __version__
-from shared.db import Json, one, transaction
-from shared.settings import get_settings
+from shared.core.settings import get_settings
+from shared.measurements import environments
 
 # Part of the environment: rows timed by another method are not comparable and must not mix.
 TIMING_METHOD = "interleaved-rounds/1"
-
-# DO NOTHING, not an upsert: the agent's role may insert environments but never rewrite one.
-INSERT_ENVIRONMENT = """
-INSERT INTO environments (hash, details) VALUES (%s, %s)
-ON CONFLICT (hash) DO NOTHING
-RETURNING id"""
-SELECT_ENVIRONMENT = "SELECT id FROM environments WHERE hash = %s"
 
 
 @cache
@@ -76,14 +69,7 @@ def environment_id(dev_str: str) -> int:
     """Store this process's environment (once) and return its id."""
     details = describe(torch.device(dev_str))
     digest = hashlib.sha256(json.dumps(details, sort_keys=True).encode()).hexdigest()[:32]
-    with transaction() as cur:
-        cur.execute(INSERT_ENVIRONMENT, (digest, Json(details)))
-        inserted = cur.fetchone()
-        if inserted is not None:
-            return int(inserted["id"])
-        # Stored before (or by a concurrent agent): a new statement sees the committed row.
-        cur.execute(SELECT_ENVIRONMENT, (digest,))
-        return int(one(cur)["id"])
+    return environments.store(digest=digest, details=details)
 
 
 def _cpu_model() -> str:

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 
 from gpu_agent import lifecycle
-from shared.settings import get_settings
+from shared.core.settings import get_settings
 
 log = logging.getLogger(__name__)
 TOKEN_TTL_S = 21600

@@ -9,7 +9,7 @@ import torch
 from gpu_agent import memory, windows
 from gpu_agent.timing import Policy, sync
 from gpu_agent.windows import Outcome, Prepared, Spec
-from shared.signatures import ConvSignature
+from shared.cnn.signatures import ConvSignature
 
 log = logging.getLogger(__name__)
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

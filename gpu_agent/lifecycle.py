@@ -11,23 +11,15 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.db import Json, transaction
-from shared.settings import get_settings
+from shared import agents
+from shared.core.settings import get_settings
 
 log = logging.getLogger(__name__)
-
-# An upsert, so a heartbeat re-registers an agent whose row vanished (database restored, wiped).
-UPSERT_AGENT = """
-INSERT INTO agents (id, machine_type, host, pid, device, environment_id, started_at, instance_id)
-VALUES (%(id)s, %(machine)s, %(host)s, %(pid)s, %(device)s, %(env)s, %(started_at)s, %(instance)s)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()"""
-SET_WORK = "UPDATE agents SET current_work = %s, heartbeat_at = now() WHERE id = %s"
-SET_ERROR = "UPDATE agents SET last_error = %s, last_error_at = now() WHERE id = %s"
-MARK_STOPPED = "UPDATE agents SET stopped_at = now(), current_work = NULL, stop_reason = %s WHERE id = %s"
 
 
 @dataclass(frozen=True)
@@ -104,7 +96,7 @@ def stop() -> None:
     """Mark this agent stopped, with why, and end its heartbeats."""
     _halt.set()
     if _me is not None:
-        _execute(MARK_STOPPED, (_stop_reason or "stop signal", _me.id))
+        _execute(agents.mark_stopped, agent_id=_me.id, reason=_stop_reason or "stop signal")
 
 
 def set_work(work: dict[str, Any] | None) -> None:
@@ -114,29 +106,29 @@ def set_work(work: dict[str, Any] | None) -> None:
     if not _busy:
         _idle_since = time.monotonic()
     if _me is not None:
-        _execute(SET_WORK, (Json(work) if work is not None else None, _me.id))
+        _execute(agents.set_work, agent_id=_me.id, work=work)
 
 
 def record_error(message: str) -> None:
     """Publish the last task failure."""
     if _me is not None:
-        _execute(SET_ERROR, (message[:2000], _me.id))
+        _execute(agents.set_error, agent_id=_me.id, message=message)
 
 
 def _beat() -> None:
     assert _me is not None
-    params = {
-        "id": _me.id,
-        "machine": _me.machine,
-        "host": _me.host,
-        "pid": _me.pid,
-        "device": _me.device,
-        "env": _me.environment_id,
-        "started_at": _me.started_at,
+    _execute(
+        agents.beat,
+        agent_id=_me.id,
+        machine=_me.machine,
+        host=_me.host,
+        pid=_me.pid,
+        device=_me.device,
+        environment_id=_me.environment_id,
+        started_at=_me.started_at,
         # The fleet controller matches instances to heartbeats by this; empty outside the fleet.
-        "instance": get_settings().agent_instance_id or None,
-    }
-    _execute(UPSERT_AGENT, params)
+        instance_id=get_settings().agent_instance_id or None,
+    )
 
 
 def _beat_forever(interval_s: float) -> None:
@@ -145,10 +137,9 @@ def _beat_forever(interval_s: float) -> None:
         _beat()
 
 
-def _execute(sql: str, params: Any) -> None:
+def _execute(write: Callable[..., None], **params: Any) -> None:
     # Status writes must never fail a measurement: a missed heartbeat only makes the agent look late.
     try:
-        with transaction() as cur:
-            cur.execute(sql, params)
+        write(**params)
     except Exception:
         log.warning("agent status write failed", exc_info=True)

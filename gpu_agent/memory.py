@@ -1,4 +1,4 @@
-"""How much memory a measurement may use, and estimates of what it will use.
+"""How much memory a measurement may use, estimates of what it will use, and what a step used at its peak.
 
 On CUDA an allocation that does not fit fails cleanly (out of memory is data). On a CPU it
 swaps instead, which can stall the whole machine, so the agent refuses a CPU measurement whose
@@ -6,15 +6,15 @@ estimated tensors exceed a share of the available RAM and records it as out of m
 """
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from shared import memory as step_model
-from shared.settings import get_settings
-from shared.signatures import ConvSignature
+from shared.cnn import memory as step_model
+from shared.cnn.signatures import ConvSignature
+from shared.core.settings import get_settings
 from shared.training import TrainConfig
 
 BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -78,7 +78,7 @@ def step_bytes(
     config: TrainConfig,
     gpu: bool,
 ) -> int:
-    """Estimated peak of a window of whole steps: the modelled step (shared/memory.py) at its largest batch size,
+    """Estimated peak of a window of whole steps: the modelled step (shared/cnn/memory.py) at its largest batch size,
     and every batch size's input, which the window keeps prepared."""
     sizes = list(batch_sizes)
     peak = step_model.step_peak(
@@ -111,3 +111,42 @@ def _cgroup(name: str) -> int | None:
     except OSError:
         return None
     return None if text == "max" else int(text)
+
+
+def held_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind the tensors (views and repeats counted once)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def peak_of(run: Callable[[], object], *, own: Iterable[torch.Tensor], device: torch.device) -> int:
+    """Peak bytes of one step: what `own` holds before it (weights, optimizer state, its input) plus the most
+    the allocator held above that while `run` ran; other points' tensors, also held, are not this step's.
+
+    CUDA: torch.cuda.max_memory_allocated after reset_peak_memory_stats. CPU: the running sum of
+    torch.profiler's allocation records, as bench/memory_probe.py reads it (its counterpart on a CPU).
+    """
+    resident = held_bytes(own)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        run()
+        torch.cuda.synchronize(device)
+        return resident + max(torch.cuda.max_memory_allocated(device) - base, 0)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run()
+    results = prof.profiler.kineto_results if prof.profiler else None
+    records = sorted(
+        (e.start_ns(), e.nbytes()) for e in (results.events() if results else []) if e.name() == "[memory]"
+    )
+    held = rise = 0
+    for _t, delta in records:
+        held += delta
+        rise = max(rise, held)
+    return resident + rise

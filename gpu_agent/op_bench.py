@@ -1,6 +1,6 @@
 """Forward and backward time of one non-conv operator, or the optimizer step of a CNN's parameters.
 
-An operator is rebuilt from its signature (shared/op_signatures.py) at each batch size with inputs that
+An operator is rebuilt from its signature (shared/cnn/op_signatures.py) at each batch size with inputs that
 require grad, as in training: "forward" is the call (autograd recording it), "backward" the gradients of
 its inputs from a fixed output gradient (the graph kept, so it can run again). The optimizer step is
 PyTorch's default implementation (foreach on CUDA) over gradients of the CNN's parameter shapes, with
@@ -17,7 +17,7 @@ from gpu_agent import step_bench, windows
 from gpu_agent.layer_bench import DTYPES
 from gpu_agent.timing import Policy, sync
 from gpu_agent.windows import Outcome, Prepared, Spec
-from shared.op_signatures import FP32_UNDER_AUTOCAST, OPTIMIZER, OpSignature
+from shared.cnn.op_signatures import FP32_UNDER_AUTOCAST, OPTIMIZER, OpSignature
 from shared.training import TrainConfig
 
 # Working memory per input element: input, output, their gradients, and saved statistics or indices.

@@ -3,7 +3,9 @@
 The optimizer is built as a PyTorch user writes it (torch.optim.SGD with the momentum and weight decay given,
 Adam, AdamW; every other argument PyTorch's default, so foreach on CUDA), autocast runs the step for amp_fp16
 and amp_bf16 (with a GradScaler for fp16), TF32 matmuls are allowed for tf32 only, and channels_last puts the
-model and the images in that memory format.
+model and the images in that memory format. An untimed step of each batch size (with the optimizer's state in
+place) records the step's peak memory (the allocator's, as torch.cuda.max_memory_allocated counts it), stored
+with the timing.
 """
 
 from collections.abc import Callable, Sequence
@@ -16,8 +18,8 @@ import torchvision
 from gpu_agent import memory, windows
 from gpu_agent.timing import Policy, sync
 from gpu_agent.windows import Outcome, Prepared, Spec
-from shared import cnn_zoo
-from shared.errors import InvalidRequest
+from shared.cnn import zoo as cnn_zoo
+from shared.core.errors import InvalidRequest
 from shared.training import TrainConfig
 
 AUTOCAST = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
@@ -125,7 +127,8 @@ def build(cnn: str, config: TrainConfig, device: torch.device) -> tuple[torch.nn
 def prepare(
     model: torch.nn.Module, opt: Any, batch_size: int, image_size: int, config: TrainConfig, device: torch.device
 ) -> Prepared:
-    """Synthetic data of one batch size already on the device, and one step run once (not a sample)."""
+    """Synthetic data of one batch size already on the device, and one step run once (not a sample), whose peak
+    memory is recorded (gpu_agent/memory.peak_of)."""
     fmt = torch.channels_last if config.channels_last else torch.contiguous_format
     x = torch.randn(batch_size, 3, image_size, image_size, device=device).to(memory_format=fmt)
     target = torch.randint(0, 1000, (batch_size,), device=device)
@@ -150,6 +153,17 @@ def prepare(
             scaler.step(opt)
             scaler.update()
 
-    step()
+    if not opt.state and (config.optimizer != "sgd" or config.momentum):
+        # Its state is created at the end of the first step, after the activations are freed; every later step
+        # holds both, so the peak is taken on a step that starts with the state.
+        step()
+    opt.zero_grad(set_to_none=True)  # the previous point's gradients are no part of this step
+    own = [*model.parameters(), *model.buffers(), *optimizer_state(opt), x, target]
+    peak = memory.peak_of(step, own=own, device=device)
     sync(device)
-    return Prepared(phases={"step": step})
+    return Prepared(phases={"step": step}, info={"peak_memory_bytes": peak})
+
+
+def optimizer_state(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The tensors the optimizer keeps between steps (momentum buffers, Adam's moments)."""
+    return [v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor)]

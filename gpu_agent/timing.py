@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from gpu_agent import schedstat
-from shared.settings import get_settings
+from shared.core.settings import get_settings
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's headless Chromium and its WebDriver for the web page test (tests/test_web.py),
+# Install Debian's headless Chromium and its WebDriver for the web page test (tests/integration/test_web.py),
 # and shellcheck for the fleet's boot script (scripts/lint.sh).
 # Playwright's and Selenium Manager's own browser downloads are not used: only Debian packages
 # can be fetched here and on CI, so this is the one way the browser gets onto a fresh machine.

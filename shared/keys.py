@@ -13,9 +13,9 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from shared.db import transaction
-from shared.errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, Unauthorized
-from shared.settings import get_settings
+from shared.core.db import transaction
+from shared.core.errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, Unauthorized
+from shared.core.settings import get_settings
 
 SCOPES = ("read", "submit", "admin")  # each includes the ones before it
 PREFIX = "tc"

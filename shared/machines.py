@@ -8,9 +8,9 @@ from typing import Any
 import psycopg2.errors
 import psycopg2.extras
 
-from shared.db import Cursor, floats, one, transaction
-from shared.errors import Conflict, NotFound
-from shared.schemas import MachineCreate
+from shared.core.db import Cursor, floats, one, transaction
+from shared.core.errors import Conflict, NotFound
+from shared.jobs.request import MachineCreate
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 GPUS_CSV = DATA / "gpus.csv"
@@ -26,6 +26,7 @@ SELECT_ALL = "SELECT * FROM machine_types ORDER BY provider = 'local' DESC, prov
 SELECT_NAMES = "SELECT name FROM machine_types WHERE name = ANY(%s)"
 SELECT_ALL_NAMES = "SELECT name FROM machine_types ORDER BY name"
 SELECT_ONE = "SELECT * FROM machine_types WHERE name = %s"
+SELECT_SOME = "SELECT * FROM machine_types WHERE name = ANY(%s)"
 # GPU types without bf16: said so, or unknown on a GPU older than Ampere (compute capability < 8.0).
 SELECT_WITHOUT_BF16 = """
 SELECT name, gpu FROM machine_types
@@ -79,6 +80,13 @@ def list_all() -> list[dict[str, Any]]:
     with transaction() as cur:
         cur.execute(SELECT_ALL)
         return [floats(r) for r in cur.fetchall()]
+
+
+def by_names(*, names: list[str]) -> dict[str, dict[str, Any]]:
+    """These machine types (those in the catalog) by name, with their specs and price."""
+    with transaction() as cur:
+        cur.execute(SELECT_SOME, (names,))
+        return {r["name"]: floats(r) for r in cur.fetchall()}
 
 
 def names(cur: Cursor) -> list[str]:
@@ -179,3 +187,69 @@ def _value(text: str) -> float | None:
 def _csv(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as f:
         return [{k: (v or "").strip() for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+# AWS types (the fleet's launch prices and quotas, `traincast catalog refresh`).
+SELECT_AWS_PRICES = "SELECT name, price_usd_per_hour FROM machine_types WHERE provider = 'aws' ORDER BY name"
+SELECT_VCPUS = "SELECT vcpus FROM machine_types WHERE name = %s"
+SELECT_NOT_AWS = "SELECT name, provider FROM machine_types WHERE name = ANY(%s) AND provider <> 'aws'"
+SELECT_FOR_UPDATE = "SELECT * FROM machine_types WHERE name = ANY(%s) FOR UPDATE"
+SELECT_BOARD_POWER = "SELECT DISTINCT gpu, gpu_tdp_watts FROM machine_types WHERE gpu_tdp_watts IS NOT NULL"
+UPSERT_AWS = """
+INSERT INTO machine_types AS m (name, provider, gpu, gpu_count, gpu_memory_gib, vcpus, memory_gib,
+    price_usd_per_hour, spot_price_usd_per_hour, gpu_tdp_watts, source, specs_source, price_source,
+    spot_price_source, specs_read_at, price_read_at, spot_price_read_at, figures_read_on)
+VALUES (%(name)s, 'aws', %(gpu)s, %(gpu_count)s, %(gpu_memory_gib)s, %(vcpus)s, %(memory_gib)s,
+    %(price_usd_per_hour)s, %(spot_price_usd_per_hour)s, %(gpu_tdp_watts)s, %(source)s, %(specs_source)s,
+    %(price_source)s, %(spot_price_source)s, %(specs_read_at)s, %(price_read_at)s, %(spot_price_read_at)s,
+    %(figures_read_on)s)
+ON CONFLICT (name) DO UPDATE SET
+    gpu = EXCLUDED.gpu, gpu_count = EXCLUDED.gpu_count, gpu_memory_gib = EXCLUDED.gpu_memory_gib,
+    vcpus = EXCLUDED.vcpus, memory_gib = EXCLUDED.memory_gib, price_usd_per_hour = EXCLUDED.price_usd_per_hour,
+    spot_price_usd_per_hour = EXCLUDED.spot_price_usd_per_hour, source = EXCLUDED.source,
+    specs_source = EXCLUDED.specs_source, price_source = EXCLUDED.price_source,
+    spot_price_source = EXCLUDED.spot_price_source, specs_read_at = EXCLUDED.specs_read_at,
+    price_read_at = EXCLUDED.price_read_at, spot_price_read_at = EXCLUDED.spot_price_read_at,
+    figures_read_on = EXCLUDED.figures_read_on
+WHERE m.provider = 'aws'
+RETURNING *"""
+
+
+def aws_prices() -> dict[str, float]:
+    """AWS machine types of the catalog (by name) and their on-demand price per hour."""
+    with transaction() as cur:
+        cur.execute(SELECT_AWS_PRICES)
+        return {r["name"]: float(r["price_usd_per_hour"]) for r in cur.fetchall()}
+
+
+def vcpus(*, name: str) -> int | None:
+    """A type's vCPUs (what its quota counts), None if unknown."""
+    with transaction() as cur:
+        cur.execute(SELECT_VCPUS, (name,))
+        row = cur.fetchone()
+    return int(row["vcpus"]) if row and row["vcpus"] is not None else None
+
+
+def not_aws(*, names: list[str]) -> list[dict[str, Any]]:
+    """Those of these types that belong to another provider: name and provider."""
+    with transaction() as cur:
+        cur.execute(SELECT_NOT_AWS, (names,))
+        return [dict(r) for r in cur.fetchall()]
+
+
+def lock(cur: Cursor, *, names: list[str]) -> dict[str, dict[str, Any]]:
+    """The stored rows of these types by name, locked until the caller's transaction ends."""
+    cur.execute(SELECT_FOR_UPDATE, (names,))
+    return {r["name"]: dict(r) for r in cur.fetchall()}
+
+
+def board_powers(cur: Cursor) -> list[tuple[str, Any]]:
+    """(GPU, board power in watts) known from any stored type."""
+    cur.execute(SELECT_BOARD_POWER)
+    return [(r["gpu"], r["gpu_tdp_watts"]) for r in cur.fetchall()]
+
+
+def upsert_aws(cur: Cursor, *, row: dict[str, Any]) -> dict[str, Any]:
+    """Add or update an AWS type from its figures as read (never another provider's row); returns the stored row."""
+    cur.execute(UPSERT_AWS, row)
+    return dict(one(cur))

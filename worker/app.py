@@ -3,13 +3,13 @@
 import sys
 import uuid
 
-from shared import logs, secrets, tasks
-from shared.settings import get_settings
+from shared.core import logs, secrets, tasks
+from shared.core.settings import get_settings
 from worker import planning, reconcile
 
 # Before the broker URL is read: with TRAINCAST_SSM_PATH set, DATABASE_URL and REDIS_URL come from SSM.
 secrets.load_from_environment()
-# Celery's logging setup replaced by ours: JSON lines with each task's job fields (shared/logs.py).
+# Celery's logging setup replaced by ours: JSON lines with each task's job fields (shared/core/logs.py).
 logs.connect_celery("beat" if "beat" in sys.argv else "worker")
 app = tasks.make_app("traincast-worker")
 app.conf.beat_schedule = {

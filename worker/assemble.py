@@ -13,9 +13,13 @@ import math
 from collections.abc import Collection
 from typing import Any
 
-from shared import cnns, layers, machines, ops
-from shared.errors import TraincastError
-from shared.schemas import JobRequest
+import numpy as np
+
+from shared import machines
+from shared.cnn import registry as cnns
+from shared.core.errors import TraincastError
+from shared.jobs.request import JobRequest
+from shared.measurements import environments, layers, ops
 from worker import features, memory, predictor, reference
 
 ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPU count × time (GPUs rarely draw full power)"
@@ -39,15 +43,18 @@ def result(
     """
     sizes = request.batch_size_list()
     peers: dict[str, list[str]] = (plan or {}).get("peers") or {m: [m] for m in request.machines}
-    specs = {m["name"]: m for m in machines.list_all()}
-    variants = {cnn: _variant(cnn, request) for cnn in request.cnns}
+    specs = machines.by_names(names=list(request.machines))
+    classes = {cnn: cnns.variant_classes(cnn, request.num_classes) for cnn in request.cnns}
+    variants = layers.variants(classes=classes, image_size=request.image_size)
     training = request.training()
     everyone = sorted({p for m in request.machines for p in peers[m]})
     # Only a model fitted for this training configuration's work answers it (shared/training.py).
     models = predictor.latest_of(machines=everyone, cost_key=training.cost_key())
     other_keys = predictor.keys_of(machines=everyone)
     # Machine types with the same GPU figures get the same reference answer: computed once per CNN.
-    reference_cache: dict[tuple[Any, str], list[Any]] = {}
+    reference_cache: dict[tuple[Any, str], reference.StepArrays] = {}
+    peaks: dict[str, dict[tuple[int, bool], Any]] = {cnn: {} for cnn in request.cnns}  # by CNN: no machine in it
+    op_members: dict[str, list[tuple[int, dict[str, Any], int]]] | None = None
     predictions: list[dict[str, Any]] = []
     best: list[dict[str, Any]] = []
     model_info: dict[str, Any] = {}
@@ -58,6 +65,9 @@ def result(
         measured = machine not in incomplete and (model is not None or spec["gpu"] is None)
         if measured:
             model_info[machine] = _model_summary(model, machine, fitted_on, request)
+            if op_members is None:
+                op_members = ops.members_of(classes=classes, image_size=request.image_size)
+            by_cnn = _measured(machine, peers[machine], variants, op_members, model, spec, request, sizes)
         else:
             keys = sorted({k for p in peers[machine] for k in other_keys.get(p, [])})
             model_info[machine] = _reference_summary(
@@ -66,13 +76,13 @@ def result(
         for cnn in request.cnns:  # request order: the plan is jsonb, whose keys PostgreSQL reorders
             members, work = variants[cnn]
             if measured:
-                points = _measured(cnn, machine, peers[machine], members, work, model, spec, request, sizes)
+                points = by_cnn[cnn]
             else:
                 points = _reference(cnn, machine, members, work, spec, request, sizes, reference_cache)
             oom = [p["batch_size"] for p in points if p["fits_in_memory"] is False]  # measured: before the model
-            memory.annotate(points, work, spec, request)
+            memory.annotate(points, work, spec, request, peaks=peaks[cnn])
             predictions.extend(points)
-            best.append(_best(cnn, machine, points, memory.max_batch_size(work, spec, request, measured_oom=oom)))
+            best.append(best_of(cnn, machine, points, memory.max_batch_size(work, spec, request, measured_oom=oom)))
     out = {
         "training": training.model_dump(),
         "predictions": predictions,
@@ -86,129 +96,176 @@ def result(
     return out
 
 
-def _variant(cnn: str, request: JobRequest) -> tuple[list[tuple[int, dict[str, Any], int]], dict[str, Any]]:
-    key: dict[str, Any] = {
-        "name": cnn,
-        "image_size": request.image_size,
-        "num_classes": cnns.variant_classes(cnn, request.num_classes),
-    }
-    return layers.members(**key), layers.workload(**key)
+Members = list[tuple[int, dict[str, Any], int]]
 
 
 def _measured(
-    cnn: str,
     machine: str,
     peers: list[str],
-    members: list[tuple[int, dict[str, Any], int]],
-    work: dict[str, Any],
+    variants: dict[str, tuple[Members, dict[str, Any]]],
+    op_members: dict[str, Members],
     model: dict[str, Any] | None,
     spec: dict[str, Any],
     request: JobRequest,
     sizes: list[int],
-) -> list[dict[str, Any]]:
+) -> dict[str, list[dict[str, Any]]]:
+    """Every CNN's points on one machine type: one query per table, one model call for all of them."""
     training = request.training()
-    rows = layers.newest(
-        signature_ids=[m[0] for m in members], machines=peers, batch_sizes=sizes,
-        precision=training.layer_precision, channels_last=training.channels_last,
+    layer_rows = layers.newest_first(
+        signature_ids=sorted({m[0] for members, _ in variants.values() for m in members}), machines=peers,
+        batch_sizes=sizes, precision=training.layer_precision, channels_last=training.channels_last,
     )  # fmt: skip
-    op_members = ops.members(
-        name=cnn, image_size=request.image_size, num_classes=cnns.variant_classes(cnn, request.num_classes)
-    )
-    op_rows = ops.newest(signature_ids=[m[0] for m in op_members], machines=peers, batch_sizes=sizes, config=training)
-    points = []
-    for bs in sizes:
-        x = features.vector(
-            members=members, rows={sig: rows[(sig, bs)] for sig, _, _ in members}, workload=work,
-            batch_size=bs, image_size=request.image_size, optimizer=request.optimizer, machine=spec,
-            op_members=op_members, op_rows={sig: r for (sig, b), r in op_rows.items() if b in (bs, 0)},
+    op_rows = ops.newest_first(
+        signature_ids=sorted({m[0] for members in op_members.values() for m in members}), machines=peers,
+        batch_sizes=sizes, config=training,
+    )  # fmt: skip
+    out: dict[str, list[dict[str, Any]]] = {}
+    tables, usable_points = [], []
+    for cnn, (members, work) in variants.items():
+        # Each CNN's timings from the environment holding most of its own points (layers.newest, per CNN).
+        rows = _own(layer_rows, {m[0] for m in members}, "signature_id")
+        its_ops = _own(op_rows, {m[0] for m in op_members[cnn]}, "op_signature_id")
+        x, usable = features.table(
+            members=members, rows=rows, workload=work, batch_sizes=sizes, image_size=request.image_size,
+            optimizer=request.optimizer, machine=spec, op_members=op_members[cnn], op_rows=its_ops,
         )  # fmt: skip
-        conv = x[features.NAMES.index("conv_ms")] if x is not None else None
-        point = _blank(cnn, machine, bs, spec, source="benchmarked", fits=x is not None, conv_ms=conv)
-        if x is not None and conv is not None and model is not None:
-            # A model of an older kind raises: the point stays without times, the summary says to retrain it.
-            with contextlib.suppress(TraincastError):
-                _fill(point, predictor.predict_ms(model, x, conv), spec, request)
-        used = [rows[(sig, bs)] for sig, _, _ in members]
-        # Where this point's layer timings were measured (one environment unless some were missing).
-        point["layer_environments"] = sorted({r["environment_id"] for r in used})
-        point["measured_on"] = sorted({r["machine_type"] for r in used})
-        points.append(point)
-    return points
+        points = []
+        for i, bs in enumerate(sizes):
+            conv = float(x["conv_ms"][i]) if usable[i] else None
+            point = _blank(cnn, machine, bs, spec, source="benchmarked", fits=bool(usable[i]), conv_ms=conv)
+            used = [rows[(sig, bs)] for sig, _, _ in members]
+            # Where this point's layer timings were measured (one environment unless some were missing).
+            point["layer_environments"] = sorted({r["environment_id"] for r in used})
+            point["measured_on"] = sorted({r["machine_type"] for r in used})
+            points.append(point)
+        out[cnn] = points
+        tables.append(x[usable])
+        usable_points += [p for p, ok in zip(points, usable, strict=True) if ok]
+    if model is not None and usable_points:
+        # A model of an older kind raises: the points stay without times, the summary says to retrain it.
+        with contextlib.suppress(TraincastError):
+            ms = predictor.predict_table(model, np.concatenate(tables))
+            _fill_many(usable_points, np.array(ms, dtype=float).reshape(-1, 3), spec, request)
+    return out
+
+
+def _own(rows: list[dict[str, Any]], sigs: set[int], column: str) -> dict[tuple[int, int], dict[str, Any]]:
+    """(signature, batch size) → row, from newest-first rows of many CNNs narrowed to one CNN's signatures."""
+    return environments.one_environment([r for r in rows if r[column] in sigs], column)
 
 
 def _reference(
     cnn: str,
     machine: str,
-    members: list[tuple[int, dict[str, Any], int]],
+    members: Members,
     work: dict[str, Any],
     spec: dict[str, Any],
     request: JobRequest,
     sizes: list[int],
-    cache: dict[tuple[Any, str], list[Any]],
+    cache: dict[tuple[Any, str], reference.StepArrays],
 ) -> list[dict[str, Any]]:
     model = reference.load()
     gpu = reference.GpuSpecs.from_row(spec)
     if (gpu, cnn) not in cache:
-        cache[(gpu, cnn)] = model.predict_steps(
+        cache[(gpu, cnn)] = model.step_arrays(
             convs=[(layer, count) for _sig, layer, count in members], workload=work, batch_sizes=sizes,
             gpu=gpu, training=request.training(),
         )  # fmt: skip
-    estimates = cache[(gpu, cnn)]
+    steps = cache[(gpu, cnn)]
     low = math.exp(model.accuracy["whole_step_log_ratio_p10"])
     high = math.exp(model.accuracy["whole_step_log_ratio_p90"])
-    points = []
-    for e in estimates:
-        conv = e.conv_forward_ms + e.conv_backward_data_ms + e.conv_backward_weight_ms
-        if not (math.isfinite(e.step_ms) and math.isfinite(conv)):
-            # GPU figures far outside what the model learnt from: no number, never NaN in a result.
-            points.append(_blank(cnn, machine, e.batch_size, spec, source="reference", fits=None, conv_ms=None))
-            continue
+    conv = steps.conv_ms[:, 0] + steps.conv_ms[:, 1] + steps.conv_ms[:, 2]
+    # GPU figures far outside what the model learnt from: no number, never NaN in a result.
+    finite = np.isfinite(steps.step_ms) & np.isfinite(conv)
+    points, answered = [], []
+    error = model.accuracy["whole_step_mape"]
+    blank = _blanks(cnn, machine, spec, "reference")
+    for b, ok, conv_ms, bound in zip(
+        steps.batch_size.tolist(), finite.tolist(), conv.tolist(), steps.launch_bound.tolist(), strict=True
+    ):
         # Whether it fits is the memory model's answer (worker/memory.py), filled in by the caller.
-        point = _blank(cnn, machine, e.batch_size, spec, source="reference", fits=None, conv_ms=conv)
-        point["reference_error_pct"] = model.accuracy["whole_step_mape"]
-        point["launch_bound"] = e.launch_bound
-        _fill(point, (e.step_ms * low, e.step_ms, e.step_ms * high), spec, request)
+        point = blank(b, None, conv_ms if ok else None)
+        if ok:
+            point["reference_error_pct"] = error
+            point["launch_bound"] = bound
+            answered.append(point)
         points.append(point)
+    step = steps.step_ms[finite]
+    _fill_many(answered, np.column_stack([step * low, step, step * high]), spec, request)
     return points
 
 
 def _blank(
     cnn: str, machine: str, bs: int, spec: dict[str, Any], *, source: str, fits: bool | None, conv_ms: float | None
 ) -> dict[str, Any]:
-    point: dict[str, Any] = {
+    return _blanks(cnn, machine, spec, source)(bs, fits, conv_ms)
+
+
+def _blanks(cnn: str, machine: str, spec: dict[str, Any], source: str) -> Any:
+    """A maker of a (CNN, machine type)'s points without times: (batch size, fits, conv_ms) → point."""
+    template: dict[str, Any] = {
         "cnn": cnn,
         "machine": machine,
-        "batch_size": bs,
+        "batch_size": None,
         "source": source,
-        "fits_in_memory": fits,
-        "conv_ms": conv_ms,
+        "fits_in_memory": None,
+        "conv_ms": None,
         "gpus_used": 1 if spec.get("gpu_count") else 0,
-        "layer_environments": [],
-        "measured_on": [],
+        "layer_environments": None,
+        "measured_on": None,
         "cost_per_gpu_usd": None,
+        **_NO_TIMES,
     }
-    for name in TIMES:
-        point[name] = point[f"{name}_p10"] = point[f"{name}_p90"] = None
-    return point
+
+    def blank(bs: int, fits: bool | None, conv_ms: float | None) -> dict[str, Any]:
+        point = template.copy()
+        point["batch_size"], point["fits_in_memory"], point["conv_ms"] = bs, fits, conv_ms
+        point["layer_environments"], point["measured_on"] = [], []  # each point its own lists
+        return point
+
+    return blank
 
 
-def _fill(point: dict[str, Any], ms: tuple[float, float, float], spec: dict[str, Any], request: JobRequest) -> None:
+_SUFFIXES = ("_p10", "", "_p90")
+_NO_TIMES = {f"{name}{suffix}": None for name in TIMES for suffix in ("", "_p10", "_p90")}
+
+
+def fill(point: dict[str, Any], ms: tuple[float, float, float], spec: dict[str, Any], request: JobRequest) -> None:
     """Times, cost and energy of a point from its (P10, median, P90) iteration time in ms."""
-    iterations = math.ceil(request.dataset_size / point["batch_size"]) * request.epochs
+    _fill_many([point], np.array([ms], dtype=float), spec, request)
+
+
+def _fill_many(points: list[dict[str, Any]], ms: np.ndarray, spec: dict[str, Any], request: JobRequest) -> None:
+    """Times, cost and energy of points from their (P10, median, P90) iteration times in ms, (points × 3)."""
+    if not points:
+        return
+    iterations = np.array(
+        [math.ceil(request.dataset_size / p["batch_size"]) * request.epochs for p in points], dtype=np.float64
+    )
     gpus = spec.get("gpu_count") or 0
     power_kw = (spec.get("gpu_tdp_watts") or 0) * gpus / 1000
-    for suffix, value in zip(("_p10", "", "_p90"), ms, strict=True):
+    price = spec["price_usd_per_hour"]
+    for j, suffix in enumerate(_SUFFIXES):
+        value = ms[:, j]
         total = value / 1000 * iterations
-        point[f"iteration_seconds{suffix}"] = value / 1000
-        point[f"epoch_seconds{suffix}"] = total / request.epochs
-        point[f"total_seconds{suffix}"] = total
-        point[f"cost_usd{suffix}"] = spec["price_usd_per_hour"] * total / 3600
-        point[f"energy_kwh{suffix}"] = power_kw * total / 3600 if power_kw else None
-    if gpus:
-        point["cost_per_gpu_usd"] = point["cost_usd"] / gpus
+        cost = price * total / 3600
+        columns = {
+            f"iteration_seconds{suffix}": (value / 1000).tolist(),
+            f"epoch_seconds{suffix}": (total / request.epochs).tolist(),
+            f"total_seconds{suffix}": total.tolist(),
+            f"cost_usd{suffix}": cost.tolist(),
+            f"energy_kwh{suffix}": (power_kw * total / 3600).tolist() if power_kw else [None] * len(points),
+        }
+        for key, values in columns.items():
+            for point, v in zip(points, values, strict=True):
+                point[key] = v
+        if gpus and not suffix:
+            for point, c in zip(points, (cost / gpus).tolist(), strict=True):
+                point["cost_per_gpu_usd"] = c
 
 
-def _best(cnn: str, machine: str, points: list[dict[str, Any]], max_batch_size: int | None) -> dict[str, Any]:
+def best_of(cnn: str, machine: str, points: list[dict[str, Any]], max_batch_size: int | None) -> dict[str, Any]:
+    """The fastest and the cheapest batch size of one CNN on one machine type (None when no point is usable)."""
     # A point that does not fit is never best; one whose fit is unknown may be.
     usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
 

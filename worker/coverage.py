@@ -8,9 +8,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from shared import agents, fleet, layers, machines, ops, tasks
-from shared.schemas import JobRequest
-from shared.settings import get_settings
+from fleet import service as fleet
+from shared import agents, machines
+from shared.core import tasks
+from shared.core.settings import get_settings
+from shared.jobs import Plan
+from shared.jobs.request import JobRequest
+from shared.measurements import layers, ops
 from shared.training import TrainConfig
 from worker import predictor
 
@@ -19,23 +23,23 @@ from worker import predictor
 Missing = dict[str, set[tuple[int, int]]]
 
 
-def signature_ids(plan: dict[str, Any]) -> list[int]:
+def signature_ids(plan: Plan) -> list[int]:
     """Every signature of the plan's CNNs."""
-    return sorted({sig for pairs in plan["cnns"].values() for sig, _count in pairs})
+    return sorted({sig for pairs in plan.cnns.values() for sig, _count in pairs})
 
 
-def op_ids(plan: dict[str, Any]) -> list[int]:
+def op_ids(plan: Plan) -> list[int]:
     """Every op signature (optimizer steps included) of the plan's CNNs; none for a plan made before ops were."""
-    return sorted({sig for pairs in (plan.get("ops") or {}).values() for sig, _count in pairs})
+    return sorted({sig for pairs in plan.ops.values() for sig, _count in pairs})
 
 
-def op_points(plan: dict[str, Any], sizes: list[int]) -> set[tuple[int, int]]:
+def op_points(plan: Plan, sizes: list[int]) -> set[tuple[int, int]]:
     """The (op signature, batch size) pairs a plan needs: each op at every size, each optimizer step at 0."""
-    optimizers = set(plan.get("optimizers") or [])
+    optimizers = set(plan.optimizers)
     return {(s, b) for s in op_ids(plan) for b in ([0] if s in optimizers else sizes)}
 
 
-def missing(plan: dict[str, Any], request: JobRequest) -> Missing:
+def missing(plan: Plan, request: JobRequest) -> Missing:
     """Per machine type, the conv pairs no machine type with its GPU model has a benchmark for."""
     sigs = signature_ids(plan)
     sizes = request.batch_size_list()
@@ -48,7 +52,7 @@ def missing(plan: dict[str, Any], request: JobRequest) -> Missing:
     return _gaps(plan, request, done, {(s, b) for s in sigs for b in sizes})
 
 
-def missing_ops(plan: dict[str, Any], request: JobRequest) -> Missing:
+def missing_ops(plan: Plan, request: JobRequest) -> Missing:
     """Per machine type, the op pairs (and optimizer steps) no machine type with its GPU model has stored."""
     ids = op_ids(plan)
     if not ids:
@@ -60,15 +64,13 @@ def missing_ops(plan: dict[str, Any], request: JobRequest) -> Missing:
     return _gaps(plan, request, done, op_points(plan, sizes))
 
 
-def _everyone(plan: dict[str, Any], request: JobRequest) -> list[str]:
-    peers: dict[str, list[str]] = plan.get("peers") or {m: [m] for m in request.machines}
+def _everyone(plan: Plan, request: JobRequest) -> list[str]:
+    peers = plan.peers_of(request.machines)
     return sorted({p for m in request.machines for p in peers[m]})
 
 
-def _gaps(
-    plan: dict[str, Any], request: JobRequest, done: set[tuple[int, str, int]], wanted: set[tuple[int, int]]
-) -> Missing:
-    peers: dict[str, list[str]] = plan.get("peers") or {m: [m] for m in request.machines}
+def _gaps(plan: Plan, request: JobRequest, done: set[tuple[int, str, int]], wanted: set[tuple[int, int]]) -> Missing:
+    peers = plan.peers_of(request.machines)
     by_type: dict[str, set[tuple[int, int]]] = defaultdict(set)
     for sig, machine, bs in done:
         by_type[machine].add((sig, bs))
@@ -80,16 +82,16 @@ def _gaps(
     return out
 
 
-def waited_for(gaps: Missing, plan: dict[str, Any]) -> Missing:
+def waited_for(gaps: Missing, plan: Plan) -> Missing:
     """The gaps the job waits for (all of them for a job planned before reference answers existed)."""
-    waits_on = plan.get("waits_on")
+    waits_on = plan.waits_on
     return gaps if waits_on is None else {m: g for m, g in gaps.items() if m in waits_on}
 
 
-def routed(gaps: Missing, plan: dict[str, Any]) -> Missing:
+def routed(gaps: Missing, plan: Plan) -> Missing:
     """Where each gap is sent: its own type's queue if the job waits on it; for a type answered by the
     reference, the queue of a type with its GPU model that a live agent or the AWS fleet serves, or none."""
-    waits_on = plan.get("waits_on")
+    waits_on = plan.waits_on
     if waits_on is None or set(gaps) <= set(waits_on):
         return gaps
     listed = agents.list_all(alive_after_s=get_settings().agent_alive_after_s, limit=500)
@@ -97,7 +99,7 @@ def routed(gaps: Missing, plan: dict[str, Any]) -> Missing:
     fleet_types = {m["name"] for m in machines.list_all() if m["provider"] == "aws"} if fleet.enabled() else set()
     out: Missing = defaultdict(set)
     for machine, gap in gaps.items():
-        peers = plan["peers"][machine]
+        peers = plan.peers_of(list(gaps))[machine]
         target = machine if machine in waits_on else _served(peers, alive) or _served(peers, fleet_types)
         if target is not None:
             out[target] |= gap

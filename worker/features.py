@@ -10,7 +10,10 @@ the machine in question.
 """
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 FAMILIES = (
     ("wide_resnet", "resnet"), ("resnext", "resnet"), ("resnet", "resnet"), ("vgg", "vgg"),
@@ -30,6 +33,12 @@ NAMES = (
     "other_ms", "optimizer_ms", "ops_measured", "optimizer_measured",
 )  # fmt: skip
 OpMembers = list[tuple[int, dict[str, Any], int]]
+# One point's features as a record with a field per name (float64): a table of points is a structured array
+# of it, read by name (`table["conv_ms"]`), and `matrix()` gives the models' columns in NAMES order. NAMES holds
+# "activation_mbytes" twice (the activation ops' bytes, then the saved activations' bytes, which overwrite
+# them): one field, two columns, as the stored models were trained.
+DTYPE = np.dtype([(name, np.float64) for name in dict.fromkeys(NAMES)])
+Rows = Mapping[tuple[int, int], Mapping[str, Any]]
 
 
 def family(cnn: str) -> str:
@@ -37,7 +46,7 @@ def family(cnn: str) -> str:
     return next((fam for prefix, fam in FAMILIES if cnn.startswith(prefix)), cnn)
 
 
-def layer_kind(spec: dict[str, Any]) -> str:
+def layer_kind(spec: Mapping[str, Any]) -> str:
     """Depthwise/grouped, 1x1, strided or plain k×k: kinds whose speed per FLOP differs."""
     if spec["groups"] > 1:
         return "grouped"
@@ -66,56 +75,107 @@ def vector(
     op_members: (op signature id, spec, count), the optimizer step among them; op_rows: op signature id →
     its benchmark at this batch size (the optimizer's at batch size 0), absent where none is stored.
     """
-    f: dict[str, float] = dict.fromkeys(NAMES, 0.0)
-    for sig_id, spec, count in members:
-        row = rows[sig_id]
-        if row["oom"]:
-            return None
-        phases = (row["forward_ms"], row["backward_data_ms"], row["backward_weight_ms"])
+    steps = {sig: row for sig, row in (op_rows or {}).items()}
+    x, usable = table(
+        members=members, rows={(sig, batch_size): row for sig, row in rows.items()}, workload=workload,
+        batch_sizes=[batch_size], image_size=image_size, optimizer=optimizer, machine=machine,
+        op_members=op_members,
+        op_rows={(sig, 0 if _is_optimizer(spec) else batch_size): steps[sig] for sig, spec, _c in op_members
+                 if sig in steps},
+    )  # fmt: skip
+    return [float(x[0][name]) for name in NAMES] if usable[0] else None
+
+
+def table(
+    *,
+    members: Sequence[tuple[int, Mapping[str, Any], int]],
+    rows: Rows,
+    workload: Mapping[str, Any],
+    batch_sizes: Sequence[int],
+    image_size: int,
+    optimizer: str,
+    machine: Mapping[str, Any],
+    op_members: Sequence[tuple[int, Mapping[str, Any], int]] = (),
+    op_rows: Rows | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(features of each batch size as a DTYPE array, whether each is usable: nothing ran out of memory).
+
+    rows: (signature id, batch size) → its layer benchmark; op_rows: (op signature id, batch size) → its op
+    benchmark (the optimizer step's at batch size 0), absent where none is stored. Sums run layer by layer in
+    member order, as the models were trained on, so each point's features are those of that point alone.
+    """
+    n = len(batch_sizes)
+    f = np.zeros(n, dtype=DTYPE)
+    usable = np.ones(n, dtype=bool)
+    for sig, spec, count in members:
+        got = [rows[(sig, b)] for b in batch_sizes]
+        oom = np.array([bool(r["oom"]) for r in got], dtype=bool)
+        usable &= ~oom
+        phases = np.array(
+            [(0.0, 0.0, 0.0) if r["oom"] else (r["forward_ms"], r["backward_data_ms"], r["backward_weight_ms"])
+             for r in got], dtype=np.float64,
+        ).reshape(n, 3)  # fmt: skip
         kind = layer_kind(spec)
-        f["forward_ms"] += count * phases[0]
-        f["backward_data_ms"] += count * phases[1]
-        f["backward_weight_ms"] += count * phases[2]
-        f[f"{kind}_ms"] += count * sum(phases)
+        f["forward_ms"] += count * phases[:, 0]
+        f["backward_data_ms"] += count * phases[:, 1]
+        f["backward_weight_ms"] += count * phases[:, 2]
+        f[f"{kind}_ms"] += count * (phases[:, 0] + phases[:, 1] + phases[:, 2])
         f[f"{kind}_convs"] += count
     f["conv_ms"] = f["forward_ms"] + f["backward_data_ms"] + f["backward_weight_ms"]
+    sizes = np.asarray(batch_sizes, dtype=np.float64)
     ops = workload.get("ops") or {}
     for kind in WORK_KINDS:
         totals = ops.get(kind) or {}
-        f[f"{kind}_mflops"] = totals.get("flops", 0.0) * batch_size / 1e6
-        f[f"{kind}_mbytes"] = totals.get("bytes", 0.0) * batch_size / 1e6
+        f[f"{kind}_mflops"] = totals.get("flops", 0.0) * sizes / 1e6
+        f[f"{kind}_mbytes"] = totals.get("bytes", 0.0) * sizes / 1e6
         f[f"{kind}_ops"] = totals.get("count", 0)
-    f["conv_gflops"] = (ops.get("conv") or {}).get("flops", 0.0) * batch_size / 1e9
+    f["conv_gflops"] = (ops.get("conv") or {}).get("flops", 0.0) * sizes / 1e9
     f["mparameters"] = (workload.get("parameters") or 0) / 1e6
     f["parameter_tensors"] = workload.get("parameter_tensors") or 0
-    f["activation_mbytes"] = (workload.get("activation_bytes") or 0.0) * batch_size / 1e6
-    if not _add_ops(f, op_members, op_rows or {}):
-        return None
-    f.update(batch_size=batch_size, image_size=image_size, adam=float(optimizer == "adam"))
+    f["activation_mbytes"] = (workload.get("activation_bytes") or 0.0) * sizes / 1e6
+    usable &= _add_ops(f, op_members, op_rows or {}, batch_sizes)
+    f["batch_size"] = sizes
+    f["image_size"] = image_size
+    f["adam"] = float(optimizer == "adam")
     for spec_name in MACHINE_SPECS:
         value = machine.get(spec_name)
         f[spec_name] = float(value) if value is not None else math.nan
-    return [float(f[n]) for n in NAMES]
+    return f, usable
 
 
-def _add_ops(f: dict[str, float], op_members: OpMembers, op_rows: dict[int, dict[str, Any]]) -> bool:
-    """Sum the measured op and optimizer times into f; False when one ran out of memory."""
-    operators = [(sig, spec, count) for sig, spec, count in op_members if spec.get("op") != "optimizer"]
-    timed = 0
-    for sig, _spec, count in operators:
-        row = op_rows.get(sig)
-        if row is None:
-            continue
-        if row["oom"]:
-            return False
-        if row["forward_ms"] is not None:  # else infeasible on this device: learnt, not measured
-            f["other_ms"] += count * (row["forward_ms"] + row["backward_ms"])
-            timed += 1
-    f["ops_measured"] = float(bool(operators) and timed == len(operators))
-    step = next((op_rows.get(sig) for sig, spec, _c in op_members if spec.get("op") == "optimizer"), None)
+def matrix(x: np.ndarray) -> np.ndarray:
+    """A DTYPE table as a float matrix (points × NAMES), the models' column order."""
+    return np.column_stack([x[name] for name in NAMES]) if len(x) else np.zeros((0, len(NAMES)))
+
+
+def _is_optimizer(spec: Mapping[str, Any]) -> bool:
+    return spec.get("op") == "optimizer"
+
+
+def _add_ops(
+    f: np.ndarray, op_members: Sequence[tuple[int, Mapping[str, Any], int]], op_rows: Rows, batch_sizes: Sequence[int]
+) -> np.ndarray:
+    """Sum the measured op and optimizer times into f; per batch size, False where one ran out of memory."""
+    n = len(batch_sizes)
+    usable = np.ones(n, dtype=bool)
+    operators = [(sig, count) for sig, spec, count in op_members if not _is_optimizer(spec)]
+    timed = np.zeros(n, dtype=np.int64)
+    for sig, count in operators:
+        got = [op_rows.get((sig, b)) for b in batch_sizes]
+        usable &= np.array([r is None or not r["oom"] for r in got], dtype=bool)
+        # A row without times is infeasible on this device: learnt, not measured.
+        timed_here = np.array([r is not None and not r["oom"] and r["forward_ms"] is not None for r in got])
+        pairs = zip(got, timed_here.tolist(), strict=True)
+        ms = np.array([r["forward_ms"] + r["backward_ms"] if r is not None and t else 0.0 for r, t in pairs])
+        f["other_ms"] += np.where(timed_here, count * ms, 0.0)
+        timed += timed_here
+    f["ops_measured"] = (bool(operators) & (timed == len(operators))).astype(np.float64)
+    step: Mapping[str, Any] | None = next(
+        (op_rows.get((sig, 0)) for sig, spec, _c in op_members if _is_optimizer(spec)), None
+    )
     if step is not None and step["oom"]:
-        return False
-    if step is not None and step["forward_ms"] is not None:
+        usable[:] = False
+    elif step is not None and step["forward_ms"] is not None:
         f["optimizer_ms"] = step["forward_ms"]
         f["optimizer_measured"] = 1.0
-    return True
+    return usable

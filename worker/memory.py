@@ -1,4 +1,4 @@
-"""Memory of a job's points: the modelled peak (shared/memory.py), whether it fits, the largest batch that fits.
+"""Memory of a job's points: the modelled peak (shared/cnn/memory.py), whether it fits, the largest batch that fits.
 
 A GPU point is checked against one GPU's memory (a point trains on one GPU of the machine); a CPU
 machine type against its RAM from the catalog, or for `local` (no RAM in the catalog) the RAM of this
@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from shared import memory
-from shared.schemas import JobRequest
-from shared.settings import get_settings
+from shared.cnn import memory
+from shared.core.settings import get_settings
+from shared.jobs.request import JobRequest
 
 
 def training(request: JobRequest) -> dict[str, Any]:
@@ -51,12 +51,26 @@ def host_ram_bytes() -> float | None:
     return ram
 
 
-def annotate(points: list[dict[str, Any]], work: dict[str, Any], spec: dict[str, Any], request: JobRequest) -> None:
-    """Give each point its modelled peak_memory_gib and fits_in_memory (a measured OOM stays False)."""
+def annotate(
+    points: list[dict[str, Any]],
+    work: dict[str, Any],
+    spec: dict[str, Any],
+    request: JobRequest,
+    peaks: dict[tuple[int, bool], Any] | None = None,
+) -> None:
+    """Give each point its modelled peak_memory_gib and fits_in_memory (a measured OOM stays False).
+
+    peaks: the caller's memo of this CNN's peaks by (batch size, on a GPU), shared by its machine types.
+    """
     capacity = capacity_bytes(spec)
     how = training(request)
+    memo: dict[tuple[int, bool], Any] = {} if peaks is None else peaks
+    gpu = bool(spec.get("gpu"))
     for point in points:
-        peak = memory.step_peak(work, point["batch_size"], gpu=bool(spec.get("gpu")), **how)
+        key = (point["batch_size"], gpu)
+        if key not in memo:
+            memo[key] = memory.step_peak(work, point["batch_size"], gpu=gpu, **how)
+        peak = memo[key]
         point["peak_memory_gib"] = round(peak.gib, 3) if peak is not None else None
         if point["fits_in_memory"] is False:
             continue  # measured out of memory: data beats the model

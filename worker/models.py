@@ -9,7 +9,7 @@ measured step to that base (in log space). Both transfer across CNNs better than
 the time itself, and the measured conv time keeps the steps at particular batch sizes that
 the layer benchmarks show. The P10–P90 interval is not a quantile model's (those were far too
 narrow on unseen CNNs): it is the spread of out-of-fold errors (worker/validation.py), wider for
-settings the fit did not see.
+settings the fit did not see, and the wider the further outside them.
 """
 
 import math
@@ -56,7 +56,8 @@ def scale_constant(points: list[Point]) -> float:
     return num / den
 
 
-def _params(rows: int) -> dict[str, Any]:
+def booster_params(rows: int) -> dict[str, Any]:
+    """LightGBM settings for a fit on this many rows (the p50 booster; tests build quantile ones from them)."""
     return {
         "learning_rate": 0.05,
         "num_leaves": 7,
@@ -111,8 +112,19 @@ def fit_lgbm(points: list[Point], rounds: int = 300) -> dict[str, Any]:
     coef = fit_base(points)
     x = np.array([[*p.x, base_ms(coef, p.x, p.conv_ms)] for p in points], dtype=float)
     y = np.array([math.log(p.step_ms / base_ms(coef, p.x, p.conv_ms)) for p in points])
-    booster = lgb.train(_params(len(points)), lgb.Dataset(x, y), rounds)
+    booster = lgb.train(booster_params(len(points)), lgb.Dataset(x, y), rounds)
     return {"base": coef, "boosters": {"p50": booster.model_to_string()}}
+
+
+def batch_distance(x: list[float], batch_range: tuple[int, int]) -> float:
+    """How far a point's batch size lies outside the fitted ones: doublings beyond the range (0 inside)."""
+    return doublings_outside(x[_AT["batch_size"]], batch_range)
+
+
+def doublings_outside(batch: float, batch_range: tuple[int, int]) -> float:
+    """Doublings a batch size lies beyond a range of batch sizes (0 inside)."""
+    lo, hi = batch_range
+    return max(0.0, math.log2(batch / hi), math.log2(lo / batch)) if lo > 0 and batch > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -120,29 +132,41 @@ class Interval:
     """Log-ratio bounds (measured ÷ predicted) of the P10–P90 interval, from out-of-fold errors.
 
     `seen` holds for a point at an image size the fit measured and a batch size within the fitted
-    range; any other point gets the wider `unseen` bounds, learnt from folds that left its setting out.
+    range; any other point gets the wider `unseen` bounds, learnt from folds that left its setting out,
+    times (1 + scale × its batch_distance): the further beyond the fitted batch sizes, the wider, by a
+    `scale` learnt on inner folds that fitted smaller batch sizes and predicted larger ones (worker/validation.py).
     """
 
     seen: tuple[float, float]
     unseen: tuple[float, float]
     image_sizes: tuple[int, ...]
     batch_range: tuple[int, int]
+    scale: float = 0.0
 
     def bounds(self, x: list[float]) -> tuple[float, float]:
         """The (low, high) log-ratio bounds for a point with features x."""
-        image, batch = int(x[_AT["image_size"]]), int(x[_AT["batch_size"]])
+        return self.bounds_at(int(x[_AT["image_size"]]), int(x[_AT["batch_size"]]))
+
+    def bounds_at(self, image_size: int, batch_size: int) -> tuple[float, float]:
+        """The (low, high) log-ratio bounds for a point of this image and batch size."""
         lo, hi = self.batch_range
-        return self.seen if image in self.image_sizes and lo <= batch <= hi else self.unseen
+        if image_size in self.image_sizes and lo <= batch_size <= hi:
+            return self.seen
+        widen = 1 + self.scale * doublings_outside(batch_size, self.batch_range)
+        return self.unseen[0] * widen, self.unseen[1] * widen
 
     @classmethod
     def from_params(cls, d: dict[str, Any]) -> "Interval":
-        """From its stored form (to_params)."""
-        return cls(tuple(d["seen"]), tuple(d["unseen"]), tuple(d["image_sizes"]), tuple(d["batch_range"]))  # type: ignore[arg-type]
+        """From its stored form (to_params); models stored before the scale existed widen nothing."""
+        return cls(
+            tuple(d["seen"]), tuple(d["unseen"]), tuple(d["image_sizes"]), tuple(d["batch_range"]),  # type: ignore[arg-type]
+            float(d.get("scale", 0.0)),
+        )  # fmt: skip
 
     def to_params(self) -> dict[str, Any]:
         """Stored with the model (JSON)."""
         return {"seen": list(self.seen), "unseen": list(self.unseen), "image_sizes": list(self.image_sizes),
-                "batch_range": list(self.batch_range)}  # fmt: skip
+                "batch_range": list(self.batch_range), "scale": self.scale}  # fmt: skip
 
 
 NO_INTERVAL = Interval((0.0, 0.0), (0.0, 0.0), (), (0, 0))
@@ -186,6 +210,47 @@ def predict_many(model: Fitted, rows: list[tuple[list[float], float]]) -> list[t
 def predict(model: Fitted, x: list[float], conv_ms: float) -> tuple[float, float, float]:
     """(P10, median, P90) iteration time in ms of one point."""
     return predict_many(model, [(x, conv_ms)])[0]
+
+
+def predict_table(model: Fitted, x: np.ndarray) -> list[tuple[float, float, float]]:
+    """(P10, median, P90) iteration time in ms of every point of a features.table (one booster call for all).
+
+    Each point's numbers are those predict() gives it alone: the base per point, the same booster rows.
+    """
+    if not len(x):
+        return []
+    terms = base_table(x)
+    coef = np.asarray(model.base, dtype=float)
+    bases = [max(1e-3, float(np.dot(coef, row))) for row in terms]
+    mids = bases
+    if model.booster is not None:
+        ratios = model.booster.predict(np.column_stack([features.matrix(x), bases]))
+        mids = [b * math.exp(float(r)) for b, r in zip(bases, ratios, strict=True)]
+    out = []
+    for image, batch, mid in zip(x["image_size"].tolist(), x["batch_size"].tolist(), mids, strict=True):
+        lo, hi = model.interval.bounds_at(int(image), int(batch))
+        out.append((mid * math.exp(min(lo, 0.0)), mid, mid * math.exp(max(hi, 0.0))))
+    return out
+
+
+def base_table(x: np.ndarray) -> np.ndarray:
+    """base_terms of every point of a features.table, (points × BASE_TERMS), summed in base_terms' order."""
+    convs = np.zeros(len(x))
+    for k in features.LAYER_KINDS:
+        convs = convs + x[f"{k}_convs"]
+    work_ops = np.zeros(len(x))
+    for k in features.WORK_KINDS:
+        work_ops = work_ops + x[f"{k}_ops"]
+    mbytes = np.zeros(len(x))
+    for k in features.WORK_KINDS:
+        mbytes = mbytes + x[f"{k}_mbytes"]
+    ops_measured, optimizer_measured = x["ops_measured"], x["optimizer_measured"]
+    other_mbytes = mbytes * (1 - ops_measured)
+    mparameters = x["mparameters"] * (1 - optimizer_measured * ops_measured)
+    other_ms = np.where(ops_measured != 0, x["other_ms"], 0.0)
+    return np.column_stack(
+        [x["conv_ms"], other_ms, x["optimizer_ms"], mparameters, other_mbytes, convs + work_ops, np.ones(len(x))]
+    )
 
 
 def lgbm_predictor(points: list[Point]) -> Predictor:

@@ -8,9 +8,11 @@ and its held-out evaluation (worker/validation.py).
 from functools import lru_cache
 from typing import Any
 
-from shared import layers, machines, ops
-from shared.db import Json, one, transaction
-from shared.errors import InvalidRequest
+from shared import machines
+from shared.core.db import Json, one, transaction
+from shared.core.errors import InvalidRequest
+from shared.measurements import layers, ops
+from shared.measurements import steps as whole_steps
 from shared.training import LAYER_PRECISION, TrainConfig
 from worker import features, models, validation
 
@@ -18,17 +20,6 @@ KIND = "base_ratio_interval"  # older kinds carry quantile-model intervals: retr
 DEFAULT_KEY = TrainConfig().cost_key()  # what a request asks by default: SGD without momentum, fp32
 BUILTIN_CLASSES = 1000  # whole steps are measured with torchvision's default classes
 
-SELECT_STEPS = """
-SELECT id, cnn_name, batch_size, image_size, optimizer, momentum, weight_decay, precision, channels_last,
-       environment_id, step_ms
-FROM step_measurements WHERE machine_type = %s AND NOT oom
-ORDER BY id"""
-# Layer rows of the step's own environment: timings of two environments are never combined.
-SELECT_LAYERS = """
-SELECT signature_id, oom, forward_ms, backward_data_ms, backward_weight_ms FROM layer_benchmarks
-WHERE machine_type = %s AND batch_size = %s AND precision = %s AND channels_last = %s AND environment_id = %s
-  AND signature_id = ANY(%s)"""
-SELECT_MEASURED_TYPES = "SELECT DISTINCT machine_type FROM step_measurements WHERE NOT oom AND machine_type <> %s"
 # Below this many CNNs with whole steps of its own, a machine type's model pools every type's steps.
 MIN_OWN_CNNS = 5
 SELECT_LATEST = """
@@ -52,9 +43,7 @@ def _config(step: dict[str, Any]) -> TrainConfig:
 def dataset(machine: str, cost_key: str = DEFAULT_KEY) -> list[models.Point]:
     """Every whole step of this cost key measured on a machine type with its layer benchmarks (same environment)."""
     spec = machines.get_by_name(name=machine)
-    with transaction() as cur:
-        cur.execute(SELECT_STEPS, (machine,))
-        steps = [dict(r) for r in cur.fetchall()]
+    steps = whole_steps.measured(machine=machine)
     steps = [s for s in steps if _config(s).cost_key() == cost_key]
     points = []
     for s in steps:
@@ -62,19 +51,14 @@ def dataset(machine: str, cost_key: str = DEFAULT_KEY) -> list[models.Point]:
         members = layers.members(**key)
         if not members:
             continue
-        with transaction() as cur:
-            cur.execute(
-                SELECT_LAYERS,
-                (
-                    machine,
-                    s["batch_size"],
-                    LAYER_PRECISION[s["precision"]],
-                    s["channels_last"],
-                    s["environment_id"],
-                    [m[0] for m in members],
-                ),
-            )
-            rows = {r["signature_id"]: dict(r) for r in cur.fetchall()}
+        rows = layers.in_environment(
+            machine=machine,
+            batch_size=s["batch_size"],
+            precision=LAYER_PRECISION[s["precision"]],
+            channels_last=s["channels_last"],
+            environment_id=s["environment_id"],
+            signature_ids=[m[0] for m in members],
+        )
         if len(rows) < len(members):
             continue  # layer benchmarks of this environment not all there yet
         work = layers.workload(**key)
@@ -115,9 +99,7 @@ def train(*, machine: str, pool: bool | None = None, config: TrainConfig | None 
         pool = len({p.cnn for p in points}) < MIN_OWN_CNNS
     sources = [machine]
     if pool:
-        with transaction() as cur:
-            cur.execute(SELECT_MEASURED_TYPES, (machine,))
-            others = [r["machine_type"] for r in cur.fetchall()]
+        others = whole_steps.measured_types(other_than=machine)
         for other in others:
             theirs = dataset(other, key)
             points += theirs
@@ -188,6 +170,16 @@ def _fitted(model_id: int) -> models.Fitted:
 
 def predict_ms(model: dict[str, Any], x: list[float], conv_ms: float) -> tuple[float, float, float]:
     """(P10, median, P90) iteration time in milliseconds."""
+    _check_kind(model)
+    return models.predict(_fitted(model["id"]), x, conv_ms)
+
+
+def predict_table(model: dict[str, Any], x: Any) -> list[tuple[float, float, float]]:
+    """(P10, median, P90) ms of every point of a features.table, in one model call."""
+    _check_kind(model)
+    return models.predict_table(_fitted(model["id"]), x)
+
+
+def _check_kind(model: dict[str, Any]) -> None:
     if model["kind"] != KIND or model["params"].get("features") != list(features.NAMES):
         raise InvalidRequest(f"model v{model['version']} ({model['kind']}) is of an older kind; retrain it")
-    return models.predict(_fitted(model["id"]), x, conv_ms)

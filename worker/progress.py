@@ -1,76 +1,77 @@
 """A job's progress: how many of the benchmarks it needs are stored, and whether it waits for an agent."""
 
 from datetime import UTC, datetime
-from typing import Any
 
-from shared import agents, fleet
-from shared.schemas import JobRequest
-from shared.settings import get_settings
+from fleet import service as fleet
+from shared import agents
+from shared.core.settings import get_settings
+from shared.jobs import Plan, Progress
+from shared.jobs.models import Counts, MachineProgress
+from shared.jobs.request import JobRequest
 from worker import coverage, queued
 
 
 def of(
-    plan: dict[str, Any],
+    plan: Plan,
     request: JobRequest,
     gaps: coverage.Missing,
     op_gaps: coverage.Missing,
-    previous: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    previous: Progress | None = None,
+) -> Progress:
     """A job's progress: conv layer and op benchmarks needed, done and pending, in all and per machine type."""
     per_machine = len(coverage.signature_ids(plan)) * len(request.batch_size_list())
     ops_per_machine = len(coverage.op_points(plan, request.batch_size_list()))
     pending = {m: len(gaps.get(m, ())) for m in request.machines}
     ops_pending = {m: len(op_gaps.get(m, ())) for m in request.machines}
-    counts_by_type: dict[str, dict[str, Any]] = {
-        m: {"needed": per_machine, "done": per_machine - pending[m], "pending": pending[m]}
-        | ({"ops_needed": ops_per_machine, "ops_pending": ops_pending[m]} if ops_per_machine else {})
+    counts_by_type = {
+        m: MachineProgress(needed=per_machine, done=per_machine - pending[m], pending=pending[m])
         for m in request.machines
     }
+    if ops_per_machine:
+        for m, counts in counts_by_type.items():
+            counts.ops_needed, counts.ops_pending = ops_per_machine, ops_pending[m]
     if gaps or op_gaps:
         settings = get_settings()
         listed = agents.list_all(alive_after_s=settings.agent_alive_after_s, limit=500)
         # A hung agent serves nobody: with only hung agents a type waits for one, and the wait times out.
         alive = {a["machine_type"] for a in listed if a["alive"] and not queued.stuck(a, settings.bench_stuck_after_s)}
-        before = (previous or {}).get("machines", {})
+        before = previous.machines if previous is not None else {}
         # Asked only when some machine type waits: this runs after every stored signature.
         left = {m: pending[m] + ops_pending[m] for m in request.machines}
         booting = fleet.booting() if any(left[m] and m not in alive for m in counts_by_type) else {}
-        waits_on = plan.get("waits_on", request.machines)
+        waits_on = plan.waits_on if plan.waits_on is not None else request.machines
         for m, counts in counts_by_type.items():
-            counts["agent_alive"] = m in alive
+            counts.agent_alive = m in alive
             if left[m] and m not in waits_on:
-                counts["answered_by"] = "reference"  # measured later where an agent or the fleet can
+                counts.answered_by = "reference"  # measured later where an agent or the fleet can
             elif left[m] and m not in alive:
                 # Said in the job, so nobody waits on a machine type no agent serves without knowing.
-                counts["waiting_for"] = f"waiting for an agent on {m}" + (
+                counts.waiting_for = f"waiting for an agent on {m}" + (
                     f" (the fleet launched {booting[m]}; it is booting)" if m in booting else ""
                 )
                 # Kept across updates: the clock of the agent-wait timeout starts once.
-                counts["waiting_since"] = before.get(m, {}).get("waiting_since") or datetime.now(UTC).isoformat()
-    out: dict[str, Any] = {
-        "layer_benchmarks": {
-            "needed": per_machine * len(request.machines),
-            "done": per_machine * len(request.machines) - sum(pending.values()),
-            "pending": sum(pending.values()),
-        },
-        "machines": counts_by_type,
-    }
+                since = before[m].waiting_since if m in before else None
+                counts.waiting_since = since or datetime.now(UTC).isoformat()
+    total = per_machine * len(request.machines)
+    out = Progress(
+        layer_benchmarks=Counts(needed=total, done=total - sum(pending.values()), pending=sum(pending.values())),
+        machines=counts_by_type,
+    )
     if ops_per_machine:
-        out["op_benchmarks"] = {
-            "needed": ops_per_machine * len(request.machines),
-            "done": ops_per_machine * len(request.machines) - sum(ops_pending.values()),
-            "pending": sum(ops_pending.values()),
-        }
+        ops_total = ops_per_machine * len(request.machines)
+        out.op_benchmarks = Counts(
+            needed=ops_total, done=ops_total - sum(ops_pending.values()), pending=sum(ops_pending.values())
+        )
     return out
 
 
-def waited_too_long(progress: dict[str, Any]) -> str | None:
+def waited_too_long(progress: Progress) -> str | None:
     """The failure reason when a machine type has had no agent for AGENT_WAIT_TIMEOUT_S, else None."""
     timeout = get_settings().agent_wait_timeout_s
-    for m, counts in progress["machines"].items():
-        since = counts.get("waiting_since")
+    for m, counts in progress.machines.items():
+        since = counts.waiting_since
         if since and (datetime.now(UTC) - datetime.fromisoformat(since)).total_seconds() > timeout:
-            waiting = counts["pending"] + counts.get("ops_pending", 0)
+            waiting = counts.pending + (counts.ops_pending or 0)
             return (
                 f"no agent on {m} came up within {timeout:.0f} s ({waiting} benchmarks waiting "
                 f"for it); start one (AGENT_MACHINE_TYPE={m} python -m gpu_agent) or enable the fleet, then "

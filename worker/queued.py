@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import redis
 
-from shared import tasks
+from shared.core import tasks
 
 log = logging.getLogger(__name__)
 

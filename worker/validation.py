@@ -8,7 +8,10 @@ The model a machine type stores is chosen among CANDIDATES by their errors on in
 training points (CNNs left out, and CNNs with a setting left out), never on what is scored. The same
 out-of-fold errors give its interval (split-conformal quantiles of log(measured ÷ predicted)), so the
 interval says how wrong the model was on CNNs and settings it had not seen, not how spread its training
-points were (LightGBM's quantile models, fitted on those, were far too narrow).
+points were (LightGBM's quantile models, fitted on those, were far too narrow). Errors grow the further a
+point's batch size lies outside the fitted ones: the unseen bounds are scaled by (1 + scale × doublings
+outside), the scale learnt on inner folds that fit smaller batch sizes and predict larger ones (bounds
+calibrated on the errors inside the fitted batch sizes must cover those outside).
 """
 
 import math
@@ -24,6 +27,7 @@ COVERAGE = 0.8  # P10–P90
 INNER_GROUPS = 6  # CNN groups of the inner folds: leave-one-CNN-out up to this many CNNs
 TIE_PCT = 0.01  # a later (more complex) candidate must beat the inner MAPE by this many points to be chosen
 MIN_UNSEEN = 5  # fewer out-of-setting residuals than this: the unseen bounds use the others too
+SCALES = tuple(i * 0.05 for i in range(81))  # widening per doubling outside the fitted batch sizes, tried in order
 _BATCH = features.NAMES.index("batch_size")
 _IMAGE = features.NAMES.index("image_size")
 
@@ -97,6 +101,20 @@ def setting_folds(
     return {"sizes": [f for f in by_size if f.test], "batches": [f for f in by_batch if f.test]}
 
 
+def cut_folds(points: list[Point], key: Callable[[Point], str]) -> list[Fold]:
+    """Folds leaving a group out and fitting only batch sizes up to each cut but `batch_cut`'s (which
+    setting_folds holds): its larger batch sizes lie 1, 2, … doublings outside what the fit saw."""
+    sizes = sorted({batch_of(p) for p in points})
+    skip = batch_cut(points)
+    folds = [
+        Fold(f"{g} @ batch > {cut}", [p for p in points if key(p) != g and batch_of(p) <= cut],
+             [p for p in points if key(p) == g and batch_of(p) > cut])
+        for cut in sizes[:-1] if cut != skip for g in sorted({key(p) for p in points})
+    ]  # fmt: skip
+    # A fit of one batch size cannot tell per-sample costs from fixed ones: no model is stored from one.
+    return [f for f in folds if f.test and len({batch_of(p) for p in f.train}) > 1]
+
+
 def splits(points: list[Point]) -> dict[str, list[Fold]]:
     """Every held-out split of the evaluation (`sizes`, `batches` empty when the points have one setting)."""
     return {
@@ -106,25 +124,38 @@ def splits(points: list[Point]) -> dict[str, list[Fold]]:
     }
 
 
-def inner_folds(points: list[Point]) -> tuple[list[Fold], list[Fold]]:
-    """(seen, unseen) folds inside a training set: CNN groups left out, alone or with a setting."""
+def _inner_key(points: list[Point]) -> Callable[[Point], str]:
     cnns = sorted({p.cnn for p in points})
     group = {c: str(i % INNER_GROUPS) for i, c in enumerate(cnns)}
-    key: Callable[[Point], str] = lambda p: group[p.cnn]  # noqa: E731
+    return lambda p: group[p.cnn]
+
+
+def inner_folds(points: list[Point]) -> tuple[list[Fold], list[Fold]]:
+    """(seen, unseen) folds inside a training set: CNN groups left out, alone or with a setting."""
+    key = _inner_key(points)
     unseen = setting_folds(points, key, every_size=False)
     return by_group(points, key), unseen["sizes"] + unseen["batches"]
 
 
-def log_errors(folds: list[Fold], fit: ParamsFit) -> list[float]:
-    """log(measured ÷ predicted median) of every test point, each predicted by its fold's fit."""
-    out: list[float] = []
+def errors_and_distances(folds: list[Fold], fit: ParamsFit) -> tuple[list[float], list[float]]:
+    """log(measured ÷ predicted median) of every test point, each predicted by its fold's fit, and how far
+    its batch size lies outside that fit's (models.batch_distance)."""
+    errors: list[float] = []
+    distances: list[float] = []
     for fold in folds:
         if not fold.train or not fold.test:
             continue
         model = models.load(fit(fold.train))
         medians = models.medians_ms(model, [(p.x, p.conv_ms) for p in fold.test])
-        out += [math.log(p.step_ms / m) for p, m in zip(fold.test, medians, strict=True)]
-    return out
+        errors += [math.log(p.step_ms / m) for p, m in zip(fold.test, medians, strict=True)]
+        batches = [batch_of(p) for p in fold.train]
+        distances += [models.batch_distance(p.x, (min(batches), max(batches))) for p in fold.test]
+    return errors, distances
+
+
+def log_errors(folds: list[Fold], fit: ParamsFit) -> list[float]:
+    """log(measured ÷ predicted median) of every test point, each predicted by its fold's fit."""
+    return errors_and_distances(folds, fit)[0]
 
 
 def conformal(errors: list[float], coverage: float = COVERAGE) -> tuple[float, float]:
@@ -140,6 +171,29 @@ def conformal(errors: list[float], coverage: float = COVERAGE) -> tuple[float, f
     return r[low - 1], r[high - 1]
 
 
+def widening(errors: list[float], distances: list[float], coverage: float = COVERAGE) -> float:
+    """The scale of the unseen bounds per doubling outside: the smallest of SCALES with which bounds calibrated
+    on the errors at the median distance or nearer (inside the fitted batch sizes, when most are) cover
+    `coverage` of the farther ones (else the one covering most).
+
+    The bounds are chosen for reaching past the errors that calibrated them, as the stored interval must:
+    a fit on all batch sizes predicts larger ones than its inner folds did."""
+    cut = statistics.median(distances) if distances else 0.0
+    near = [(e, d) for e, d in zip(errors, distances, strict=True) if d <= cut]
+    far = [(e, d) for e, d in zip(errors, distances, strict=True) if d > cut]
+    if not near or not far:
+        return 0.0
+    best, best_cover = 0.0, -1.0
+    for k in SCALES:
+        lo, hi = conformal([e / (1 + k * d) for e, d in near], coverage)
+        cover = statistics.fmean(lo * (1 + k * d) <= e <= hi * (1 + k * d) for e, d in far)
+        if cover >= coverage:
+            return k
+        if cover > best_cover:
+            best, best_cover = k, cover
+    return best
+
+
 def _ape(log_error: float) -> float:
     return abs(math.exp(-log_error) - 1) * 100
 
@@ -152,6 +206,7 @@ class Choice:
     inner_mape: dict[str, float | None] = field(default_factory=dict)
     seen: list[float] = field(default_factory=list)
     unseen: list[float] = field(default_factory=list)
+    distances: list[float] = field(default_factory=list)  # of the unseen errors
 
 
 def choose(points: list[Point], candidates: dict[str, ParamsFit]) -> Choice:
@@ -161,13 +216,18 @@ def choose(points: list[Point], candidates: dict[str, ParamsFit]) -> Choice:
     best_score = math.inf
     scores: dict[str, float | None] = {}
     for name, fit in candidates.items():
-        seen, unseen = log_errors(seen_folds, fit), log_errors(unseen_folds, fit)
+        seen, (unseen, distances) = log_errors(seen_folds, fit), errors_and_distances(unseen_folds, fit)
         every = seen + unseen
         error = scores[name] = statistics.fmean(map(_ape, every)) if every else None
         if error is not None and error < best_score - TIE_PCT:  # the earlier (simpler) one wins a tie
-            best, best_score = Choice(name, seen=seen, unseen=unseen), error
-    best = best or Choice(next(iter(candidates)))  # one CNN: nothing to compare on
+            best, best_score = Choice(name, seen=seen, unseen=unseen, distances=distances), error
+    if best is None:  # one CNN: nothing to compare on
+        return Choice(next(iter(candidates)), inner_mape=scores)
     best.inner_mape = scores
+    # The chosen one alone is also fitted at every other batch cut: errors 1, 2, … doublings out.
+    more, far = errors_and_distances(cut_folds(points, _inner_key(points)), candidates[best.name])
+    best.unseen += more
+    best.distances += far
     return best
 
 
@@ -175,18 +235,24 @@ def fit_model(points: list[Point], candidates: dict[str, ParamsFit] | None = Non
     """The stored form of the chosen model, fitted on all points, with its out-of-fold interval."""
     candidates = candidates or CANDIDATES
     choice = choose(points, candidates)
-    unseen = choice.unseen if len(choice.unseen) >= MIN_UNSEEN else choice.seen + choice.unseen
+    unseen, distances = choice.unseen, choice.distances
+    if len(unseen) < MIN_UNSEEN:
+        unseen, distances = choice.seen + unseen, [0.0] * len(choice.seen) + distances
+    # Learnt from in-setting errors (distance 0: the seen ones too) out to the farthest extrapolated ones.
+    scale = widening(choice.seen + unseen, [0.0] * len(choice.seen) + distances)
     batches = [batch_of(p) for p in points]
     interval = models.Interval(
-        seen=conformal(choice.seen or unseen), unseen=conformal(unseen),
+        seen=conformal(choice.seen or unseen),
+        unseen=conformal([e / (1 + scale * d) for e, d in zip(unseen, distances, strict=True)]),
         image_sizes=tuple(sorted({image_of(p) for p in points})), batch_range=(min(batches), max(batches)),
+        scale=scale,
     )  # fmt: skip
     return {
         **candidates[choice.name](points),
         "choice": choice.name,
         "interval": interval.to_params(),
         "selection": {"inner_mape": choice.inner_mape, "seen_errors": len(choice.seen),
-                      "unseen_errors": len(choice.unseen)},
+                      "unseen_errors": len(choice.unseen), "widening": scale},
     }  # fmt: skip
 
 

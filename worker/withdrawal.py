@@ -4,29 +4,23 @@ import logging
 from collections import defaultdict
 from typing import Any
 
-from shared import agents, tasks
-from shared.db import transaction
-from shared.schemas import JobRequest
-from shared.settings import get_settings
+from shared import agents, jobs
+from shared.core import tasks
+from shared.core.settings import get_settings
+from shared.jobs import Plan
+from shared.jobs.request import JobRequest
 from worker import coverage, queued
 
 log = logging.getLogger(__name__)
 
-# Running jobs keep their queued work, whoever else asked for it too.
-SELECT_LIVE = "SELECT id, request, plan FROM jobs WHERE status = 'running' AND plan IS NOT NULL"
-SELECT_RECENTLY_ENDED = """
-SELECT id, request, plan FROM jobs
-WHERE status IN ('canceled', 'failed') AND plan IS NOT NULL
-  AND finished_at > now() - make_interval(secs => %s)"""
-
 
 def _targets(job: dict[str, Any]) -> dict[tuple[str, str], dict[int, set[int]]]:
     """(task, queue) → signature → batch sizes a planned job may have sent there (conv layers and ops)."""
-    plan, request = job["plan"], job["request"]
-    peers: dict[str, list[str]] = plan.get("peers") or {m: [m] for m in request["machines"]}
-    sizes = JobRequest.model_validate(request).batch_size_list()
+    plan, request = Plan.model_validate(job["plan"]), JobRequest.stored(job["request"])
+    peers = plan.peers_of(request.machines)
+    sizes = request.batch_size_list()
     out: dict[tuple[str, str], dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
-    for machine in request["machines"]:
+    for machine in request.machines:
         for queue in {machine, *peers.get(machine, [machine])}:
             for sig in coverage.signature_ids(plan):
                 out[(tasks.BENCH_LAYERS, queue)][sig] |= set(sizes)
@@ -45,11 +39,9 @@ def withdraw_jobs(ended: list[dict[str, Any]]) -> int:
                     unwanted[target][sig] |= sizes
     if not unwanted:
         return 0
-    with transaction() as cur:
-        cur.execute(SELECT_LIVE)
-        live = cur.fetchall()
-    for job in live:
-        for target, sigs in _targets(dict(job)).items():
+    # Running jobs keep their queued work, whoever else asked for it too.
+    for job in jobs.live_plans():
+        for target, sigs in _targets(job).items():
             for sig in sigs:
                 unwanted.get(target, {}).pop(sig, None)
     return sum(queued.withdraw(queue, dict(sigs), task) for (task, queue), sigs in unwanted.items())
@@ -57,9 +49,7 @@ def withdraw_jobs(ended: list[dict[str, Any]]) -> int:
 
 def sweep() -> int:
     """Withdraw the queued work of jobs canceled or failed within WITHDRAW_WINDOW_S (cancels come from the API)."""
-    with transaction() as cur:
-        cur.execute(SELECT_RECENTLY_ENDED, (get_settings().withdraw_window_s,))
-        ended = [dict(r) for r in cur.fetchall()]
+    ended = jobs.recently_ended(within_s=get_settings().withdraw_window_s)
     return withdraw_jobs(ended) if ended else 0
 
 

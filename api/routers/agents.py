@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Query
 
 from api.auth import require
 from shared import agents
-from shared.settings import get_settings
+from shared.core.settings import get_settings
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"], dependencies=[Depends(require("read"))])
 

@@ -7,9 +7,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from api.auth import Reader, Submitter, require
-from shared import cnns
-from shared.errors import InvalidRequest, PayloadTooLarge
-from shared.settings import get_settings
+from shared.cnn import registry as cnns
+from shared.core.errors import InvalidRequest, PayloadTooLarge
+from shared.core.settings import get_settings
 
 router = APIRouter(prefix="/v1/cnns", tags=["cnns"], dependencies=[Depends(require("read"))])
 

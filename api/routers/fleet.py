@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import require
-from shared import fleet
+from fleet import service as fleet
 
 router = APIRouter(prefix="/v1/fleet", tags=["fleet"], dependencies=[Depends(require("read"))])
 MachineType = Annotated[str, Path(max_length=100)]

@@ -6,9 +6,9 @@ import redis
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from shared import tasks
-from shared.db import transaction
-from shared.errors import ServiceUnavailable
+from shared.core import tasks
+from shared.core.db import transaction
+from shared.core.errors import ServiceUnavailable
 
 router = APIRouter(tags=["health"])
 

@@ -3,16 +3,22 @@
 import functools
 import logging
 import re
+import time
 import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Response
 from pydantic import AfterValidator
+from starlette.concurrency import run_in_threadpool
 
+from api import waits
 from api.auth import Reader, Submitter, require
-from shared import cnns, jobs, keys, logs, machines, tasks
-from shared.errors import InvalidRequest, NotFound
-from shared.schemas import JobRequest
+from shared import jobs, keys, machines
+from shared.cnn import registry as cnns
+from shared.core import logs, tasks
+from shared.core.errors import InvalidRequest, NotFound
+from shared.jobs import Job, JobList, JobStatus, JobSummary
+from shared.jobs.request import JobRequest
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(require("read"))])
@@ -41,19 +47,17 @@ IdempotencyKey = Annotated[
 ]
 
 
+SUMMARY = ("id", "status", "progress", "created_at", "started_at", "finished_at")
+# Predictions one page may hold (a job may hold far more: shared/jobs/request.py bounds points per job).
+MAX_PAGE = 100_000
+
+
 def job_view(job: dict[str, Any], *, full: bool = True) -> dict[str, Any]:
-    """The public shape of a job."""
-    view: dict[str, Any] = {
-        "id": str(job["id"]),
-        "status": job["status"],
-        "progress": job["progress"],
-        "created_at": job["created_at"].isoformat(),
-        "started_at": job["started_at"].isoformat() if job["started_at"] else None,
-        "finished_at": job["finished_at"].isoformat() if job["finished_at"] else None,
-    }
+    """The public fields of a job row (Job's shape; without request, result and error unless `full`)."""
+    view = {k: job[k] for k in SUMMARY}
     if full:
         view["request"] = job["request"]
-        if job["status"] == "succeeded":
+        if job["status"] == JobStatus.SUCCEEDED and "result" in job:
             view["result"] = job["result"]
         if job["error"]:
             view["error"] = job["error"]
@@ -73,8 +77,8 @@ def _validate_names(request: JobRequest, owner: str | None) -> None:
     if unknown_cnns:
         raise InvalidRequest(f"unknown CNN(s): {', '.join(unknown_cnns)}; see GET /v1/cnns")
     for name in request.cnns:
-        # Raises a clear error now if a CNN cannot be read at this size or with these classes.
-        cnns.read(name=name, image_size=request.image_size, num_classes=request.num_classes)
+        # A clear error now if a CNN cannot run at this size or with these classes, where that is known without torch.
+        cnns.check_runs(name=name, image_size=request.image_size, num_classes=request.num_classes)
 
 
 def _set_poll_header(response: Response, job: dict[str, Any]) -> None:
@@ -82,7 +86,7 @@ def _set_poll_header(response: Response, job: dict[str, Any]) -> None:
         response.headers["Retry-After"] = str(POLL_AFTER_S)
 
 
-@router.post("", status_code=202)
+@router.post("", status_code=202, response_model=JobSummary, response_model_exclude_unset=True)
 def create_job(
     request: JobRequest,
     response: Response,
@@ -111,7 +115,7 @@ def create_job(
     return job_view(job, full=False)
 
 
-@router.get("")
+@router.get("", response_model=JobList, response_model_exclude_unset=True)
 def list_jobs(
     principal: Reader, limit: Annotated[int, Query(ge=1, le=100)] = 20, cursor: uuid.UUID | None = None
 ) -> dict[str, Any]:
@@ -120,7 +124,7 @@ def list_jobs(
     before = None
     if cursor is not None:
         try:
-            before = jobs.get(job_id=cursor, owner=owner)
+            before = jobs.position(job_id=cursor, owner=owner)
         except NotFound as exc:
             raise InvalidRequest(f"cursor {cursor} is not a job id") from exc
     page = jobs.list_page(limit=limit + 1, before=before, owner=owner)
@@ -132,15 +136,65 @@ def list_jobs(
     }
 
 
-@router.get("/{job_id}")
-def get_job(job_id: uuid.UUID, response: Response, principal: Reader) -> dict[str, Any]:
-    """A job's status, progress and, when done, its result or error; another key's job is 404."""
-    job = jobs.get(job_id=job_id, owner=principal.visible_owner)
-    _set_poll_header(response, job)
-    return job_view(job)
+@router.get("/{job_id}", response_model=Job, response_model_exclude_unset=True)
+async def get_job(
+    job_id: uuid.UUID,
+    principal: Reader,
+    predictions_offset: Annotated[
+        int | None, Query(ge=0, le=2**31 - 1, description="first prediction of a page (0-based)")
+    ] = None,
+    predictions_limit: Annotated[
+        int | None, Query(ge=1, le=MAX_PAGE, description="predictions in a page (default: to the end)")
+    ] = None,
+    wait: Annotated[
+        float, Query(ge=0, le=waits.MAX_WAIT_S, description="seconds to hold the answer until the job has finished")
+    ] = 0,
+) -> Response:
+    """A job's status, progress and, when done, its result or error; another key's job is 404.
+
+    predictions_offset / predictions_limit: only that page of result.predictions (predictions_page says which).
+    """
+    view = functools.partial(
+        jobs.view, job_id=job_id, owner=principal.visible_owner, offset=predictions_offset, limit=predictions_limit
+    )
+
+    async def read() -> dict[str, Any]:
+        return await run_in_threadpool(view)
+
+    if wait > 0:
+        deadline = time.monotonic() + wait
+        async with waits.finished(str(job_id)) as finished:
+            row = await read()
+            while row["status"] not in jobs.TERMINAL and time.monotonic() < deadline:
+                if await finished.until(deadline) or time.monotonic() < deadline:
+                    row = await read()  # woken, or a periodic re-read in case a notification was lost
+    else:
+        row = await read()
+    # In a thread: a result of tens of MB must not block the event loop.
+    body = await run_in_threadpool(_render, row, predictions_offset, predictions_limit)
+    response = Response(content=body, media_type="application/json")
+    _set_poll_header(response, row)
+    return response
 
 
-@router.post("/{job_id}/cancel")
+def _render(row: dict[str, Any], offset: int | None, limit: int | None) -> bytes:
+    """The job's JSON: the stored result spliced in as PostgreSQL's text, never parsed and re-encoded.
+
+    It was checked against Result before it was stored (worker/planning.py); the rest of the job is encoded as
+    response_model would.
+    """
+    head = job_view(row)
+    if row["predictions_total"] is not None:
+        start = offset or 0
+        total = row["predictions_total"]
+        head["predictions_page"] = {"offset": start, "limit": limit or max(0, total - start), "total": total}
+    body = Job.model_validate(head).model_dump_json(exclude_unset=True).encode()
+    if row["result_text"] is not None:
+        body = b"".join((body[:-1], b',"result":', row["result_text"].encode(), b"}"))
+    return body
+
+
+@router.post("/{job_id}/cancel", response_model=Job, response_model_exclude_unset=True)
 def cancel_job(job_id: uuid.UUID, principal: Submitter) -> dict[str, Any]:
     """Cancel a job of this key (an admin key: any job) that has not finished."""
     return job_view(jobs.cancel(job_id=job_id, owner=principal.visible_owner))

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Response
 
 from api.auth import require
 from shared import machines
-from shared.schemas import MachineCreate
+from shared.jobs.request import MachineCreate
 
 router = APIRouter(prefix="/v1/machines", tags=["machines"], dependencies=[Depends(require("read"))])
 

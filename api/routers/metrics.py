@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from api.auth import authenticate, bearer
 from api.metrics import REGISTRY
 from shared import keys
-from shared.settings import get_settings
+from shared.core.settings import get_settings
 
 router = APIRouter(tags=["health"])
 

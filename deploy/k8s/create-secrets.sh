@@ -37,14 +37,14 @@ secret traincast-owner <<END
 DATABASE_URL=postgresql://${POSTGRES_USER:-postgres}:${POSTGRES_PASSWORD}@${PG}
 REDIS_URL=rediss://default:${REDIS_PASSWORD}@${RD}
 END
-# The logins' passwords, which the migrate Job's db-logins sets (shared/logins.py).
+# The logins' passwords, which the migrate Job's db-logins sets (shared/core/logins.py).
 secret traincast-logins <<END
 API_DB_PASSWORD=${API_DB_PASSWORD}
 WORKER_DB_PASSWORD=${WORKER_DB_PASSWORD}
 FLEET_DB_PASSWORD=${FLEET_DB_PASSWORD}
 AGENT_DB_PASSWORD=${AGENT_DB_PASSWORD}
 END
-# Each process kind's login (shared/logins.py LOGINS) and Redis user (shared/redis_acl.py USERS).
+# Each process kind's login (shared/core/logins.py LOGINS) and Redis user (shared/core/redis_acl.py USERS).
 secret traincast-api <<END
 DATABASE_URL=postgresql://traincast_api_login:${API_DB_PASSWORD}@${PG}
 REDIS_URL=rediss://traincast-api:${REDIS_API_PASSWORD}@${RD}

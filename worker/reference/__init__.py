@@ -5,6 +5,6 @@ Torch-free and database-free: numpy, scipy and LightGBM. Fit with `python -m wor
 
 from worker.reference.model import ReferenceModel, load
 from worker.reference.specs import GpuSpecs
-from worker.reference.steps import StepEstimate
+from worker.reference.steps import StepArrays, StepEstimate
 
-__all__ = ["GpuSpecs", "ReferenceModel", "StepEstimate", "load"]
+__all__ = ["GpuSpecs", "ReferenceModel", "StepArrays", "StepEstimate", "load"]

@@ -2,7 +2,10 @@
 
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -13,9 +16,33 @@ import numpy as np
 from shared.training import TrainConfig
 from worker.reference import convs
 from worker.reference.specs import GpuSpecs
-from worker.reference.steps import StepEstimate, compose, kernel_precision
+from worker.reference.steps import StepArrays, StepEstimate, compose_arrays, kernel_precision
 
 MODEL_JSON = Path(__file__).resolve().parents[2] / "data" / "reference" / "model.json"
+# Layer predictions a model keeps, counted in (layer, batch size) slots of ~28 bytes: the 63,488-point job
+# (851 distinct convs x 8 GPUs x batch sizes 1-256) needs 1.75 M.
+LAYER_CACHE_SLOTS = 4_000_000
+
+
+@dataclass
+class _Layer:
+    """One conv's predicted phase times on one GPU in one precision, indexed by batch size (grown on demand)."""
+
+    times: np.ndarray  # (n, 3) ms
+    tensor: np.ndarray  # (n, 3) bool: on tensor cores
+    known: np.ndarray  # (n,) bool
+
+    def grow(self, size: int) -> None:
+        """Room for batch sizes below `size`."""
+        extra = size - len(self.known)
+        if extra > 0:
+            self.times = np.concatenate([self.times, np.zeros((extra, 3))])
+            self.tensor = np.concatenate([self.tensor, np.zeros((extra, 3), dtype=bool)])
+            self.known = np.concatenate([self.known, np.zeros(extra, dtype=bool)])
+
+
+def _spec_key(spec: Mapping[str, Any]) -> str:
+    return json.dumps(spec, sort_keys=True, default=str)
 
 
 class ReferenceModel:
@@ -32,6 +59,10 @@ class ReferenceModel:
         self._ratios = {p: lgb.Booster(model_str=conv[p]) for p in convs.PHASES[1:]}
         self._clip = {p: tuple(v) for p, v in conv["clip"].items()}
         self._step: dict[str, float] = dict(params["step"])
+        # (GPU, precision, conv spec) -> its predictions by batch size; belongs to this model (its version).
+        self._layers: OrderedDict[tuple[GpuSpecs, str, str], _Layer] = OrderedDict()
+        self._slots = 0
+        self._lock = threading.Lock()
 
     def _log_ratio(self, phase: str, x: np.ndarray) -> np.ndarray:
         booster = self._forward if phase == "forward" else self._ratios[phase]
@@ -61,18 +92,85 @@ class ReferenceModel:
     def _convs(
         self, specs: Sequence[Mapping[str, Any]], batch_sizes: Sequence[int], gpu: GpuSpecs, precision: str
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Times (L, B, 3) and whether each runs on tensor cores (L, B, 3)."""
+        """Times (L, B, 3) and whether each runs on tensor cores (L, B, 3), from the layer cache.
+
+        A conv's prediction at a batch size depends on nothing else (every phase, layer and batch size is
+        predicted on its own), so each (GPU, precision, conv, batch size) is computed once per model.
+        """
         batch = np.asarray(batch_sizes, dtype=float)
         if len(batch) and batch.min() < 1:
             raise ValueError("batch sizes must be at least 1")
         gpu = gpu.filled()
+        sizes = np.asarray(batch, dtype=int)
+        keys = [(gpu, precision, _spec_key(s)) for s in specs]
+        with self._lock:
+            entries = {k: self._layers.get(k) for k in keys}
+            for k, entry in entries.items():
+                if entry is not None:
+                    self._layers.move_to_end(k)
+        todo = {k: i for i, k in enumerate(keys) if len(_lacking(entries[k], sizes))}
+        if todo:
+            self._fill(entries, todo, specs, sizes, gpu, precision)
+        out = np.empty((len(keys), len(sizes), 3))
+        on_tensor = np.empty((len(keys), len(sizes), 3), dtype=bool)
+        for i, k in enumerate(keys):
+            entry = entries[k]
+            assert entry is not None
+            out[i] = entry.times[sizes]
+            on_tensor[i] = entry.tensor[sizes]
+        return out, on_tensor
+
+    def _fill(
+        self,
+        entries: dict[tuple[GpuSpecs, str, str], _Layer | None],
+        todo: dict[tuple[GpuSpecs, str, str], int],
+        specs: Sequence[Mapping[str, Any]],
+        sizes: np.ndarray,
+        gpu: GpuSpecs,
+        precision: str,
+    ) -> None:
+        """Predict the convs in `todo` (key -> index in specs) at the batch sizes they lack, and cache them."""
+        wanted = np.unique(sizes)
+        missing = np.unique(np.concatenate([_lacking(entries[k], wanted) for k in todo]))
+        times, tensor = self._predict([specs[i] for i in todo.values()], missing.astype(float), gpu, precision)
+        top = int(missing.max()) + 1
+        with self._lock:
+            for j, k in enumerate(todo):
+                entry = self._layers.get(k) or entries[k]
+                if entry is None:
+                    entry = _Layer(np.zeros((0, 3)), np.zeros((0, 3), dtype=bool), np.zeros(0, dtype=bool))
+                before = len(entry.known)
+                entry.grow(top)
+                entry.times[missing] = times[j]
+                entry.tensor[missing] = tensor[j]
+                entry.known[missing] = True
+                if k not in self._layers:
+                    self._layers[k] = entry
+                self._slots += len(entry.known) - before
+                entries[k] = entry
+            while self._slots > LAYER_CACHE_SLOTS and len(self._layers) > len(todo):
+                _key, dropped = self._layers.popitem(last=False)
+                self._slots -= len(dropped.known)
+
+    def cached_slots(self) -> int:
+        """(layer, batch size) slots the layer cache holds."""
+        with self._lock:
+            return self._slots
+
+    def _predict(
+        self, specs: Sequence[Mapping[str, Any]], batch: np.ndarray, gpu: GpuSpecs, precision: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Times (L, B, 3) and tensor-core use (L, B, 3), computed (gpu filled, batch sizes at least 1)."""
         geo = convs.geometry(specs)
         tensor = convs.uses_tensor_cores(geo, gpu, precision)
         simt = self._times(specs, batch, gpu, precision, np.zeros_like(tensor))
         if tensor.any():
             # cuDNN picks the fastest algorithm per phase: where tensor cores are barely faster than the
-            # CUDA cores (GeForce TF32 runs at the FP32 rate), a CUDA-core kernel (e.g. Winograd) can win
-            fast = self._times(specs, batch, gpu, precision, tensor)
+            # CUDA cores (GeForce TF32 runs at the FP32 rate), a CUDA-core kernel (e.g. Winograd) can win.
+            # A conv that cannot use them has the CUDA-core time on both paths: only the others are predicted.
+            fast = simt.copy()
+            fast[tensor] = self._times([s for s, t in zip(specs, tensor, strict=True) if t], batch, gpu, precision,
+                                       tensor[tensor])  # fmt: skip
             on_tensor = tensor[:, None, None] & (fast < simt)
             out = np.where(on_tensor, fast, simt)
         else:
@@ -124,13 +222,37 @@ class ReferenceModel:
         training: optimizer, precision and layout (default SGD without momentum, fp32). channels_last is not
         modelled (no public measurements): the answer is the NCHW step's, and the job's result says so.
         """
+        return self.step_arrays(
+            convs=convs, workload=workload, batch_sizes=batch_sizes, gpu=gpu, training=training
+        ).estimates()
+
+    def step_arrays(
+        self,
+        *,
+        convs: Sequence[tuple[Mapping[str, Any], int]],
+        workload: Mapping[str, Any],
+        batch_sizes: Sequence[int],
+        gpu: GpuSpecs,
+        training: TrainConfig | None = None,
+    ) -> StepArrays:
+        """predict_steps as arrays over the batch sizes (what a large job's assembly reads)."""
         training = training or TrainConfig()
         gpu = gpu.filled()
         kernel = kernel_precision(training.precision)
         paths = self.conv_paths(convs, batch_sizes, gpu, kernel)
         tensor_scale = self._step.get(f"scale_conv_{'fp16' if kernel == 'amp_fp16' else 'tf32'}", 1.0)
         total = paths[..., 0] * self._step.get("scale_conv_simt", 1.0) + paths[..., 1] * tensor_scale
-        return compose(total, workload, np.asarray(batch_sizes, dtype=float), gpu, training, self._step)
+        return compose_arrays(total, workload, np.asarray(batch_sizes, dtype=float), gpu, training, self._step)
+
+
+def _lacking(entry: _Layer | None, sizes: np.ndarray) -> np.ndarray:
+    """The batch sizes among `sizes` an entry (None: no entry) holds no prediction for."""
+    if entry is None:
+        return sizes
+    inside = sizes < len(entry.known)
+    known = np.zeros(len(sizes), dtype=bool)
+    known[inside] = entry.known[sizes[inside]]
+    return sizes[~known]
 
 
 def from_json_text(text: str) -> ReferenceModel:

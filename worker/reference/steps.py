@@ -135,6 +135,56 @@ def cpu_ms(workload: Mapping[str, Any], config: TrainConfig, c: Mapping[str, flo
     return n * per_op + tensors * opt + scaler + c["cpu_step_ms"]
 
 
+@dataclass(frozen=True)
+class StepArrays:
+    """Predicted training steps at several batch sizes, one array entry per batch size (times in ms)."""
+
+    batch_size: np.ndarray  # (B,) int
+    step_ms: np.ndarray
+    conv_ms: np.ndarray  # (B, 3): forward, backward-data, backward-weight
+    other_ms: np.ndarray
+    optimizer_ms: float
+    overhead_ms: np.ndarray
+    launch_bound: np.ndarray  # (B,) bool
+
+    def estimates(self) -> list[StepEstimate]:
+        """One StepEstimate per batch size."""
+        conv = self.conv_ms
+        return [
+            StepEstimate(
+                batch_size=int(b),
+                step_ms=float(self.step_ms[i]),
+                conv_forward_ms=float(conv[i, 0]),
+                conv_backward_data_ms=float(conv[i, 1]),
+                conv_backward_weight_ms=float(conv[i, 2]),
+                other_ms=float(self.other_ms[i]),
+                optimizer_ms=float(self.optimizer_ms),
+                overhead_ms=float(self.overhead_ms[i]),
+                launch_bound=bool(self.launch_bound[i]),
+            )
+            for i, b in enumerate(self.batch_size)
+        ]
+
+
+def compose_arrays(
+    conv: np.ndarray,
+    workload: Mapping[str, Any],
+    batch: np.ndarray,
+    gpu: GpuSpecs,
+    config: TrainConfig,
+    c: Mapping[str, float],
+) -> StepArrays:
+    """Steps from summed (calibrated) conv phase times conv (B, 3) and the workload."""
+    amp = kernel_precision(config.precision) == "amp_fp16"
+    scale = c.get("scale_other_amp" if amp else "scale_other_fp32", 1.0)
+    other = other_ms(workload, batch, gpu, config.precision, c) * scale
+    opt = optimizer_ms(workload, gpu, config, c) * scale
+    gpu_ms = conv.sum(axis=1) + other + opt
+    cpu = cpu_ms(workload, config, c) * c.get("scale_cpu", 1.0)
+    step = np.maximum(gpu_ms, cpu) + c["step_sync_ms"]
+    return StepArrays(batch.astype(int), step, conv, other, opt, step - gpu_ms, cpu > gpu_ms)
+
+
 def compose(
     conv: np.ndarray,
     workload: Mapping[str, Any],
@@ -144,26 +194,4 @@ def compose(
     c: Mapping[str, float],
 ) -> list[StepEstimate]:
     """Step estimates from summed (calibrated) conv phase times conv (B, 3) and the workload."""
-    amp = kernel_precision(config.precision) == "amp_fp16"
-    scale = c.get("scale_other_amp" if amp else "scale_other_fp32", 1.0)
-    other = other_ms(workload, batch, gpu, config.precision, c) * scale
-    opt = optimizer_ms(workload, gpu, config, c) * scale
-    gpu_ms = conv.sum(axis=1) + other + opt
-    cpu = cpu_ms(workload, config, c) * c.get("scale_cpu", 1.0)
-    step = np.maximum(gpu_ms, cpu) + c["step_sync_ms"]
-    out = []
-    for i, b in enumerate(batch):
-        out.append(
-            StepEstimate(
-                batch_size=int(b),
-                step_ms=float(step[i]),
-                conv_forward_ms=float(conv[i, 0]),
-                conv_backward_data_ms=float(conv[i, 1]),
-                conv_backward_weight_ms=float(conv[i, 2]),
-                other_ms=float(other[i]),
-                optimizer_ms=float(opt),
-                overhead_ms=float(step[i] - gpu_ms[i]),
-                launch_bound=bool(cpu > gpu_ms[i]),
-            )
-        )
-    return out
+    return compose_arrays(conv, workload, batch, gpu, config, c).estimates()

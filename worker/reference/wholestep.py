@@ -1,6 +1,6 @@
 """Whole-network public measurements (data/reference/whole_steps.csv) predicted by GPUs held out.
 
-Reading a CNN's convs and workload needs torch (shared.cnn_zoo); it is imported only here, by the
+Reading a CNN's convs and workload needs torch (shared.cnn.zoo); it is imported only here, by the
 fit and the benchmark, never by the worker's prediction path.
 """
 
@@ -80,7 +80,7 @@ def load_rows() -> list[StepRow]:
 @cache
 def network(cnn: str, image_size: int) -> tuple[tuple[tuple[dict[str, Any], int], ...], dict[str, Any]]:
     """(conv specs with counts, workload) of a torchvision CNN or the CIFAR ResNet-18."""
-    from shared import cnn_zoo
+    from shared.cnn import zoo as cnn_zoo
 
     if cnn == "resnet18_cifar":
         import torch

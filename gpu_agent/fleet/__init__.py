@@ -1,5 +1,0 @@
-"""Fleet control: start benchmark agents on AWS where work waits for them, stop them after.
-
-`python -m gpu_agent.fleet` runs the controller loop. It needs no torch: nothing here imports
-the measuring code.
-"""

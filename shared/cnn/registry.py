@@ -1,0 +1,242 @@
+"""CNNs by name: the built-in torchvision models and the ones users register (ONNX or JSON)."""
+
+import json
+import re
+import subprocess
+import sys
+import threading
+from collections import Counter
+from functools import lru_cache
+from typing import Any
+
+import psycopg2.errors
+
+from shared import jobs
+from shared.cnn import builtins as cnn_registry
+from shared.cnn import layer_list, onnx_reader
+from shared.cnn import zoo as cnn_zoo
+from shared.cnn.zoo import ConvLayers
+from shared.core.db import Cursor, Json, transaction
+from shared.core.errors import Conflict, ExtractionError, Forbidden, InvalidRequest, NotFound, TraincastError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+AS_DEFINED = 0  # num_classes of a registered CNN: whatever its definition has
+
+INSERT_CUSTOM = """
+INSERT INTO cnns (name, source, definition, graph, parameters, owner_key_id) VALUES (%s, %s, %s, %s, %s, %s)
+ON CONFLICT (name) DO NOTHING RETURNING name"""
+# Ownership (migrations/0012_api_keys.sql): %(owner)s NULL sees every CNN (admin keys, workers); a key sees its
+# own and those nobody owns. Names stay unique across owners, so a name means one CNN to every process.
+VISIBLE = "(%(owner)s::text IS NULL OR owner_key_id IS NULL OR owner_key_id = %(owner)s)"
+SELECT_CUSTOM = f"""
+SELECT name, source, definition, graph, parameters, owner_key_id, created_at FROM cnns
+WHERE name = %(name)s AND {VISIBLE}"""
+SELECT_CUSTOMS = f"""
+SELECT name, source, definition, parameters FROM cnns WHERE source <> 'torchvision' AND {VISIBLE} ORDER BY name"""
+SELECT_CUSTOM_NAMES = f"SELECT name FROM cnns WHERE source <> 'torchvision' AND name = ANY(%(names)s) AND {VISIBLE}"
+# A built-in CNN gets its row the first time a job reads it (cnn_layers and cnn_workloads reference it).
+UPSERT_BUILTIN = """
+INSERT INTO cnns (name, source, definition) VALUES (%s, 'torchvision', %s)
+ON CONFLICT (name) DO NOTHING"""
+LOCK_CUSTOM = "SELECT owner_key_id FROM cnns WHERE name = %s AND source <> 'torchvision' FOR UPDATE"
+DELETE_CUSTOM = "DELETE FROM cnns WHERE name = %s"
+
+
+def list_all(*, owner: str | None = None) -> list[dict[str, Any]]:
+    """Built-in CNNs then registered ones (with `owner`: that key's and nobody's), with parameter counts."""
+    out: list[dict[str, Any]] = [_builtin(n) for n in cnn_registry.names()]
+    with transaction() as cur:
+        cur.execute(SELECT_CUSTOMS, {"owner": owner})
+        out += [
+            {"name": r["name"], "source": r["source"], "parameters": r["parameters"], **_fixed_size(r)}
+            for r in cur.fetchall()
+        ]
+    return out
+
+
+def unknown(*, names: list[str], owner: str | None = None) -> list[str]:
+    """The names that are neither built in nor registered (with `owner`: by that key or nobody)."""
+    rest = [n for n in names if not is_builtin(n)]
+    if not rest:
+        return []
+    with transaction() as cur:
+        cur.execute(SELECT_CUSTOM_NAMES, {"names": rest, "owner": owner})
+        known = {r["name"] for r in cur.fetchall()}
+    return [n for n in rest if n not in known]
+
+
+def is_builtin(name: str) -> bool:
+    """True for a torchvision model name."""
+    return cnn_registry.get(name) is not None
+
+
+def create(*, name: str, data: bytes, owner_key_id: str | None = None) -> dict[str, Any]:
+    """Register a CNN of an owner from an ONNX file or a JSON layer list; nothing in the upload is ever run."""
+    if not NAME.match(name):
+        raise InvalidRequest(
+            f"name {name!r}: use 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
+        )
+    if is_builtin(name):
+        raise Conflict(f"{name!r} is a built-in CNN; choose another name", cnn=name)
+    row: tuple[str, str, Any, bytes | None, int | None, str | None]
+    if data.lstrip()[:1] in (b"{", b"["):
+        spec = layer_list.parse(data)
+        row = (name, "json", Json(spec.model_dump(mode="json")), None, spec.parameters, owner_key_id)
+    else:
+        model = onnx_reader.parse(data)
+        graph = onnx_reader.strip(model)
+        h, w = onnx_reader.input_size(model)
+        size = h if h is not None and h == w else 224
+        _signatures, workload = onnx_reader.read(graph, size)  # fails now, not in a job, if unreadable
+        definition = {
+            "input_size": [h, w],
+            "opset": [o.version for o in model.opset_import],
+            "nodes": len(model.graph.node),
+        }
+        row = (name, "onnx", Json(definition), graph, workload["parameters"], owner_key_id)
+    with transaction() as cur:
+        cur.execute(INSERT_CUSTOM, row)
+        if cur.fetchone() is None:
+            raise Conflict(f"a CNN named {name!r} is already registered", cnn=name)
+    return get_by_name(name=name)
+
+
+def get_by_name(*, name: str, owner: str | None = None) -> dict[str, Any]:
+    """What is known of a CNN without reading it at a size (with `owner`: 404 for another key's CNN)."""
+    if is_builtin(name):
+        return _builtin(name)
+    row = _custom(name, owner)
+    return {"name": name, "source": row["source"], "parameters": row["parameters"], **_fixed_size(row)}
+
+
+def check_runs(*, name: str, image_size: int, num_classes: int | None = None) -> None:
+    """Raise a clear error now if a CNN cannot run at this size or with these classes, where that is known.
+
+    Without torch: a built-in CNN is checked against shared/cnn/builtins.py (what it does not know, the job's
+    planning finds and fails the job with); a registered one is read, as its readers need no torch.
+    """
+    if is_builtin(name):
+        refused = cnn_registry.refusal(name, image_size)
+        if refused:
+            raise ExtractionError(refused, cnn=name, image_size=image_size)
+        return
+    read(name=name, image_size=image_size, num_classes=num_classes)
+
+
+def read(*, name: str, image_size: int, num_classes: int | None = None) -> ConvLayers:
+    """The CNN's conv layers and workload at an image size (a built-in one: imports torch, so workers only)."""
+    if is_builtin(name):
+        return cnn_zoo.conv_layers(name, image_size, num_classes or 1000)
+    if num_classes is not None:
+        raise InvalidRequest(f"num_classes applies to built-in CNNs; {name!r} has the classes its definition has")
+    row = _custom(name)
+    try:
+        if row["source"] == "onnx":
+            signatures, workload = onnx_reader.read(bytes(row["graph"]), image_size)
+        else:
+            signatures, workload = layer_list.read(row["definition"], image_size)
+    except ExtractionError as exc:
+        raise ExtractionError(f"{name}: {exc.detail}", cnn=name, image_size=image_size) from exc
+    counts = Counter(signatures)
+    order = list(dict.fromkeys(signatures))
+    return ConvLayers(tuple(order), tuple(counts[s] for s in order), workload)
+
+
+def variant_classes(name: str, num_classes: int | None) -> int:
+    """The num_classes key a CNN's layers are stored under."""
+    return (num_classes or 1000) if is_builtin(name) else AS_DEFINED
+
+
+def describe(*, name: str, image_size: int, num_classes: int | None = None, owner: str | None = None) -> dict[str, Any]:
+    """A CNN's unique conv layers with their counts, and its workload, at an image size."""
+    shown = get_by_name(name=name, owner=owner)  # first: another key's CNN is 404 before any work
+    if is_builtin(name):
+        check_runs(name=name, image_size=image_size)
+        view = _builtin_view(name, image_size, num_classes or 1000)
+        if "error" in view:
+            error = NotFound if view.get("status") == NotFound.status else ExtractionError
+            raise error(view["error"], cnn=name, image_size=image_size)
+    else:
+        view = read(name=name, image_size=image_size, num_classes=num_classes).view()
+    return {**shown, "image_size": image_size, **view}
+
+
+def default_image_size(name: str) -> int:
+    """The size to show a CNN at when none is asked for."""
+    builtin = cnn_registry.get(name)
+    if builtin is not None:
+        return builtin.default_image_size
+    fixed = _fixed_size(_custom(name)).get("image_size")
+    return int(fixed) if fixed else 224
+
+
+def delete(*, name: str, owner: str | None = None) -> None:
+    """Delete a registered CNN (with `owner`: only that key's); 409 while an unfinished job names it."""
+    if is_builtin(name):
+        raise Conflict(f"{name!r} is a built-in CNN; it cannot be deleted", cnn=name)
+    with transaction() as cur:
+        cur.execute(LOCK_CUSTOM, (name,))
+        row = cur.fetchone()
+        # Ownership first, so another key learns nothing of the CNN or of the jobs that use it.
+        if row is None or (owner is not None and row["owner_key_id"] not in (None, owner)):
+            raise NotFound(f"unknown CNN {name!r}; see GET /v1/cnns", cnn=name)
+        if owner is not None and row["owner_key_id"] is None:
+            raise Forbidden(
+                f"CNN {name!r} was registered before API keys and belongs to nobody: an admin key deletes it"
+            )
+        using = jobs.open_using_cnn(name=name)
+        if using:
+            raise Conflict(f"CNN {name!r} is used by unfinished job(s) {', '.join(using)}; cancel them first", cnn=name)
+        try:
+            cur.execute(DELETE_CUSTOM, (name,))
+        except psycopg2.errors.ForeignKeyViolation as exc:
+            raise Conflict(f"CNN {name!r} has whole-step measurements (calibration) and is kept", cnn=name) from exc
+
+
+def _builtin(name: str) -> dict[str, Any]:
+    known = cnn_registry.get(name)
+    if known is None:
+        raise NotFound(f"unknown CNN {name!r}; see GET /v1/cnns", cnn=name)
+    return {"name": name, "source": "torchvision", "parameters": known.parameters}
+
+
+# One child at a time: each loads torch (0.8 GB peak RSS for resnet18) for a few seconds.
+_CHILD = threading.BoundedSemaphore(1)
+_CHILD_TIMEOUT_S = 300
+
+
+@lru_cache(maxsize=64)  # errors too: asking again for a size a CNN cannot take starts no child
+def _builtin_view(name: str, image_size: int, num_classes: int) -> dict[str, Any]:
+    """A built-in CNN's view or {error, status}, traced in a child process (shared/cnn/zoo.py main), never here."""
+    command = [sys.executable, "-m", "shared.cnn.zoo", name, str(image_size), str(num_classes)]
+    with _CHILD:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S, check=False)
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise TraincastError(f"reading {name} at {image_size} px failed: {last[:500]}", cnn=name)
+    out: dict[str, Any] = json.loads(lines[-1])
+    return out
+
+
+def _custom(name: str, owner: str | None = None) -> dict[str, Any]:
+    with transaction() as cur:
+        cur.execute(SELECT_CUSTOM, {"name": name, "owner": owner})
+        row = cur.fetchone()
+    if row is None or row["source"] == "torchvision":
+        raise NotFound(f"unknown CNN {name!r}; see GET /v1/cnns", cnn=name)
+    return dict(row)
+
+
+def _fixed_size(row: dict[str, Any]) -> dict[str, Any]:
+    definition = row["definition"] if isinstance(row["definition"], dict) else json.loads(row["definition"])
+    if row["source"] == "json":
+        return {"image_size": definition["image_size"]}
+    h, w = definition.get("input_size", [None, None])
+    return {"image_size": h} if h is not None and h == w else {}
+
+
+def ensure_row(cur: Cursor, *, name: str) -> None:
+    """Store a built-in CNN's row in the caller's transaction (a registered CNN has one already)."""
+    if is_builtin(name):
+        cur.execute(UPSERT_BUILTIN, (name, Json({"torchvision": name})))

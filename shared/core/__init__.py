@@ -1,0 +1,1 @@
+"""Infrastructure every process uses: settings, database, errors, logging, tasks, logins, migrations."""

@@ -1,0 +1,228 @@
+"""The shapes of a job: its status, the plan, progress and result the worker stores, and the public views."""
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
+
+from shared.training import TrainConfig
+
+
+class JobStatus(StrEnum):
+    """A job's life: queued → running → succeeded, failed or canceled (the last three never change)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the job has ended."""
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED})
+OPEN = (JobStatus.QUEUED, JobStatus.RUNNING)
+
+# Stored documents are read back as written: unknown keys are kept, so a newer worker's field survives a read.
+_Stored = ConfigDict(extra="allow")
+
+
+class Plan(BaseModel):
+    """What planning fixed for a job (worker/planning.py): signatures per CNN, peers, what it waits on."""
+
+    model_config = _Stored
+    cnns: dict[str, list[tuple[int, int]]] = Field(description="CNN → [(conv signature id, count), …]")
+    ops: dict[str, list[tuple[int, int]]] = Field(default_factory=dict, description="CNN → [(op signature id, count)]")
+    optimizers: list[int] = Field(default_factory=list, description="op signature ids that are optimizer steps")
+    peers: dict[str, list[str]] | None = Field(default=None, description="machine type → types with its GPU model")
+    waits_on: list[str] | None = Field(default=None, description="machine types the job waits for benchmarks on")
+    bench_seconds: float = Field(default=0.0, description="benchmark seconds charged to the job's key")
+
+    def peers_of(self, machines: list[str]) -> dict[str, list[str]]:
+        """Each machine type's GPU peers (itself alone in a plan from before peers)."""
+        return self.peers or {m: [m] for m in machines}
+
+
+class Counts(BaseModel):
+    """Benchmarks a job needs, has and still waits for."""
+
+    needed: int
+    done: int
+    pending: int
+
+
+class MachineProgress(BaseModel):
+    """One machine type's counts, and why it waits when it does."""
+
+    model_config = _Stored
+    needed: int
+    done: int
+    pending: int
+    ops_needed: int | None = None
+    ops_pending: int | None = None
+    agent_alive: bool | None = None
+    answered_by: Literal["reference"] | None = None
+    waiting_for: str | None = Field(default=None, description="set while no agent serves the machine type")
+    waiting_since: str | None = Field(default=None, description="ISO time the wait for an agent began")
+
+
+class Progress(BaseModel):
+    """A job's progress (worker/progress.py): layer and op benchmarks in all and per machine type; {} until planned."""
+
+    model_config = _Stored
+    layer_benchmarks: Counts | None = None
+    op_benchmarks: Counts | None = None
+    machines: dict[str, MachineProgress] = Field(default_factory=dict)
+
+
+Source = Literal["benchmarked", "reference"]
+
+
+class Prediction(BaseModel):
+    """One point: a CNN on a machine type at a batch size; times, cost and energy with their P10–P90."""
+
+    model_config = _Stored
+    cnn: str
+    machine: str
+    batch_size: int
+    source: Source
+    fits_in_memory: bool | None
+    peak_memory_gib: float | None = None
+    conv_ms: float | None
+    gpus_used: int
+    layer_environments: list[int]
+    measured_on: list[str]
+    iteration_seconds: float | None
+    iteration_seconds_p10: float | None
+    iteration_seconds_p90: float | None
+    epoch_seconds: float | None
+    epoch_seconds_p10: float | None
+    epoch_seconds_p90: float | None
+    total_seconds: float | None
+    total_seconds_p10: float | None
+    total_seconds_p90: float | None
+    cost_usd: float | None
+    cost_usd_p10: float | None
+    cost_usd_p90: float | None
+    cost_per_gpu_usd: float | None
+    energy_kwh: float | None
+    energy_kwh_p10: float | None
+    energy_kwh_p90: float | None
+    reference_error_pct: float | None = Field(default=None, description="reference points: held-out error")
+    launch_bound: bool | None = Field(default=None, description="reference points: kernel launches bound the step")
+
+
+class Choice(BaseModel):
+    """The batch size a best choice picks."""
+
+    model_config = _Stored
+    batch_size: int
+    total_seconds: float
+    cost_usd: float
+    source: Source
+
+
+class Best(BaseModel):
+    """A CNN on a machine type: the fastest and the cheapest usable batch size, and the largest that fits."""
+
+    model_config = _Stored
+    cnn: str
+    machine: str
+    max_batch_size: int | None
+    min_time: Choice | None
+    min_cost: Choice | None
+
+
+class ModelSummary(BaseModel):
+    """How a machine type was answered: its own model (`ok`), none yet (`no_model`) or the reference."""
+
+    model_config = _Stored
+    status: Literal["ok", "no_model", "reference"]
+    source: Source
+    training: str = Field(description="the training configuration's cost key")
+    kind: str | None = None
+    version: int | str | None = None
+    detail: str | None = None
+    loco_mape: float | None = None
+    interval_coverage: float | None = None
+    pooled_from: list[str] | None = None
+    measured_on: str | None = Field(default=None, description="the peer machine type the model was fitted on")
+    whole_step_mape: float | None = None
+    evaluated_on: Any = None
+
+
+class Result(BaseModel):
+    """A succeeded job's answer (worker/assemble.py)."""
+
+    model_config = _Stored
+    training: TrainConfig
+    predictions: list[Prediction]
+    best: list[Best]
+    models: dict[str, ModelSummary]
+    energy_note: str
+    gpu_note: str
+    channels_last_note: str | None = None
+
+
+def check_result(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document, once Result accepts it: all but its points, and one point of each distinct set of keys.
+
+    Checking every point would cost more than assembling them (about 2 s for 63,488 points); assemble builds
+    them all alike (worker/assemble.py `_blank`), so one per key set shows their shape.
+    """
+    sample: dict[tuple[str, ...], Any] = {}
+    for point in doc["predictions"]:
+        sample.setdefault(tuple(point), point)
+    Result.model_validate({**doc, "predictions": list(sample.values())})
+    return doc
+
+
+# Times as today's clients read them: ISO 8601 with the UTC offset (+00:00).
+Timestamp = Annotated[datetime, PlainSerializer(lambda d: d.isoformat(), return_type=str)]
+
+
+class JobSummary(BaseModel):
+    """A job without its request and result: what submitting answers."""
+
+    id: uuid.UUID
+    status: JobStatus
+    progress: Progress | None = None
+    created_at: Timestamp
+    started_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
+
+
+class JobListed(JobSummary):
+    """A job in a list: its request too."""
+
+    request: dict[str, Any] = Field(description="the request as submitted (POST /v1/jobs's body, normalised)")
+
+
+class PredictionsPage(BaseModel):
+    """Which slice of result.predictions a paged response holds."""
+
+    offset: int
+    limit: int
+    total: int
+
+
+class Job(JobListed):
+    """A job with its result (succeeded) or error (failed)."""
+
+    result: Result | None = None
+    error: str | None = None
+    predictions_page: PredictionsPage | None = Field(
+        default=None, description="set when predictions_offset or predictions_limit asked for one page of them"
+    )
+
+
+class JobList(BaseModel):
+    """A page of jobs, newest first."""
+
+    jobs: list[JobListed]
+    next_cursor: str | None = None

@@ -1,0 +1,203 @@
+"""The job request: validated once at the API; the worker loads the stored request without the door's limits."""
+
+import re
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
+
+from shared.core.settings import get_settings
+from shared.training import Optimizer, Precision, TrainConfig, config_of
+
+# A machine type's name is also its benchmark queue's name (`bench.<name>`) and a URL segment.
+MACHINE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
+# The names shared.cnn.registry accepts for a registered CNN (every built-in one fits too).
+CNN_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+# Bound of a range's fields, so no huge number reaches arithmetic; max_batch_size is checked after.
+_HUGE = 2**31 - 1
+
+# Prediction points (CNNs x machine types x batch sizes) a job may have. Set for each request at the
+# door (api/limits.py; an API key may set its own); unset elsewhere.
+points_limit: ContextVar[int | None] = ContextVar("points_limit", default=None)
+
+
+def _name(what: str, pattern: str, rule: str) -> Callable[[str], str]:
+    # fullmatch, not `$`: `$` lets a trailing newline through. No control character reaches PostgreSQL.
+    compiled = re.compile(pattern.removeprefix("^").removesuffix("$"))
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise ValueError(f"{what} name {value[:80]!r} is not valid: {rule}")
+        return value
+
+    return check
+
+
+CnnName = Annotated[
+    str,
+    AfterValidator(_name("CNN", CNN_NAME, "1-64 letters, digits, '_', '.' or '-', starting with a letter or digit")),
+]
+MachineName = Annotated[
+    str,
+    AfterValidator(
+        _name(
+            "machine type", MACHINE_NAME, "1-63 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"
+        )
+    ),
+]
+
+
+class BatchRange(BaseModel):
+    """Batch sizes min, min+step, … up to max."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min: int = Field(ge=1, le=_HUGE)
+    max: int = Field(ge=1, le=_HUGE)
+    step: int = Field(default=1, ge=1, le=_HUGE)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "BatchRange":
+        if self.max < self.min:
+            raise ValueError(f"batch size range max ({self.max}) is below min ({self.min})")
+        return self
+
+    def sizes(self, *, at_most: int | None = None) -> list[int]:
+        """The range's batch sizes; with at_most, no more than at_most + 1 (so a huge range is never materialised)."""
+        stop = self.max if at_most is None else min(self.max, self.min + self.step * at_most)
+        return list(range(self.min, stop + 1, self.step))
+
+
+class JobRequest(BaseModel):
+    """What a user asks: predict these CNNs on these machines over these batch sizes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cnns: list[CnnName] = Field(min_length=1, max_length=100)
+    machines: list[MachineName] = Field(min_length=1, max_length=100)
+    batch_sizes: list[int] | BatchRange
+    epochs: int = Field(default=90, ge=1, le=100_000)
+    # Bounded so steps x epochs stays a finite float in assembly (a trillion samples is far past any dataset).
+    dataset_size: int = Field(default=1_281_167, ge=1, le=10**12)
+    image_size: int = Field(default=224, ge=8, le=2048)
+    num_classes: int | None = Field(default=None, ge=1, le=1_000_000)
+    optimizer: Optimizer = "sgd"
+    # SGD only (PyTorch's default 0); adam and adamw with a non-zero momentum are refused.
+    momentum: float = Field(default=0.0, ge=0, lt=1)
+    # None: PyTorch's default for the optimizer (0 for sgd and adam, 0.01 for adamw), filled in at the door.
+    weight_decay: float | None = Field(default=None, ge=0, le=1)
+    # fp32: PyTorch's defaults (TF32 for convs on Ampere+); tf32: matmuls too; amp_*: torch.autocast (+GradScaler).
+    precision: Precision = "fp32"
+    channels_last: bool = False
+    # False: a GPU machine type with no benchmarks of its own is answered at once by the reference
+    # predictor (its layer benchmarks are still queued where an agent or the fleet can measure them).
+    wait_for_benchmarks: bool = False
+    # The batch sizes, sorted without repeats: worked out once, when the request is validated or loaded.
+    _sizes: list[int] = PrivateAttr(default_factory=list)
+
+    @classmethod
+    def stored(cls, data: dict[str, Any]) -> "JobRequest":
+        """A request the API stored, loaded without the door's live limits (batch sizes, points per job).
+
+        It was validated once, at the door: a limit lowered since must not fail a job already accepted.
+        """
+        return cls.model_validate(data, context={_STORED: True})
+
+    @model_validator(mode="after")
+    def _training_config(self) -> "JobRequest":
+        self.weight_decay = self.training().weight_decay  # raises for momentum with adam/adamw
+        return self
+
+    def training(self) -> TrainConfig:
+        """The optimizer, precision and layout the CNN is trained with."""
+        return config_of(
+            optimizer=self.optimizer, precision=self.precision, momentum=self.momentum,
+            weight_decay=self.weight_decay, channels_last=self.channels_last,
+        )  # fmt: skip
+
+    @property
+    def layer_precision(self) -> str:
+        """The precision key of the conv layer benchmarks this request needs (fp32, fp16, bf16)."""
+        return self.training().layer_precision
+
+    @model_validator(mode="after")
+    def _batch_sizes_in_bounds(self, info: ValidationInfo) -> "JobRequest":
+        if info.context and info.context.get(_STORED):
+            self._sizes = _sorted_sizes(self.batch_sizes, at_most=None)
+            return self
+        settings = get_settings()
+        # Capped before materialising, so a huge range cannot exhaust memory (it is refused just below).
+        sizes = self._sizes = _sorted_sizes(self.batch_sizes, at_most=settings.max_batch_sizes)
+        if not sizes:
+            raise ValueError("batch_sizes is empty")
+        if len(sizes) > settings.max_batch_sizes:
+            raise ValueError(f"{len(sizes)} batch sizes requested; at most {settings.max_batch_sizes} are allowed")
+        bad = [b for b in sizes if b < 1 or b > settings.max_batch_size]
+        if bad:
+            shown = [b if abs(b) <= _HUGE else "…" for b in bad[:5]]  # a 400-digit number helps nobody
+            raise ValueError(f"batch sizes must be between 1 and {settings.max_batch_size}; got {shown}")
+        if isinstance(self.batch_sizes, list):
+            self.batch_sizes = sizes  # stored merged: [16, 8, 8] and [8, 16] are one request
+        self.cnns = list(dict.fromkeys(self.cnns))
+        self.machines = list(dict.fromkeys(self.machines))
+        limit = points_limit.get()
+        points = self.points()
+        if limit is not None and points > limit:
+            raise ValueError(
+                f"{points} prediction points requested ({len(self.cnns)} CNNs x {len(self.machines)} machine types"
+                f" x {len(sizes)} batch sizes); at most {limit} are allowed per job"
+            )
+        return self
+
+    def points(self) -> int:
+        """Prediction points of the job: CNNs x machine types x batch sizes."""
+        return len(self.cnns) * len(self.machines) * len(self.batch_size_list())
+
+    def batch_size_list(self) -> list[int]:
+        """The batch sizes as a sorted list without repeats (worked out once, at validation)."""
+        return self._sizes
+
+
+_STORED = "stored"
+
+
+def _sorted_sizes(batch_sizes: list[int] | BatchRange, *, at_most: int | None) -> list[int]:
+    if isinstance(batch_sizes, BatchRange):
+        return batch_sizes.sizes(at_most=None if at_most is None else at_most + 1)
+    return sorted(set(batch_sizes))
+
+
+class MachineCreate(BaseModel):
+    """A machine type registered by its GPU's figures (POST /v1/machines)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=MACHINE_NAME)
+    gpu: str = Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")
+    gpu_count: int = Field(ge=1, le=64)
+    gpu_memory_gib: float = Field(ge=0.25, le=4096, description="memory of one GPU")
+    gpu_fp32_tflops: float = Field(ge=0.01, le=10_000)
+    gpu_fp16_tflops: float = Field(ge=0.01, le=100_000, description="dense tensor-core FP16, FP32 accumulate")
+    gpu_mem_bandwidth_gbs: float = Field(ge=1, le=1_000_000)
+    gpu_sm_count: int = Field(ge=1, le=10_000)
+    gpu_l2_mib: float = Field(ge=0.01, le=100_000)
+    gpu_tdp_watts: float = Field(ge=1, le=10_000)
+    price_usd_per_hour: float = Field(ge=0, le=100_000)
+    gpu_compute_capability: str | None = Field(default=None, pattern=r"^\d{1,2}\.\d{1,2}$")
+    gpu_tf32_tflops: float | None = Field(default=None, ge=0.01, le=100_000)
+    # None: true when gpu_compute_capability is 8.0 or more (Ampere and later have bf16), else false.
+    gpu_bf16: bool | None = None
+    vcpus: int | None = Field(default=None, ge=1, le=100_000)
+    memory_gib: float | None = Field(default=None, gt=0, le=1_000_000)
+    provider: str | None = Field(default=None, min_length=1, max_length=32, pattern=r"^[a-z0-9][a-z0-9_-]*$")
+
+    @model_validator(mode="after")
+    def _reserved_provider(self) -> "MachineCreate":
+        if self.provider in {"local", "aws", "gcp", "azure"}:
+            raise ValueError(f"provider {self.provider!r} is the catalog's own; name your own (default 'own')")
+        if self.gpu_fp16_tflops < self.gpu_fp32_tflops / 64:
+            raise ValueError("gpu_fp16_tflops is below 1/64 of gpu_fp32_tflops: check the figures")
+        if self.gpu_bf16 is None:
+            self.gpu_bf16 = self.gpu_compute_capability is not None and float(self.gpu_compute_capability) >= 8.0
+        return self

@@ -1,0 +1,349 @@
+"""The `jobs` table: every SQL statement on it, as keyword-only service functions for the API, workers and fleet."""
+
+import hashlib
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from shared.core.db import Cursor, Json, connect, transaction
+from shared.core.errors import Conflict, NotFound
+from shared.jobs.models import OPEN, JobStatus, Plan, Progress
+from shared.jobs.request import JobRequest
+
+S = JobStatus
+# SQL names statuses by the enum's values: `status IN {_OPEN}`.
+_OPEN = "(" + ", ".join(f"'{s}'" for s in OPEN) + ")"
+
+INSERT_JOB = """
+INSERT INTO jobs (id, request, idempotency_key, request_hash, owner_key_id)
+VALUES (%(id)s, %(request)s, %(key)s, %(hash)s, %(owner)s)
+ON CONFLICT (owner_key_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING *"""
+# Idempotency keys are per owner (migrations/0012_api_keys.sql).
+SELECT_BY_KEY = "SELECT * FROM jobs WHERE idempotency_key = %s AND owner_key_id IS NOT DISTINCT FROM %s"
+# %(owner)s NULL: every job (admin keys, workers); else only that key's jobs, so others' ids answer 404.
+_OWNED = "(%(owner)s::text IS NULL OR owner_key_id = %(owner)s)"
+SELECT_JOB = f"SELECT * FROM jobs WHERE id = %(id)s AND {_OWNED}"
+# GET /v1/jobs/{id}: the result as PostgreSQL's text, never parsed into Python (a result may hold 100,000 points);
+# with a page asked, only predictions[offset, offset + limit) and how many there are.
+SELECT_VIEW = f"""
+SELECT id, status, request, progress, error, created_at, started_at, finished_at,
+       CASE WHEN status = '{S.SUCCEEDED}' THEN
+           CASE WHEN %(paged)s THEN jsonb_set(result, '{{predictions}}', jsonb_path_query_array(
+               result->'predictions', '$[$from to $to]', jsonb_build_object('from', %(offset)s, 'to', %(to)s)))
+           ELSE result END::text
+       END AS result_text,
+       CASE WHEN %(paged)s AND status = '{S.SUCCEEDED}' THEN jsonb_array_length(result->'predictions') END
+           AS predictions_total
+FROM jobs WHERE id = %(id)s AND {_OWNED}"""
+SELECT_POSITION = f"SELECT id, created_at FROM jobs WHERE id = %(id)s AND {_OWNED}"
+SELECT_PAGE = f"""
+SELECT id, status, request, progress, created_at, started_at, finished_at FROM jobs
+WHERE (%(before)s::timestamptz IS NULL OR (created_at, id) < (%(before)s, %(before_id)s)) AND {_OWNED}
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s"""
+CANCEL_JOB = f"""
+UPDATE jobs SET status = '{S.CANCELED}', finished_at = now(), updated_at = now()
+WHERE id = %(id)s AND status IN {_OPEN} AND {_OWNED}
+RETURNING *"""
+SELECT_OPEN_USING_CNN = f"""
+SELECT id FROM jobs WHERE status IN {_OPEN} AND request->'cnns' ? %s ORDER BY created_at LIMIT 5"""
+
+# What a key has running and spent, for its limits (shared/keys.py check_submission): unfinished jobs, benchmark
+# seconds its plans sent in the last 24 h (Plan.bench_seconds), when the oldest of those charges leaves the window,
+# and whether this idempotency key is a retry (never refused).
+SELECT_KEY_USAGE = f"""
+SELECT count(*) FILTER (WHERE status IN {_OPEN}) AS unfinished,
+       COALESCE(sum((plan->>'bench_seconds')::float8) FILTER (WHERE created_at > now() - interval '24 hours'), 0)
+           AS bench_seconds_day,
+       EXTRACT(EPOCH FROM min(created_at) FILTER (
+           WHERE created_at > now() - interval '24 hours' AND (plan->>'bench_seconds')::float8 > 0
+       ) + interval '24 hours' - now()) AS bench_frees_in_s,
+       COALESCE(bool_or(idempotency_key = %(key)s), false) AS retry
+FROM jobs
+WHERE owner_key_id = %(owner)s
+  AND (status IN {_OPEN} OR created_at > now() - interval '24 hours' OR idempotency_key = %(key)s)"""
+
+# Submissions of one key take turns from counting its jobs to storing the new one (released at commit), so
+# concurrent ones cannot all pass its limit. Two int4 keys: a key space apart from shared/core/migrate.py's bigint one.
+LOCK_OWNER = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+OWNER_LOCK_CLASS = 13
+
+
+def request_hash(request: JobRequest) -> str:
+    """Hash of the normalised request, to tell a retry from a different request."""
+    canonical = json.dumps(request.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def create(
+    *,
+    request: JobRequest,
+    idempotency_key: str | None = None,
+    owner_key_id: str | None = None,
+    admit: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Store a new queued job of an owner; with an idempotency key it used before, that job. (job, created).
+
+    `admit` (shared/keys.check_submission) sees the owner's usage (key_usage's shape) under the owner's lock, in the
+    transaction that stores the job, and raises to refuse it; a retry of a stored idempotency key is not refused.
+    """
+    digest = request_hash(request)
+    params = {
+        "id": uuid.uuid4(),
+        "request": Json(request.model_dump(mode="json")),
+        "key": idempotency_key,
+        "hash": digest,
+        "owner": owner_key_id,
+    }
+    with transaction() as cur:
+        if admit is not None and owner_key_id is not None:
+            cur.execute(LOCK_OWNER, (OWNER_LOCK_CLASS, owner_key_id))
+            cur.execute(SELECT_KEY_USAGE, {"owner": owner_key_id, "key": idempotency_key})
+            usage = dict(cur.fetchone() or {})
+            if not usage["retry"]:
+                admit(usage)
+        cur.execute(INSERT_JOB, params)
+        row = cur.fetchone()
+        if row is not None:
+            return dict(row), True
+        cur.execute(SELECT_BY_KEY, (idempotency_key, owner_key_id))
+        existing = cur.fetchone()
+    if existing is None:  # pragma: no cover - the conflicting row vanished between statements
+        raise Conflict("idempotency key conflict; retry the request")
+    if existing["request_hash"] != digest:
+        raise Conflict(
+            f"Idempotency-Key {idempotency_key!r} was already used for a different request",
+            job_id=str(existing["id"]),
+        )
+    return dict(existing), False
+
+
+def get(*, job_id: uuid.UUID, owner: str | None = None) -> dict[str, Any]:
+    """One job by id; with `owner`, only if that key owns it."""
+    return _one(SELECT_JOB, {"id": job_id, "owner": owner}, job_id)
+
+
+def view(
+    *, job_id: uuid.UUID, owner: str | None = None, offset: int | None = None, limit: int | None = None
+) -> dict[str, Any]:
+    """One job for GET: its result as JSON text (`result_text`), only predictions[offset:offset+limit] if paged."""
+    paged = offset is not None or limit is not None
+    start = offset or 0
+    # jsonpath's `to` is inclusive; no limit: to the end (a request holds far fewer than 2**31 points).
+    to = start + limit - 1 if limit is not None else 2**31 - 1
+    return _one(SELECT_VIEW, {"id": job_id, "owner": owner, "paged": paged, "offset": start, "to": to}, job_id)
+
+
+def position(*, job_id: uuid.UUID, owner: str | None = None) -> dict[str, Any]:
+    """A job's place in the list (id, created_at): a page cursor; with `owner`, only if that key owns it."""
+    return _one(SELECT_POSITION, {"id": job_id, "owner": owner}, job_id)
+
+
+def _one(sql: str, params: dict[str, Any], job_id: uuid.UUID) -> dict[str, Any]:
+    """The one job row a statement selects; 404 when there is none (or another key owns it)."""
+    with transaction() as cur:
+        cur.execute(sql, params)
+        row = cur.fetchone()
+    if row is None:
+        raise NotFound(f"no job with id {job_id}", job_id=str(job_id))
+    return dict(row)
+
+
+def list_page(*, limit: int, before: dict[str, Any] | None = None, owner: str | None = None) -> list[dict[str, Any]]:
+    """Newest jobs first (with `owner`, that key's only), `limit` at a time, strictly older than `before`."""
+    params = {
+        "owner": owner,
+        "limit": limit,
+        "before": before["created_at"] if before else None,
+        "before_id": before["id"] if before else None,
+    }
+    with transaction() as cur:
+        cur.execute(SELECT_PAGE, params)
+        return [dict(r) for r in cur.fetchall()]
+
+
+def cancel(*, job_id: uuid.UUID, owner: str | None = None) -> dict[str, Any]:
+    """Cancel a job that has not finished (with `owner`, only that key's); a finished job is a conflict."""
+    with transaction() as cur:
+        cur.execute(CANCEL_JOB, {"id": job_id, "owner": owner})
+        row = cur.fetchone()
+    if row is not None:
+        return dict(row)
+    job = get(job_id=job_id, owner=owner)
+    raise Conflict(f"job {job_id} is already {job['status']}", job_id=str(job_id), job_status=job["status"])
+
+
+def open_using_cnn(*, name: str) -> list[str]:
+    """Ids of unfinished jobs that name a CNN (a few at most)."""
+    with transaction() as cur:
+        cur.execute(SELECT_OPEN_USING_CNN, (name,))
+        return [str(r["id"]) for r in cur.fetchall()]
+
+
+def key_usage(*, owner_key_id: str, idempotency_key: str | None = None) -> dict[str, Any]:
+    """A key's unfinished jobs, benchmark seconds of the last 24 h, and whether `idempotency_key` is a retry."""
+    with transaction() as cur:
+        cur.execute(SELECT_KEY_USAGE, {"owner": owner_key_id, "key": idempotency_key})
+        return dict(cur.fetchone() or {})
+
+
+# The worker's statements (worker/planning.py, reconcile.py, withdrawal.py). Every write is conditional on the job
+# being open: a cancel is never undone.
+LOCK_OPEN_JOB = f"SELECT * FROM jobs WHERE id = %s AND status IN {_OPEN} FOR UPDATE"
+START_JOB = f"""
+UPDATE jobs SET status = '{S.RUNNING}', plan = %(plan)s, progress = %(progress)s,
+       started_at = COALESCE(started_at, now()), updated_at = now()
+WHERE id = %(id)s AND status IN {_OPEN}
+RETURNING id"""
+SET_PROGRESS = f"""
+UPDATE jobs SET progress = %(progress)s, updated_at = now()
+WHERE id = %(id)s AND status = '{S.RUNNING}' AND progress IS DISTINCT FROM %(progress)s"""
+FINISH_JOB = f"""
+UPDATE jobs SET status = %(status)s, result = %(result)s, error = %(error)s,
+       progress = COALESCE(%(progress)s::jsonb, progress),
+       finished_at = now(), updated_at = now()
+WHERE id = %(id)s AND status IN {_OPEN}
+RETURNING id, status, request, plan"""
+SELECT_RUNNING_JOB = f"SELECT * FROM jobs WHERE id = %s AND status = '{S.RUNNING}'"
+SELECT_RUNNING_ON = f"SELECT id FROM jobs WHERE status = '{S.RUNNING}' AND request->'machines' ?| %s"
+SELECT_STALE = f"""
+SELECT id, status FROM jobs
+WHERE status IN {_OPEN} AND updated_at < now() - make_interval(secs => %s)
+ORDER BY created_at"""
+TOUCH = f"UPDATE jobs SET updated_at = now() WHERE id = %s AND status IN {_OPEN}"
+# One planner per job (class 14 beside the owner lock's 13): a plan message the reconciler sent again while a slow
+# first planning ran must not plan the job a second time, concurrently.
+TRY_PLANNING_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(%s::text)) AS mine"
+PLANNING_LOCK_CLASS = 14
+# Running jobs keep their queued work, whoever else asked for it too.
+SELECT_LIVE_PLANS = f"SELECT id, request, plan FROM jobs WHERE status = '{S.RUNNING}' AND plan IS NOT NULL"
+SELECT_RECENTLY_ENDED = f"""
+SELECT id, request, plan FROM jobs
+WHERE status IN ('{S.CANCELED}', '{S.FAILED}') AND plan IS NOT NULL
+  AND finished_at > now() - make_interval(secs => %s)"""
+
+
+@contextmanager
+def locked_open(*, job_id: uuid.UUID) -> Iterator[tuple[Cursor, dict[str, Any] | None]]:
+    """An open job's row (None if it ended) locked for the transaction: concurrent callers take turns."""
+    with transaction() as cur:
+        cur.execute(LOCK_OPEN_JOB, (job_id,))
+        row = cur.fetchone()
+        yield cur, dict(row) if row is not None else None
+
+
+@contextmanager
+def planning_claim(*, job_id: uuid.UUID) -> Iterator[bool]:
+    """True inside the block if this process alone may plan the job now; False if another is planning it.
+
+    The lock is a session lock on a connection of its own, closed at the end: it lasts exactly as long as the
+    block, or as the process if that dies mid-planning, so a later plan message can take the job up.
+    """
+    conn = connect()
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(TRY_PLANNING_LOCK, (PLANNING_LOCK_CLASS, str(job_id)))
+            row = cur.fetchone()
+        yield bool(row and row[0])
+    finally:
+        conn.close()
+
+
+def open_job(*, job_id: uuid.UUID) -> dict[str, Any] | None:
+    """A job's row if it is still open (queued or running), else None."""
+    with locked_open(job_id=job_id) as (_cur, row):
+        return row
+
+
+def start(*, job_id: uuid.UUID, plan: Plan, progress: Progress) -> bool:
+    """Mark an open job running with its plan and progress; False if it ended meanwhile."""
+    params = {"id": job_id, "plan": Json(_doc(plan)), "progress": Json(_doc(progress))}
+    with transaction() as cur:
+        cur.execute(START_JOB, params)
+        return cur.fetchone() is not None
+
+
+def set_progress(*, cur: Cursor, job_id: uuid.UUID, progress: Progress) -> None:
+    """Store a running job's new progress (in the caller's transaction, under locked_open)."""
+    cur.execute(SET_PROGRESS, {"id": job_id, "progress": Json(_doc(progress))})
+
+
+def finish(
+    *,
+    job_id: uuid.UUID,
+    status: JobStatus,
+    result: dict[str, Any] | None = None,
+    error: str | None = None,
+    progress: Progress | None = None,
+    cur: Cursor | None = None,
+) -> dict[str, Any] | None:
+    """End an open job (result: a Result-checked document); its id, status, request and plan, or None if it had ended.
+
+    With `cur`, in the caller's transaction (under locked_open).
+    """
+    params = {
+        "id": job_id,
+        "status": str(status),
+        "result": Json(result) if result is not None else None,
+        "error": error,
+        "progress": Json(_doc(progress)) if progress is not None else None,
+    }
+    if cur is not None:
+        cur.execute(FINISH_JOB, params)
+        row = cur.fetchone()
+    else:
+        with transaction() as own:
+            own.execute(FINISH_JOB, params)
+            row = own.fetchone()
+    return dict(row) if row is not None else None
+
+
+def running(*, job_id: uuid.UUID) -> dict[str, Any] | None:
+    """A job's row if it is running, else None."""
+    with transaction() as cur:
+        cur.execute(SELECT_RUNNING_JOB, (job_id,))
+        row = cur.fetchone()
+    return dict(row) if row is not None else None
+
+
+def running_on(*, machines: list[str]) -> list[uuid.UUID]:
+    """Ids of running jobs that name any of these machine types."""
+    with transaction() as cur:
+        cur.execute(SELECT_RUNNING_ON, (machines,))
+        return [r["id"] for r in cur.fetchall()]
+
+
+def stale(*, after_s: float) -> list[dict[str, Any]]:
+    """Open jobs (id, status) not updated for `after_s` seconds, oldest first."""
+    with transaction() as cur:
+        cur.execute(SELECT_STALE, (after_s,))
+        return [dict(r) for r in cur.fetchall()]
+
+
+def touch(*, job_id: uuid.UUID) -> None:
+    """Mark an open job as looked at now (its updated_at)."""
+    with transaction() as cur:
+        cur.execute(TOUCH, (job_id,))
+
+
+def live_plans() -> list[dict[str, Any]]:
+    """Running jobs' id, request and plan."""
+    with transaction() as cur:
+        cur.execute(SELECT_LIVE_PLANS)
+        return [dict(r) for r in cur.fetchall()]
+
+
+def recently_ended(*, within_s: float) -> list[dict[str, Any]]:
+    """Id, request and plan of planned jobs canceled or failed within the last `within_s` seconds."""
+    with transaction() as cur:
+        cur.execute(SELECT_RECENTLY_ENDED, (within_s,))
+        return [dict(r) for r in cur.fetchall()]
+
+
+def _doc(model: Plan | Progress) -> dict[str, Any]:
+    # Unset optional fields stay absent, as the worker always wrote them.
+    return model.model_dump(mode="json", exclude_none=True)

@@ -1,0 +1,1 @@
+"""What agents measured: conv layers, other ops, whole steps, and the environments they ran in."""

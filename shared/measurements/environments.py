@@ -1,0 +1,60 @@
+"""Measurement environments (software, driver and device a timing ran in): their rows and the one-environment rule."""
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from shared.core.db import Cursor, Json, one, transaction
+
+# DO NOTHING, not an upsert: the agent's role may insert environments but never rewrite one.
+INSERT_ENVIRONMENT = """
+INSERT INTO environments (hash, details) VALUES (%s, %s)
+ON CONFLICT (hash) DO NOTHING
+RETURNING id"""
+SELECT_ENVIRONMENT = "SELECT id FROM environments WHERE hash = %s"
+SELECT_DETAILS = "SELECT id, details FROM environments WHERE id = ANY(%s)"
+
+
+def store(*, digest: str, details: dict[str, Any]) -> int:
+    """Store an environment once by its hash and return its id."""
+    with transaction() as cur:
+        cur.execute(INSERT_ENVIRONMENT, (digest, Json(details)))
+        inserted = cur.fetchone()
+        if inserted is not None:
+            return int(inserted["id"])
+        # Stored before (or by a concurrent agent): a new statement sees the committed row.
+        cur.execute(SELECT_ENVIRONMENT, (digest,))
+        return int(one(cur)["id"])
+
+
+def details(cur: Cursor, *, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Environment id → its details, in the caller's transaction."""
+    cur.execute(SELECT_DETAILS, (sorted(set(ids)),))
+    return {r["id"]: r["details"] for r in cur.fetchall()}
+
+
+def one_environment(rows: list[dict[str, Any]], sig_column: str) -> dict[tuple[int, int], dict[str, Any]]:
+    """Rows (newest first) keyed by (signature, batch size): the environment holding most keys supplies all it has.
+
+    Only keys it lacks come from another environment, newest first, so a CNN's timings come from one
+    software and driver set-up whenever one has them all, and each row says which it is.
+    """
+    cover: dict[int, set[tuple[int, int]]] = {}
+    for r in rows:
+        cover.setdefault(r["environment_id"], set()).add((r[sig_column], r["batch_size"]))
+    # dicts keep insertion order, which is newest first: max() keeps the first of equals.
+    preferred = max(cover, key=lambda env: len(cover[env]), default=None)
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    for r in rows:
+        key = (r[sig_column], r["batch_size"])
+        if key not in out or (r["environment_id"] == preferred and out[key]["environment_id"] != preferred):
+            out[key] = r
+    return out
+
+
+def most_complete(counts: Iterable[Mapping[int, int]]) -> int:
+    """The most points stored in one environment, summing each kind's counts per environment (never across two)."""
+    total: dict[int, int] = {}
+    for per_env in counts:
+        for env, n in per_env.items():
+            total[env] = total.get(env, 0) + n
+    return max(total.values(), default=0)

@@ -1,0 +1,212 @@
+"""CNNs' non-conv op signatures (and optimizer steps) and the op benchmarks stored for them."""
+
+from datetime import datetime
+from typing import Any
+
+from shared.cnn.op_signatures import OPTIMIZER, OpSignature
+from shared.core.db import Json, one, transaction
+from shared.measurements import environments
+from shared.training import TrainConfig
+
+# DO UPDATE (a no-op) rather than DO NOTHING so RETURNING also yields rows that existed.
+UPSERT_SIGNATURE = """
+INSERT INTO op_signatures (hash, op, spec) VALUES (%s, %s, %s)
+ON CONFLICT (hash) DO UPDATE SET hash = EXCLUDED.hash
+RETURNING id"""
+UPSERT_MEMBERSHIP = """
+INSERT INTO cnn_ops (cnn_name, image_size, num_classes, op_signature_id, count) VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (cnn_name, image_size, num_classes, op_signature_id) DO UPDATE SET count = EXCLUDED.count"""
+SELECT_MEMBERS = """
+SELECT m.op_signature_id, m.count, s.op, s.spec FROM cnn_ops m JOIN op_signatures s ON s.id = m.op_signature_id
+WHERE m.cnn_name = %s AND m.image_size = %s AND m.num_classes = %s ORDER BY m.op_signature_id"""
+SELECT_SPECS = "SELECT id, hash, op, spec FROM op_signatures WHERE id = ANY(%s)"
+# Operators at the job's batch sizes in its op variant; the optimizer at batch size 0 in its own variant.
+_KEY = """op_signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
+  AND ((batch_size = ANY(%(batch_sizes)s) AND variant = %(op_variant)s)
+       OR (batch_size = 0 AND variant = %(optimizer_variant)s))"""
+SELECT_DONE = f"SELECT DISTINCT op_signature_id, machine_type, batch_size FROM op_benchmarks WHERE {_KEY}"
+# The newest row per key: rows of another environment are never averaged in.
+SELECT_BENCHMARKS = f"""
+SELECT op_signature_id, batch_size, oom, forward_ms, backward_ms, environment_id, machine_type FROM op_benchmarks
+WHERE {_KEY} ORDER BY measured_at DESC, id DESC"""
+SELECT_IN_ENVIRONMENT = """
+SELECT op_signature_id, batch_size, oom, forward_ms, backward_ms FROM op_benchmarks
+WHERE machine_type = %(machine)s AND environment_id = %(env)s AND op_signature_id = ANY(%(sigs)s)
+  AND ((batch_size = %(batch_size)s AND variant = %(op_variant)s)
+       OR (batch_size = 0 AND variant = %(optimizer_variant)s))"""
+
+
+def store(cur: Any, *, name: str, image_size: int, num_classes: int, layers: Any) -> None:
+    """Store a CNN variant's op signatures and counts, in the caller's transaction (shared/layers.register)."""
+    for op, count in zip(layers.ops, layers.op_counts, strict=True):
+        cur.execute(UPSERT_SIGNATURE, (op.hash, op.op, Json(op.to_json())))
+        cur.execute(UPSERT_MEMBERSHIP, (name, image_size, num_classes, one(cur)["id"], count))
+
+
+def members(*, name: str, image_size: int, num_classes: int) -> list[tuple[int, dict[str, Any], int]]:
+    """A stored CNN variant's ops: (op signature id, spec, count); the optimizer step among them."""
+    with transaction() as cur:
+        cur.execute(SELECT_MEMBERS, (name, image_size, num_classes))
+        return [(r["op_signature_id"], r["spec"], r["count"]) for r in cur.fetchall()]
+
+
+SELECT_MEMBERS_OF = """
+SELECT m.cnn_name, m.op_signature_id, m.count, s.spec FROM cnn_ops m JOIN op_signatures s ON s.id = m.op_signature_id
+WHERE m.image_size = %(image_size)s
+  AND (m.cnn_name, m.num_classes) IN (SELECT * FROM unnest(%(names)s::text[], %(classes)s::int[]))
+ORDER BY m.cnn_name, m.op_signature_id"""
+
+
+def members_of(*, classes: dict[str, int], image_size: int) -> dict[str, list[tuple[int, dict[str, Any], int]]]:
+    """Per CNN name (→ its num_classes key): its members(), in one query for all of them."""
+    out: dict[str, list[tuple[int, dict[str, Any], int]]] = {n: [] for n in classes}
+    with transaction() as cur:
+        cur.execute(SELECT_MEMBERS_OF, {"names": list(classes), "classes": list(classes.values()),
+                                        "image_size": image_size})  # fmt: skip
+        for r in cur.fetchall():
+            out[r["cnn_name"]].append((r["op_signature_id"], r["spec"], r["count"]))
+    return out
+
+
+def specs(*, signature_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Op signature id → {hash, spec}."""
+    with transaction() as cur:
+        cur.execute(SELECT_SPECS, (signature_ids,))
+        return {r["id"]: {"hash": r["hash"], "spec": r["spec"]} for r in cur.fetchall()}
+
+
+def is_optimizer(spec: dict[str, Any]) -> bool:
+    """Whether an op spec is a CNN's optimizer step (measured once, batch size 0)."""
+    return bool(spec.get("op") == OPTIMIZER)
+
+
+def points(spec: dict[str, Any], batch_sizes: list[int]) -> list[int]:
+    """The batch sizes an op is measured at: all of them, or 0 for the optimizer step."""
+    return [0] if is_optimizer(spec) else list(batch_sizes)
+
+
+def _params(sigs: list[int], machines: list[str], batch_sizes: list[int], config: TrainConfig) -> dict[str, Any]:
+    return {
+        "sigs": sigs, "machines": machines, "batch_sizes": batch_sizes,
+        "op_variant": config.op_variant, "optimizer_variant": config.optimizer_variant,
+    }  # fmt: skip
+
+
+def measured(
+    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], config: TrainConfig
+) -> set[tuple[int, str, int]]:
+    """The (op signature, machine, batch size) triples with a stored benchmark (OOM and infeasible count)."""
+    with transaction() as cur:
+        cur.execute(SELECT_DONE, _params(signature_ids, machines, batch_sizes, config))
+        return {(r["op_signature_id"], r["machine_type"], r["batch_size"]) for r in cur.fetchall()}
+
+
+def newest(
+    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], config: TrainConfig
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """(op signature, batch size) → its row, from one environment where possible (as shared/layers.newest)."""
+    rows = newest_first(signature_ids=signature_ids, machines=machines, batch_sizes=batch_sizes, config=config)
+    return environments.one_environment(rows, "op_signature_id")
+
+
+def newest_first(
+    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], config: TrainConfig
+) -> list[dict[str, Any]]:
+    """The op benchmark rows of these signatures, newest first (one query for many CNNs; see layers.newest_first)."""
+    with transaction() as cur:
+        cur.execute(SELECT_BENCHMARKS, _params(signature_ids, machines, batch_sizes, config))
+        return [dict(r) for r in cur.fetchall()]
+
+
+def in_environment(
+    *, machine: str, environment_id: int, signature_ids: list[int], batch_size: int, config: TrainConfig
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """(op signature, batch size) → its row measured in one environment (a whole step's own)."""
+    params = _params(signature_ids, [machine], [batch_size], config)
+    with transaction() as cur:
+        cur.execute(
+            SELECT_IN_ENVIRONMENT, params | {"machine": machine, "env": environment_id, "batch_size": batch_size}
+        )
+        return {(r["op_signature_id"], r["batch_size"]): dict(r) for r in cur.fetchall()}
+
+
+def signature(spec: dict[str, Any]) -> OpSignature:
+    """The signature of a stored spec."""
+    return OpSignature.from_json(spec)
+
+
+# The agent's side: resume where it stopped, store idempotently, record what raised.
+SELECT_DONE_IN_ENVIRONMENT = """
+SELECT batch_size FROM op_benchmarks
+WHERE op_signature_id = %s AND machine_type = %s AND variant = %s AND environment_id = %s"""
+# An infeasible op is stored without timings: done, and learnt rather than measured.
+INSERT_BENCHMARK = """
+INSERT INTO op_benchmarks (op_signature_id, machine_type, batch_size, variant, environment_id, oom,
+                           forward_ms, backward_ms, stats)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (op_signature_id, machine_type, batch_size, variant, environment_id) DO NOTHING"""
+INSERT_FAILURE = """
+INSERT INTO op_failures (op_signature_id, machine_type, variant, environment_id, batch_sizes, error)
+VALUES (%s, %s, %s, %s, %s, %s)"""
+# An op signature is only ever measured in one of the two variants (an optimizer step in optimizer_variant).
+SELECT_FAILED_TOO_OFTEN = """
+SELECT op_signature_id AS signature_id, machine_type, count(*) AS n,
+       (array_agg(error ORDER BY failed_at DESC))[1] AS error
+FROM op_failures
+WHERE op_signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
+  AND variant IN (%(op_variant)s, %(optimizer_variant)s) AND failed_at >= %(since)s
+GROUP BY op_signature_id, machine_type
+HAVING count(*) >= %(limit)s
+ORDER BY op_signature_id, machine_type
+LIMIT 1"""
+COUNT_BY_ENVIRONMENT = f"""
+SELECT environment_id, count(DISTINCT (op_signature_id, batch_size)) AS n FROM op_benchmarks
+WHERE {_KEY}
+GROUP BY environment_id"""
+
+
+def batch_sizes_done(*, signature_id: int, machine: str, variant: str, environment_id: int) -> set[int]:
+    """Batch sizes already stored for an op signature in this variant and environment."""
+    with transaction() as cur:
+        cur.execute(SELECT_DONE_IN_ENVIRONMENT, (signature_id, machine, variant, environment_id))
+        return {r["batch_size"] for r in cur.fetchall()}
+
+
+def save(
+    *, signature_id: int, machine: str, batch_size: int, variant: str, environment_id: int, oom: bool,
+    ms: tuple[float | None, float | None], stats: dict[str, Any],
+) -> None:  # fmt: skip
+    """Store one op benchmark (forward and backward ms; an optimizer step's as forward), OOM or infeasible."""
+    with transaction() as cur:
+        cur.execute(
+            INSERT_BENCHMARK, (signature_id, machine, batch_size, variant, environment_id, oom, *ms, Json(stats))
+        )
+
+
+def save_failure(
+    *, signature_id: int, machine: str, variant: str, environment_id: int, batch_sizes: list[int], error: str
+) -> None:
+    """Record that measuring an op signature raised, so the worker can fail the jobs waiting for it."""
+    with transaction() as cur:
+        cur.execute(INSERT_FAILURE, (signature_id, machine, variant, environment_id, batch_sizes, error[:2000]))
+
+
+def failed_too_often(
+    *, signature_ids: list[int], machines: list[str], config: TrainConfig, since: datetime, limit: int
+) -> dict[str, Any] | None:
+    """The first op signature whose failures on one of these machine types since `since` reached `limit`, if any."""
+    params = {"sigs": signature_ids, "machines": machines, "since": since, "limit": limit}
+    params |= {"op_variant": config.op_variant, "optimizer_variant": config.optimizer_variant}
+    with transaction() as cur:
+        cur.execute(SELECT_FAILED_TOO_OFTEN, params)
+        row = cur.fetchone()
+    return None if row is None else dict(row)
+
+
+def count_by_environment(
+    *, machine: str, signature_ids: list[int], batch_sizes: list[int], config: TrainConfig
+) -> dict[int, int]:
+    """Environment id → (op signature, batch size) points stored there (the optimizer step at batch size 0)."""
+    with transaction() as cur:
+        cur.execute(COUNT_BY_ENVIRONMENT, _params(signature_ids, [machine], batch_sizes, config))
+        return {r["environment_id"]: int(r["n"]) for r in cur.fetchall()}

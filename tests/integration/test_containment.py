@@ -1,0 +1,258 @@
+"""Failures stay with their job: errors, cancels and outages, driven in-process through PostgreSQL and Redis."""
+
+import base64
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg2
+import psycopg2.errors
+import pytest
+from celery.exceptions import Reject, SoftTimeLimitExceeded
+
+from fleet import store as fleet_store
+from gpu_agent import app as agent
+from gpu_agent import layer_bench
+from shared import jobs
+from shared.core.db import Json, transaction
+from shared.core.errors import ServiceUnavailable
+from shared.core.settings import get_settings
+from shared.measurements import layers
+from tests.support.jobflow import drain_agent_queue, submit, take_queued
+from tests.support.stack import broker
+from worker import assemble, coverage, planning, reconcile, withdrawal
+
+STALE = "UPDATE jobs SET updated_at = now() - interval '1 hour' WHERE id = %s"
+NEW_AGENT = """
+INSERT INTO agents (id, machine_type, host, pid, device, environment_id, started_at, current_work)
+SELECT gen_random_uuid(), 'local', 'test', 1, 'cpu', id, now(), %s FROM environments LIMIT 1"""
+ENVIRONMENT = """INSERT INTO environments (hash, details) VALUES ('containment-test', '{"device": "test"}')
+ON CONFLICT DO NOTHING"""
+
+
+def queued_signatures() -> list[int]:
+    """Signature ids of the layer tasks waiting in bench.local, in queue order."""
+    out = []
+    for raw in broker().lrange("bench.local", 0, -1):
+        _args, kwargs, _embed = json.loads(base64.b64decode(json.loads(raw)["body"]))
+        out += [item["signature_id"] for item in kwargs["items"]]
+    return out
+
+
+def status(job: dict[str, Any]) -> dict[str, Any]:
+    """The job as stored now."""
+    return jobs.get(job_id=job["id"])
+
+
+def assembly_failing_for(monkeypatch: pytest.MonkeyPatch, epochs: int, exc: Exception) -> None:
+    """Make assembly raise exc for jobs of that epoch count only."""
+    real = assemble.result
+
+    def result(**kwargs: Any) -> dict[str, Any]:
+        if kwargs["request"].epochs == epochs:
+            raise exc
+        return real(**kwargs)
+
+    monkeypatch.setattr(assemble, "result", result)
+
+
+def test_an_unexpected_error_fails_its_job_and_the_fan_in_goes_on(
+    clean_db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OverflowError assembling one job fails it with the reason; the job next to it still succeeds."""
+    bad, good = submit(epochs=7), submit(epochs=2)
+    for job in (bad, good):
+        planning.plan_job(job["id"])
+    drain_agent_queue()
+    assembly_failing_for(monkeypatch, 7, OverflowError("int too large to convert to float"))
+    planning.advance_jobs("local")
+    failed = status(bad)
+    assert failed["status"] == "failed" and failed["finished_at"] is not None
+    assert failed["error"] == "unexpected error: OverflowError: int too large to convert to float"
+    assert failed["progress"]["layer_benchmarks"]["needed"] > 0  # kept, not wiped
+    assert status(good)["status"] == "succeeded"
+
+
+def test_a_result_the_database_refuses_fails_its_job_and_the_reconciler_goes_on(
+    clean_db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A result PostgreSQL's jsonb refuses (as one over its size limit would be) fails that job, not the pass."""
+    bad, good = submit(epochs=7), submit(epochs=2)
+    for job in (bad, good):
+        planning.plan_job(job["id"])
+    drain_agent_queue()
+    real = assemble.result
+
+    def result(**kwargs: Any) -> dict[str, Any]:
+        out = real(**kwargs)
+        if kwargs["request"].epochs == 7:
+            out["note"] = "nul \u0000 byte"  # jsonb has no NUL: the UPDATE itself fails
+        return out
+
+    monkeypatch.setattr(assemble, "result", result)
+    with transaction() as cur:
+        for job in (bad, good):
+            cur.execute(STALE, (job["id"],))
+    assert reconcile.run() == 2
+    failed = status(bad)
+    assert failed["status"] == "failed" and failed["error"].startswith("unexpected error: UntranslatableCharacter")
+    assert status(good)["status"] == "succeeded"
+
+
+def test_a_soft_time_limit_fails_the_job_with_the_reason(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planning past the task's soft time limit ends the job as failed, naming the limit."""
+    job = submit()
+
+    def slow(**_: Any) -> list[tuple[int, int]]:
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(layers, "register", slow)
+    planning.plan_job(job["id"])
+    assert status(job)["status"] == "failed" and "SoftTimeLimitExceeded" in status(job)["error"]
+
+
+def test_transient_errors_are_not_the_jobs_fault(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database outage while finishing leaves the job running (the reconciler retries it), not failed."""
+    job = submit()
+    planning.plan_job(job["id"])
+    drain_agent_queue()
+    assembly_failing_for(monkeypatch, job["request"]["epochs"], ServiceUnavailable("PostgreSQL is unreachable"))
+    with pytest.raises(ServiceUnavailable):
+        planning.advance_jobs("local")
+    assert status(job)["status"] == "running"
+    monkeypatch.undo()
+    planning.advance_jobs("local")
+    assert status(job)["status"] == "succeeded"
+
+
+def test_cancel_withdraws_queued_work_unless_another_job_needs_it(clean_db: None) -> None:
+    """A canceled job's queued tasks go, except those a running job also waits for; the fleet then wants none."""
+    first = submit(batch_sizes=[1])
+    planning.plan_job(first["id"])
+    sent = queued_signatures()
+    second = submit(batch_sizes=[1], epochs=3)
+    planning.plan_job(second["id"])
+    assert len(queued_signatures()) == 2 * len(sent)
+    jobs.cancel(job_id=first["id"])
+    withdrawal.sweep()
+    assert sorted(set(queued_signatures())) == sorted(sent)  # the second job still needs every signature
+    jobs.cancel(job_id=second["id"])
+    withdrawal.sweep()
+    assert queued_signatures() == []
+    assert fleet_store.queued(broker(), "local") == 0
+
+
+def test_failure_withdraws_queued_work(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job failed by an unexpected error takes its queued benchmark tasks back at once."""
+    job = submit(batch_sizes=[1])
+    planning.plan_job(job["id"])
+    assert queued_signatures()
+    monkeypatch.setattr(coverage, "missing", lambda *a, **k: (_ for _ in ()).throw(KeyError("peers")))
+    planning.advance_jobs("local")
+    assert status(job)["status"] == "failed" and "KeyError" in status(job)["error"]
+    assert queued_signatures() == []
+
+
+def test_a_cancel_during_planning_is_never_undone(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Canceled while its CNNs are read, or while its work is sent: the job stays canceled and its work goes."""
+    job = submit(batch_sizes=[1])
+    real_register = layers.register
+
+    def register_then_cancel(**kwargs: Any) -> list[tuple[int, int]]:
+        jobs.cancel(job_id=job["id"])
+        return real_register(**kwargs)
+
+    monkeypatch.setattr(layers, "register", register_then_cancel)
+    planning.plan_job(job["id"])
+    assert status(job)["status"] == "canceled" and status(job)["plan"] is None
+    assert queued_signatures() == []
+    monkeypatch.undo()
+
+    late = submit(batch_sizes=[1], epochs=4)
+    real_send = coverage.send_work
+
+    def send_then_cancel(
+        gaps: coverage.Missing, precision: str, channels_last: bool = False, job_ids: list[str] | None = None
+    ) -> None:
+        real_send(gaps, precision, channels_last, job_ids=job_ids)
+        jobs.cancel(job_id=late["id"])
+
+    monkeypatch.setattr(coverage, "send_work", send_then_cancel)
+    planning.plan_job(late["id"])
+    assert status(late)["status"] == "canceled" and queued_signatures() == []
+
+
+def test_the_reconciler_resends_only_lost_work(clean_db: None) -> None:
+    """Queued work and work a live agent measures are not sent twice; a hung agent's work and lost work are."""
+    job = submit(batch_sizes=[1])
+    planning.plan_job(job["id"])
+    sent = queued_signatures()
+    with transaction() as cur:
+        cur.execute(STALE, (job["id"],))
+    reconcile.run()
+    assert queued_signatures() == sent  # all still queued: nothing re-sent
+
+    taken = broker().rpop("bench.local")  # an agent took the oldest task and is measuring it
+    sig = json.loads(base64.b64decode(json.loads(taken)["body"]))[1]["items"][0]["signature_id"]
+    work = {"task": "gpu_agent.bench_layers", "signature_id": sig, "since": datetime.now(UTC).isoformat()}
+    with transaction() as cur:
+        cur.execute(ENVIRONMENT)
+        cur.execute(NEW_AGENT, (Json(work),))
+        cur.execute(STALE, (job["id"],))
+    reconcile.run()
+    assert sorted(queued_signatures()) == sorted(s for s in sent if s != sig)
+
+    hung = {
+        **work,
+        "since": (datetime.now(UTC) - timedelta(seconds=get_settings().bench_stuck_after_s + 60)).isoformat(),
+    }
+    with transaction() as cur:
+        cur.execute("UPDATE agents SET current_work = %s", (Json(hung),))
+        cur.execute(STALE, (job["id"],))
+    reconcile.run()
+    assert sorted(queued_signatures()) == sorted(sent)  # the hung agent's signature is sent again
+
+
+def test_a_transient_database_error_in_the_agent_is_retried_not_counted(
+    clean_db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent hands its task back on a lost database connection and records no layer failure."""
+    job = submit(batch_sizes=[1])
+    planning.plan_job(job["id"])
+    kwargs = take_queued("gpu_agent.bench_layers")
+    monkeypatch.setattr(get_settings(), "agent_db_retry_s", 0.0)
+
+    def lost_connection(*_: Any, **__: Any) -> list[int]:
+        raise psycopg2.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(layer_bench, "measure", lost_connection)
+    with pytest.raises(Reject) as rejected:
+        agent.bench_layers(**kwargs)
+    assert rejected.value.requeue is True
+    with transaction() as cur:
+        cur.execute("SELECT count(*) AS n FROM layer_failures")
+        assert cur.fetchone()["n"] == 0
+
+    monkeypatch.setattr(layer_bench, "measure", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bad spec")))
+    with pytest.raises(RuntimeError):
+        agent.bench_layers(**kwargs)
+    with transaction() as cur:
+        cur.execute("SELECT count(*) AS n FROM layer_failures")
+        assert cur.fetchone()["n"] == 1  # a real failure still counts
+
+
+def test_a_job_whose_only_agent_is_hung_ends(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent stuck on one measurement serves nobody: the job waits for another and fails after the wait."""
+    job = submit(batch_sizes=[1])
+    planning.plan_job(job["id"])
+    long_ago = datetime.now(UTC) - timedelta(seconds=get_settings().bench_stuck_after_s + 60)
+    work = {"task": "gpu_agent.bench_layers", "signature_id": queued_signatures()[0], "since": long_ago.isoformat()}
+    with transaction() as cur:
+        cur.execute(ENVIRONMENT)
+        cur.execute(NEW_AGENT, (Json(work),))
+    assert planning.finish_if_complete(job["id"]) is False
+    waiting = status(job)["progress"]["machines"]["local"]
+    assert waiting["agent_alive"] is False and waiting["waiting_for"] == "waiting for an agent on local"
+    monkeypatch.setattr(get_settings(), "agent_wait_timeout_s", 0.0)
+    assert planning.finish_if_complete(job["id"]) is True
+    assert status(job)["status"] == "failed" and "no agent on local came up" in status(job)["error"]

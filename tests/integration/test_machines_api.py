@@ -1,0 +1,82 @@
+"""Machine types over HTTP: GPU types of three clouds with their sources, and your own GPUs by their specs."""
+
+from typing import Any
+
+import pytest
+
+from shared.core.db import transaction
+from tests.integration.test_reference_jobs import OWN_GPU
+from tests.support.stack import Stack, http
+
+
+def registered_names() -> list[str]:
+    """Machine types users registered."""
+    with transaction() as cur:
+        cur.execute("SELECT name FROM machine_types WHERE registered_at IS NOT NULL ORDER BY name")
+        return [r["name"] for r in cur.fetchall()]
+
+
+def test_three_clouds_with_prices_and_their_sources(api_only: Stack) -> None:
+    """aws, gcp and azure GPU types, single and multi-GPU, each with a price, its source and the GPU figures
+    the reference predictor needs."""
+    listed = http.get(f"{api_only.url}/v1/machines").json()["machines"]
+    gpu_types = [m for m in listed if m["gpu"]]
+    assert {"aws", "gcp", "azure"} <= {m["provider"] for m in gpu_types}
+    for provider in ("aws", "gcp", "azure"):
+        counts = {m["gpu_count"] for m in gpu_types if m["provider"] == provider}
+        assert 1 in counts and max(counts) > 1, provider
+    for m in gpu_types:
+        assert m["price_usd_per_hour"] > 0 and m["price_source"], m["name"]
+        assert m["gpu_fp32_tflops"] > 0 and m["gpu_mem_bandwidth_gbs"] > 0 and m["gpu_sm_count"] > 0, m["name"]
+    gpus = {m["gpu"] for m in gpu_types}
+    assert {"T4", "L4", "V100-SXM2-16GB", "A100-SXM4-40GB", "H100-SXM5-80GB"} <= gpus
+    assert any(g.startswith("A100") and g.endswith("80GB") for g in gpus) and gpus & {"A10", "A10G"}
+
+
+def test_register_a_gpu_by_its_specs(api_only: Stack) -> None:
+    """201 with Location; listed; the same name again is 409 and changes nothing."""
+    name = "lab-api-box"
+    created = http.post(f"{api_only.url}/v1/machines", json=OWN_GPU | {"name": name, "provider": "lab"})
+    assert created.status_code == 201, created.text
+    assert created.headers["location"] == f"/v1/machines/{name}"
+    body = created.json()
+    assert body["registered"] is True and body["provider"] == "lab"
+    assert body["gpu_memory_gib"] == OWN_GPU["gpu_memory_gib"] * OWN_GPU["gpu_count"]  # total, as the catalog
+    assert http.get(f"{api_only.url}/v1/machines/{name}").json()["gpu_sm_count"] == OWN_GPU["gpu_sm_count"]
+    again = http.post(f"{api_only.url}/v1/machines", json=OWN_GPU | {"name": name, "gpu_count": 1})
+    assert again.status_code == 409 and again.headers["content-type"] == "application/problem+json"
+    assert http.get(f"{api_only.url}/v1/machines/{name}").json()["gpu_count"] == OWN_GPU["gpu_count"]
+    assert http.get(f"{api_only.url}/v1/machines/no-such-box").status_code == 404
+
+
+BAD_FIGURES: list[tuple[dict[str, Any], str]] = [
+    ({"gpu_mem_bandwidth_gbs": -1}, "gpu_mem_bandwidth_gbs"),
+    ({"gpu_fp32_tflops": 0}, "gpu_fp32_tflops"),
+    ({"gpu_count": 0}, "gpu_count"),
+    ({"name": "bad name/with slash"}, "name"),
+    ({"name": "nul\u0000box"}, "name"),
+    ({"gpu": "nul\u0000gpu"}, "gpu"),
+    ({"gpu_compute_capability": "eight"}, "gpu_compute_capability"),
+    ({"provider": "aws"}, "catalog's own"),
+    ({"gpu_fp16_tflops": 0.01}, "1/64"),
+    ({"surprise": 1}, "surprise"),
+]
+
+
+@pytest.mark.parametrize(("change", "words"), BAD_FIGURES)
+def test_invalid_figures_are_a_problem_and_register_nothing(
+    api_only: Stack, change: dict[str, Any], words: str
+) -> None:
+    """Each invalid registration gets 422 problem+json naming what is wrong; nothing is stored."""
+    before = registered_names()
+    response = http.post(f"{api_only.url}/v1/machines", json=OWN_GPU | {"name": "lab-bad"} | change)
+    assert response.status_code == 422 and response.headers["content-type"] == "application/problem+json"
+    assert words in response.json()["detail"]
+    assert registered_names() == before
+
+
+def test_a_missing_figure_is_named(api_only: Stack) -> None:
+    """Leaving out a required figure names it."""
+    body = {k: v for k, v in OWN_GPU.items() if k != "gpu_sm_count"} | {"name": "lab-short"}
+    response = http.post(f"{api_only.url}/v1/machines", json=body)
+    assert response.status_code == 422 and "gpu_sm_count" in response.json()["detail"]

@@ -1,0 +1,37 @@
+"""A job's memory answers on a GPU nobody measured (the reference path): peak per point, fit, largest batch."""
+
+from typing import Any
+
+from shared import jobs
+from tests.support.jobflow import submit
+from worker import planning
+
+
+def run(**overrides: Any) -> dict[str, Any]:
+    """Submit and plan a job in-process; return its result."""
+    job = submit(**overrides)
+    planning.plan_job(job["id"])
+    done = jobs.get(job_id=job["id"])
+    assert done["status"] == "succeeded", done["error"]
+    return dict(done["result"])
+
+
+def test_resnet50_at_batch_512_does_not_fit_a_t4(clean_db: None) -> None:
+    """A T4 has 16 GB: ResNet-50 at batch 32 in fp32 fits, at 512 it does not and is never the best choice."""
+    result = run(cnns=["resnet50"], machines=["g4dn.xlarge"], batch_sizes=[32, 128, 512], image_size=224)
+    points = {p["batch_size"]: p for p in result["predictions"]}
+    assert all(p["source"] == "reference" and p["peak_memory_gib"] > 0 for p in points.values())
+    assert points[32]["fits_in_memory"] is True and points[512]["fits_in_memory"] is False
+    assert points[32]["peak_memory_gib"] < points[128]["peak_memory_gib"] < points[512]["peak_memory_gib"]
+    assert points[512]["peak_memory_gib"] > 16
+    [best] = result["best"]
+    assert 32 <= best["max_batch_size"] < 512
+    assert best["min_time"]["batch_size"] != 512 and best["min_cost"]["batch_size"] != 512
+    # The largest batch is the model's boundary, whatever sizes were asked: one above it does not fit.
+    edge = best["max_batch_size"]
+    around = run(cnns=["resnet50"], machines=["g4dn.xlarge"], batch_sizes=[edge, edge + 1], image_size=224)
+    assert [p["fits_in_memory"] for p in around["predictions"]] == [True, False]
+
+    adam = run(cnns=["resnet50"], machines=["g4dn.xlarge"], batch_sizes=[32], image_size=224, optimizer="adam")
+    assert adam["predictions"][0]["peak_memory_gib"] > points[32]["peak_memory_gib"]
+    assert adam["best"][0]["max_batch_size"] < edge

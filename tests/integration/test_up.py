@@ -1,0 +1,101 @@
+"""`make up` / `make down` (scripts/up.sh, down.sh): each process is restarted when it dies; down leaves nothing."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from shared.core.db import transaction
+from tests.support.stack import ROOT, bearer, free_port
+
+NAMES = ("api", "worker", "beat", "agent")
+# Answered by the reference predictor (no agent for it): a job the worker alone finishes.
+JOB = {"cnns": ["resnet18"], "machines": ["g4dn.xlarge"], "batch_sizes": [32], "image_size": 64}
+
+
+def until(what: str, check: Callable[[], bool], timeout: float) -> None:
+    """Poll `check()` until it is true, else fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    """True while a process with this pid exists (and is not a zombie)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def in_group(pgid: int) -> list[int]:
+    """Pids of the processes of a process group."""
+    out = subprocess.run(["ps", "-eo", "pid=,pgid="], capture_output=True, text=True, check=True).stdout
+    return [int(p) for p, g in (line.split() for line in out.splitlines()) if int(g) == pgid]
+
+
+@pytest.fixture
+def up(service_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[Path, str, dict[str, str]]]:
+    """scripts/up.sh with a run folder and port of this test's own; scripts/down.sh afterwards, whatever happened."""
+    run = tmp_path / "run"
+    port = free_port()
+    env = {
+        **os.environ,
+        **service_env,
+        "TRAINCAST_RUN_DIR": str(run),
+        "API_PORT": str(port),
+        "VENV": str(Path(sys.executable).parent.parent),
+    }
+    try:
+        started = subprocess.run([str(ROOT / "scripts/up.sh")], env=env, capture_output=True, text=True, timeout=240)
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield run, f"http://127.0.0.1:{port}", env
+    finally:
+        subprocess.run([str(ROOT / "scripts/down.sh")], env=env, capture_output=True, timeout=300)
+
+
+def test_a_killed_worker_is_restarted_and_down_leaves_nothing(up: tuple[Path, str, dict[str, str]]) -> None:
+    """kill -9 of the worker: its supervisor starts a new one (logged) that finishes a job; down.sh stops every
+    supervisor and process (SIGTERM reaches the agent, which records a clean stop) and leaves no process."""
+    run, url, env = up
+    supervisors = {name: int((run / f"{name}.pid").read_text()) for name in NAMES}
+    children = {name: int((run / f"{name}.child.pid").read_text()) for name in NAMES}
+    assert all(alive(pid) for pid in [*supervisors.values(), *children.values()])
+    old = children["worker"]
+    os.kill(old, signal.SIGKILL)
+
+    def restarted() -> bool:
+        now = int((run / "worker.child.pid").read_text() or 0)
+        return now != old and alive(now)
+
+    until("a new worker", restarted, 30)
+    log = (run / "worker.log").read_text()
+    assert "supervise: worker exited with code 137" in log and "restarting in 1 s" in log
+
+    key = (run / "admin.key").read_text().strip()
+    with httpx.Client(base_url=url, headers=bearer(key), timeout=30) as client:
+        job_id = client.post("/v1/jobs", json=JOB).raise_for_status().json()["id"]
+        until("the job to finish", lambda: client.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded", 120)
+
+    down = subprocess.run([str(ROOT / "scripts/down.sh")], env=env, capture_output=True, text=True, timeout=300)
+    assert down.returncode == 0 and all(f"{name} stopped" in down.stdout for name in NAMES), down.stdout
+    leftovers = {name: in_group(pgid) for name, pgid in supervisors.items() if in_group(pgid)}
+    assert leftovers == {}
+    assert not any(alive(pid) for pid in [old, *supervisors.values(), *children.values()])
+    assert not list(run.glob("*.pid"))
+    for name in NAMES:
+        assert f"supervise: {name} stopped (exit code" in (run / f"{name}.log").read_text()
+    with transaction() as cur:
+        cur.execute("SELECT stopped_at, stop_reason FROM agents WHERE pid = %s", (children["agent"],))
+        agent = cur.fetchone()
+    assert agent is not None and agent["stopped_at"] is not None and agent["stop_reason"] == "stop signal"

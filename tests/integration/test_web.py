@@ -1,0 +1,735 @@
+"""The web page at `/`, driven in Debian's headless Chromium against the real stack (API, worker, local agent)."""
+
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
+
+from api.routers import web
+from shared.core.db import transaction
+from tests.support.browser import CHROMEDRIVER, CHROMIUM, INSTALL_HINT, LAPTOP, Page, chromium, png_size, wait_until
+from tests.support.stack import ROOT, Stack, admin_key, http
+
+TRAINCAST = str(Path(sys.executable).parent / "traincast")
+# Where the test leaves its screenshot (.run/ is ignored by git); the README's comes from
+# tests/support/page_screenshot.py.
+SCREENSHOT = ROOT / ".run" / "test-web-page.png"
+UNIT_SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
+# Tiny on purpose: image size 32 and two batch sizes keep the CPU agent's work to seconds.
+CNNS = ["resnet18", "squeezenet1_1"]
+SIZES = [2, 4]
+KEY_STORAGE = "traincast.apiKey"
+FLEET_LAUNCHED = """
+INSERT INTO fleet_instances (instance_id, machine_type, market, price_usd_per_hour)
+VALUES (%s, 'g5.xlarge', 'spot', 1)"""
+
+
+@pytest.fixture(scope="module")
+def calibrated(full_stack: Stack) -> Stack:
+    """The stack, with a predictor model for local calibrated here with tiny settings (none left by others)."""
+    from worker import predictor
+
+    before = predictor.latest(machine="local")
+    env = {**full_stack.env, "TRAINCAST_API_URL": full_stack.url}
+    args = ["--cnns", ",".join(CNNS), "--batch-sizes", ",".join(map(str, SIZES)), "--image-size", "32"]
+    cal = subprocess.run(
+        [TRAINCAST, "calibrate", "--machine", "local", *args, "--timeout", "300"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert cal.returncode == 0, cal.stderr
+    model = predictor.latest(machine="local")
+    assert model is not None and (before is None or model["id"] != before["id"])
+    return full_stack
+
+
+@pytest.fixture(scope="module")
+def page(full_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
+    """One browser for the module, offline but for localhost."""
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        # A failure, not a skip: a missing browser must not pass for a tested page.
+        pytest.fail(f"Chromium is not installed: {INSTALL_HINT}")
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
+    try:
+        # The page keeps its API key in localStorage (what a person types in once): this run's admin key.
+        driver.get(f"{full_stack.url}/static/app.css")
+        driver.execute_script("localStorage.setItem(arguments[0], arguments[1])", KEY_STORAGE, admin_key())
+        yield Page(driver, full_stack.url)
+    finally:
+        driver.quit()
+
+
+def job_of(page: Page) -> dict[str, Any]:
+    """The job the page followed, as the API returns it."""
+    job_id = page.js("return window.traincast.state.jobId")
+    assert job_id, "the page did not submit a job"
+    job: dict[str, Any] = http.get(f"{page.url}/v1/jobs/{job_id}").json()
+    return job
+
+
+def unit_of(title: str) -> int:
+    """Seconds per unit of an axis title such as 'Predicted training time (hours)'."""
+    match = re.search(r"\((\w+)(?:, log scale)?\)$", title)
+    assert match and match.group(1) in UNIT_SECONDS, f"axis title {title!r} names no time unit"
+    return UNIT_SECONDS[match.group(1)]
+
+
+def has_interval(prediction: dict[str, Any]) -> bool:
+    """True when a prediction carries its p10 and p90 total time."""
+    return all(isinstance(prediction.get(f"total_seconds_{q}"), float | int) for q in ("p10", "p90"))
+
+
+def hourly(usd: float) -> str:
+    """A price per hour as the page writes it: $0.526, $1.01."""
+    return f"${usd:.3f}" if usd < 1 else f"${usd:.2f}"
+
+
+def hidden_cnns(page: Page) -> list[str]:
+    """The CNN of every trace hidden in either plot."""
+    traces = page.traces("plot-batch") + page.traces("plot-cost")
+    return [t["meta"]["cnn"] for t in traces if t.get("visible") is False]
+
+
+def roles(traces: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    """The traces the page drew for one purpose: line, band or point."""
+    return [t for t in traces if (t.get("meta") or {}).get("role") == role]
+
+
+def test_page_and_its_files_need_no_other_host(full_stack: Stack) -> None:
+    """The HTML links only relative URLs; plotly.js comes from the installed package, cacheable for a year."""
+    r = http.get(f"{full_stack.url}/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    links = re.findall(r'(?:src|href)="([^"]*)"', r.text)
+    assert links and all(not re.match(r"^(?:[a-z]+:)?//", u, re.I) for u in links), links
+    assert not re.search(r"https?://", r.text)
+    for link in (u for u in links if u.startswith("static/")):
+        assert http.get(f"{full_stack.url}/{link}").status_code == 200, link
+    for own in ("static/app.js", "static/app.css"):
+        first = http.get(f"{full_stack.url}/{own}")
+        assert not re.search(r"https?://", first.text), own
+        # Revalidated on every load (a deploy shows at once), answered 304 while unchanged.
+        assert first.headers["cache-control"] == "no-cache"
+        again = http.get(f"{full_stack.url}/{own}", headers={"if-none-match": first.headers["etag"]})
+        assert again.status_code == 304 and not again.content
+
+    plotly_url = next(u for u in links if "plotly" in u)
+    raw = web.plotly_js_path().read_bytes()
+    zipped = http.get(f"{full_stack.url}/{plotly_url}", headers={"accept-encoding": "gzip"})
+    assert zipped.headers["content-encoding"] == "gzip" and len(zipped.content) == len(raw)  # httpx inflates it
+    assert zipped.content == raw and "max-age=31536000" in zipped.headers["cache-control"]
+    assert zipped.num_bytes_downloaded < len(raw) / 2  # compressed on the wire, inflated by httpx
+    plain = http.get(f"{full_stack.url}/{plotly_url}", headers={"accept-encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.content == raw
+    missing = http.get(f"{full_stack.url}/static/nothing.js")
+    assert missing.status_code == 404 and missing.headers["content-type"] == "application/problem+json"
+
+
+def test_page_loads_offline(page: Page) -> None:
+    """With every host but localhost unreachable the page loads, plotly included, from the API alone."""
+    page.open()
+    assert page.js("return typeof window.Plotly === 'object' && typeof Plotly.react === 'function'")
+    fetched = page.js("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert any("plotly" in u for u in fetched)
+    assert all(u.startswith(page.url + "/") for u in fetched), fetched
+    # The lists came from the API: every built-in and registered CNN, every machine type.
+    cnns = http.get(f"{page.url}/v1/cnns").json()["cnns"]
+    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
+    assert page.js("return document.querySelectorAll('#cnn-picker li').length") == len(cnns)
+    assert page.js("return document.querySelectorAll('#machine-picker li[data-value]').length") == len(machines)
+
+
+def test_machine_list_is_grouped_by_provider(page: Page) -> None:
+    """Every machine type sits under its provider's heading with its GPU and price; "T4" and one click choose the
+    T4 machine types of every cloud."""
+    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
+    assert {"aws", "gcp", "azure"} <= {m["provider"] for m in machines}
+    page.open()
+    # Each option with the heading above it, as the person sees the list.
+    rows = page.js(
+        "let group = null; const out = [];"
+        "for (const li of document.querySelectorAll('#machine-picker .picker-options li')) {"
+        "  if (li.classList.contains('group')) group = li.textContent;"
+        "  else out.push([li.dataset.value, group, li.querySelector('.meta').textContent]); }"
+        "return out"
+    )
+    assert [r[0] for r in rows] == [m["name"] for m in machines]
+    headings = {"aws": "AWS", "gcp": "Google Cloud", "azure": "Azure", "local": "This machine"}
+    for (name, group, meta), m in zip(rows, machines, strict=True):
+        assert group == headings.get(m["provider"], group), (name, group, m["provider"])
+        if m["gpu"]:
+            assert m["gpu"] in meta and f"{hourly(m['price_usd_per_hour'])}/h" in meta, (name, meta)
+    assert set(
+        page.js("return [...document.querySelectorAll('#machine-picker li.group')].map(g => g.textContent)")
+    ) >= {"AWS", "Google Cloud", "Azure"}
+
+    t4s = [m["name"] for m in machines if m["gpu"] == "T4"]
+    assert {m["provider"] for m in machines if m["gpu"] == "T4"} >= {"aws", "gcp", "azure"}
+    page.type_into("#machine-picker .picker-search", "t4")
+    shown = page.js(
+        "return [...document.querySelectorAll('#machine-picker li[data-value]')].filter(li => !li.hidden)"
+        ".map(li => li.dataset.value)"
+    )
+    assert shown == t4s
+    # Only the headings of providers with a T4 stay.
+    shown_groups = page.js(
+        "return [...document.querySelectorAll('#machine-picker li.group')].filter(g => !g.hidden)"
+        ".map(g => g.textContent)"
+    )
+    assert sorted(shown_groups) == sorted({headings[m["provider"]] for m in machines if m["gpu"] == "T4"})
+    choose_all = page.find("#machine-picker .picker-all")
+    assert choose_all.is_displayed() and choose_all.text == f"choose all {len(t4s)} shown"
+    choose_all.click()
+    assert page.js("return window.traincast.machinePicker.values()") == t4s
+
+    # The specs table: provider, GPU × count, both prices, and where the prices come from.
+    multi = next(m for m in machines if (m["gpu_count"] or 0) > 1 and m["spot_price_usd_per_hour"])
+    row = page.find(f'#machine-table tr[data-machine="{multi["name"]}"]')
+    cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[1].startswith(headings[multi["provider"]]) and cells[2] == f"{multi['gpu_count']}× {multi['gpu']}"
+    assert cells[6].startswith("$") and cells[7].startswith("$"), cells
+    assert multi["price_source"] and multi["price_source"] in (
+        row.find_elements(By.TAG_NAME, "td")[6].get_attribute("title") or ""
+    )
+
+
+def test_search_draws_both_plots(calibrated: Stack, page: Page) -> None:
+    """Two CNNs on local: one line each against batch size, one point each at its fastest, a hover label, a table."""
+    page.open()
+    for cnn in CNNS:
+        page.choose("cnn-picker", cnn)
+    page.choose("machine-picker", "local")
+    page.type_into("#image-size", "32")
+    page.type_into("#batch-list", ",".join(map(str, SIZES)))
+    assert page.search() == "done", page.find("#error").text
+    job = job_of(page)
+    assert job["status"] == "succeeded" and job["request"]["cnns"] == CNNS and job["request"]["image_size"] == 32
+    result = job["result"]
+
+    lines = roles(page.traces("plot-batch"), "line")
+    assert sorted(t["name"] for t in lines) == sorted(f"{c} · local" for c in CNNS)
+    # A band per line whose predictions carry an interval (the LightGBM model gives one), none otherwise.
+    banded = {c for c in CNNS if all(has_interval(p) for p in result["predictions"] if p["cnn"] == c)}
+    assert sorted(t["meta"]["cnn"] for t in roles(page.traces("plot-batch"), "band")) == sorted(2 * list(banded))
+    per_s = unit_of(page.layout("plot-batch")["yaxis"]["title"]["text"])
+    assert "batch size" in page.layout("plot-batch")["xaxis"]["title"]["text"]
+    for line in lines:
+        cnn = line["meta"]["cnn"]
+        expected = [p for p in result["predictions"] if p["cnn"] == cnn and p["total_seconds"] is not None]
+        assert line["x"] == [p["batch_size"] for p in expected] == SIZES
+        assert line["y"] == pytest.approx([p["total_seconds"] / per_s for p in expected], rel=1e-9)
+
+    # local measured its own layers: every point says "benchmarked", drawn solid with filled markers.
+    assert {p["source"] for p in result["predictions"]} == {"benchmarked"}
+    assert all(t["meta"]["source"] == "benchmarked" and t["line"]["dash"] == "solid" for t in lines)
+    assert not any(t["marker"]["symbol"].endswith("-open") for t in lines)
+    assert page.js("return [...document.querySelectorAll('#source-key .key-item')].map(k => k.dataset.source)") == [
+        "benchmarked"
+    ]
+
+    points = roles(page.traces("plot-cost"), "point")
+    assert len(points) == len(CNNS) and all(len(t["x"]) == 1 for t in points)
+    cost_layout = page.layout("plot-cost")
+    per_s_cost = unit_of(cost_layout["xaxis"]["title"]["text"])
+    assert "US$" in cost_layout["yaxis"]["title"]["text"]
+    for point in points:
+        best = next(b for b in result["best"] if b["cnn"] == point["meta"]["cnn"])
+        assert point["x"][0] == pytest.approx(best["min_time"]["total_seconds"] / per_s_cost, rel=1e-9)
+        assert point["y"][0] == pytest.approx(best["min_time"]["cost_usd"])
+
+    # Hover the resnet18 point as a mouse would and read the label plotly draws.
+    index = next(i for i, t in enumerate(page.traces("plot-cost")) if t["meta"]["cnn"] == "resnet18")
+    page.js("Plotly.Fx.hover('plot-cost', [{curveNumber: arguments[0], pointNumber: 0}])", index)
+    label = wait_until(
+        lambda: page.js(
+            "const t = document.querySelector('#plot-cost .hoverlayer .hovertext'); return t && t.textContent"
+        ),
+        10,
+        "the hover label",
+    )
+    fastest = next(b for b in result["best"] if b["cnn"] == "resnet18")["min_time"]["batch_size"]
+    assert "resnet18" in label and "local" in label and f"batch size {fastest}" in label, label
+    assert "benchmarked" in label and "reference" not in label, label
+    sources = page.js("return [...document.querySelectorAll('#best-table tbody tr')].map(r => r.lastChild.textContent)")
+    assert sources == ["benchmarked"] * len(CNNS)
+    assert not page.driver.find_elements(By.ID, "gpu-note")  # local has no GPUs, let alone several
+
+    # One legend for both plots: an entry per line; clicking one hides that CNN × machine in both plots.
+    entries = page.driver.find_elements(By.CSS_SELECTOR, "#legend .legend-item")
+    assert sorted(e.text for e in entries) == sorted(t["name"] for t in lines)
+    squeeze = page.find('#legend .legend-item[data-cnn="squeezenet1_1"]')
+    squeeze.click()
+    hidden = hidden_cnns(page)
+    assert hidden and set(hidden) == {"squeezenet1_1"} and squeeze.get_attribute("aria-pressed") == "false"
+    squeeze.click()
+    assert not hidden_cnns(page)
+
+    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
+    rows = page.js("return [...document.querySelectorAll('#machine-table tbody tr')].map(r => r.dataset.machine)")
+    assert rows == [m["name"] for m in machines]
+    assert page.find('#machine-table tr[data-machine="local"]').get_attribute("class") == "chosen"
+    assert "no hourly price" in page.find("#notes").text  # local is free: its $0 is explained
+
+    page.screenshot(SCREENSHOT)
+    assert png_size(SCREENSHOT) == LAPTOP
+
+    # The URL keeps the job: opening it again shows the same result, with the form filled from its request.
+    page.open(f"?job={job['id']}")
+    wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
+    assert sorted(t["name"] for t in roles(page.traces("plot-batch"), "line")) == sorted(t["name"] for t in lines)
+    assert page.js("return window.traincast.cnnPicker.values()") == CNNS
+    assert page.find("#image-size").get_attribute("value") == "32"
+
+
+def test_prediction_interval_is_drawn_as_a_band_when_present(calibrated: Stack, page: Page) -> None:
+    """A result with total_seconds_p10/p90 gets a filled band per line; without them, none."""
+    body = {"cnns": ["squeezenet1_1"], "machines": ["local"], "batch_sizes": SIZES, "image_size": 32}
+    job = wait_for_job(calibrated, http.post(f"{calibrated.url}/v1/jobs", json=body).json()["id"])
+    with_band, without = json.loads(json.dumps(job["result"])), json.loads(json.dumps(job["result"]))
+    for p in with_band["predictions"]:
+        if p["total_seconds"] is not None:
+            p["total_seconds_p10"], p["total_seconds_p90"] = 0.8 * p["total_seconds"], 1.25 * p["total_seconds"]
+    for p in without["predictions"]:
+        p.pop("total_seconds_p10", None)
+        p.pop("total_seconds_p90", None)
+    page.open()
+    page.js("window.traincast.render(arguments[0], arguments[1])", with_band, body)
+    bands = roles(page.traces("plot-batch"), "band")
+    assert len(bands) == 2 and any(t.get("fill") == "tonexty" for t in bands)
+    per_s = unit_of(page.layout("plot-batch")["yaxis"]["title"]["text"])
+    upper = next(t for t in bands if t.get("fill") != "tonexty")
+    assert upper["y"] == pytest.approx([p["total_seconds_p90"] / per_s for p in with_band["predictions"]], rel=1e-9)
+    assert len(roles(page.traces("plot-batch"), "line")) == 1
+    page.js("window.traincast.render(arguments[0], arguments[1])", without, body)
+    assert not roles(page.traces("plot-batch"), "band") and len(roles(page.traces("plot-batch"), "line")) == 1
+
+
+def test_api_error_is_shown_in_plain_words(page: Page) -> None:
+    """inception_v3 at 64 px: the API's problem detail appears on the page as a sentence, not JSON."""
+    body = {"cnns": ["inception_v3"], "machines": ["local"], "batch_sizes": [2], "image_size": 64}
+    problem = http.post(f"{page.url}/v1/jobs", json=body)
+    assert problem.status_code == 422
+    page.open()
+    page.choose("cnn-picker", "inception_v3")
+    page.choose("machine-picker", "local")
+    page.type_into("#image-size", "64")
+    page.type_into("#batch-list", "2")
+    assert page.search(timeout=60) == "error"
+    shown = page.find("#error").text
+    assert problem.json()["detail"] in shown and problem.json()["title"] in shown, shown
+    assert "{" not in shown and "problem+json" not in shown
+    assert not page.traces("plot-batch")
+
+    # A form mistake is caught before anything is sent.
+    page.type_into("#batch-list", "2, four")
+    assert page.search(timeout=10) == "error"
+    assert "whole numbers" in page.find("#error").text
+
+
+def test_progress_names_the_machine_type_waiting_for_an_agent(calibrated: Stack, page: Page) -> None:
+    """local has its agent, g4dn.xlarge has none, g5.xlarge has a fleet instance booting: the page says which is
+    waiting and for what; Cancel cancels the job."""
+    instance = f"i-web{uuid.uuid4().hex[:12]}"
+    with transaction() as cur:  # what the fleet controller records when it launches an instance
+        cur.execute(FLEET_LAUNCHED, (instance,))
+    page.open()
+    page.choose("cnn-picker", "squeezenet1_1")
+    page.choose("machine-picker", "local")
+    page.choose("machine-picker", "g4dn.xlarge")
+    page.choose("machine-picker", "g5.xlarge")
+    page.type_into("#image-size", "32")
+    page.type_into("#batch-list", ",".join(map(str, SIZES)))
+    # Unticked, g4dn.xlarge and g5.xlarge would be answered at once by the reference prediction.
+    page.find("#wait-benchmarks").click()
+    page.find("#search").click()
+    wait_until(
+        lambda: page.js("return document.querySelectorAll('#machine-progress li.waiting').length === 2"),
+        60,
+        "two waiting machines",
+    )
+    waiting = page.find('#machine-progress li.waiting[data-machine="g4dn.xlarge"]')
+    assert "waiting for an agent: no benchmark agent for g4dn.xlarge is running" in waiting.text
+    booting = page.find('#machine-progress li.waiting[data-machine="g5.xlarge"]')
+    assert f"waiting for an agent on g5.xlarge (the fleet launched {instance}; it is booting)" in booting.text
+    local = page.find('#machine-progress li[data-machine="local"]')
+    assert "waiting" not in (local.get_attribute("class") or "")
+    job = job_of(page)
+    assert job["request"]["wait_for_benchmarks"] is True
+    pending = job["progress"]["machines"]["g4dn.xlarge"]
+    assert job["status"] == "running" and pending["pending"] > 0
+    assert f"{pending['done']} of {pending['needed']}" in waiting.text
+
+    page.find("#cancel").click()
+    wait_until(lambda: job_of(page)["status"] == "canceled", 20, "the job to be canceled")
+    wait_until(lambda: "canceled" in page.find("#error").text, 10, "the page to say the job was canceled")
+    with transaction() as cur:
+        cur.execute("DELETE FROM fleet_instances WHERE instance_id = %s", (instance,))
+
+
+def test_upload_a_cnn_from_the_page(page: Page, tmp_path: Path) -> None:
+    """A JSON layer list uploaded from the form is registered and chosen; a broken file's error is shown."""
+    name = f"web-{uuid.uuid4().hex[:8]}"
+    layers = {
+        "image_size": 32,
+        "layers": [{"in_channels": 3, "out_channels": 8, "input_size": 32, "kernel": 3, "padding": 1}],
+        "parameters": 224,
+    }
+    good = tmp_path / "tiny.json"
+    good.write_text(json.dumps(layers))
+    page.open()
+    page.find("#upload summary").click()
+    page.type_into("#upload-name", name)
+    page.find("#upload-file").send_keys(str(good))
+    page.find("#upload-button").click()
+    wait_until(lambda: "Registered" in page.find("#upload-message").text, 30, "the upload to be registered")
+    assert name in [c["name"] for c in http.get(f"{page.url}/v1/cnns").json()["cnns"]]
+    assert page.js("return window.traincast.cnnPicker.values()") == [name]
+
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"image_size": 32, "layers": [{"in_channels": 3}]}')
+    expected = http.post(
+        f"{page.url}/v1/cnns", data={"name": f"{name}-2"}, files={"file": ("b.json", broken.read_bytes())}
+    ).json()["detail"]
+    page.type_into("#upload-name", f"{name}-2")
+    page.find("#upload-file").send_keys(str(broken))
+    page.find("#upload-button").click()
+    wait_until(lambda: "error" in (page.find("#upload-message").get_attribute("class") or ""), 30, "the upload error")
+    assert expected in page.find("#upload-message").text
+
+
+def test_gpu_types_without_an_agent_get_reference_predictions(full_stack: Stack, page: Page) -> None:
+    """g4dn.xlarge, a Google Cloud T4 type and a multi-GPU Azure type have no agent: the job is answered at once by
+    the reference prediction, drawn dashed with open markers and labelled so in the hover labels, the key and the
+    table; the note on multi-GPU machine types shows once."""
+    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
+    gcp_t4 = next(m for m in machines if m["provider"] == "gcp" and m["gpu"] == "T4")
+    multi = next(m for m in machines if m["provider"] == "azure" and (m["gpu_count"] or 0) > 1)
+    chosen = ["g4dn.xlarge", gcp_t4["name"], multi["name"]]
+    page.open()
+    page.choose("cnn-picker", "resnet18")
+    for name in chosen:
+        page.choose("machine-picker", name)
+    page.type_into("#batch-list", "8,16,32")
+    assert page.search(timeout=120) == "done", page.find("#error").text
+    job = job_of(page)
+    result = job["result"]
+    assert job["request"]["wait_for_benchmarks"] is False
+    assert {p["source"] for p in result["predictions"]} == {"reference"}
+    # Memory is modelled for reference points too: resnet18 at these batch sizes fits a T4.
+    assert {p["fits_in_memory"] for p in result["predictions"]} == {True}
+    assert "does not fit" not in page.find("#notes").text
+
+    lines = roles(page.traces("plot-batch"), "line")
+    assert sorted(t["meta"]["machine"] for t in lines) == sorted(chosen)
+    for line in lines:
+        assert line["meta"]["source"] == "reference" and line["line"]["dash"] == "dash", line["name"]
+        assert line["marker"]["symbol"].endswith("-open") and line["x"] == [8, 16, 32], line["name"]
+    points = roles(page.traces("plot-cost"), "point")
+    assert len(points) == 3 and all(t["marker"]["color"] == "#ffffff" for t in points)  # open markers
+    assert page.js("return [...document.querySelectorAll('#source-key .key-item')].map(k => k.dataset.source)") == [
+        "reference"
+    ]
+    assert {
+        e.get_attribute("data-source") for e in page.driver.find_elements(By.CSS_SELECTOR, "#legend .legend-item")
+    } == {"reference"}
+
+    # Hover the Google T4's line and the multi-GPU type's point.
+    pct = next(p for p in result["predictions"] if p["machine"] == gcp_t4["name"])["reference_error_pct"]
+    assert isinstance(pct, float | int) and pct > 0
+    index = next(
+        i
+        for i, t in enumerate(page.traces("plot-batch"))
+        if t["meta"]["machine"] == gcp_t4["name"] and t["meta"]["role"] == "line"
+    )
+    label = page.hover("plot-batch", index)
+    assert f"reference (±{pct:.3g}% held-out error)" in label, label
+    # Reference points now carry the modelled peak memory and fit (a T4 has 16 GiB).
+    point = next(p for p in result["predictions"] if p["machine"] == gcp_t4["name"])
+    assert (
+        "Google Cloud" in label
+        and "T4" in label
+        and f"peak memory {point['peak_memory_gib']:.3g} GiB of 16 GiB" in label
+    )
+    assert ("does not fit" if point["fits_in_memory"] is False else "fits") in label, label
+    index = next(i for i, t in enumerate(page.traces("plot-cost")) if t["meta"]["machine"] == multi["name"])
+    label = page.hover("plot-cost", index)
+    assert f"of its {multi['gpu_count']} GPUs" in label and "cost per GPU" in label and "reference (±" in label, label
+
+    rows = page.js(
+        "return [...document.querySelectorAll('#best-table tbody tr')]"
+        ".map(r => [r.dataset.machine, r.dataset.source, r.lastChild.textContent])"
+    )
+    assert sorted(r[0] for r in rows) == sorted(chosen)
+    assert all(r[1] == "reference" and r[2].startswith(f"reference (±{pct:.3g}%") for r in rows), rows
+    assert all(name in page.find("#reference-note").text for name in chosen)
+    notes = page.driver.find_elements(By.ID, "gpu-note")
+    assert len(notes) == 1 and multi["name"] in notes[0].text and "g4dn.xlarge" not in notes[0].text
+    assert result["gpu_note"][1:] in notes[0].text
+    assert not page.driver.find_elements(By.CSS_SELECTOR, "#machine-progress li.waiting")
+
+
+def test_measured_elsewhere_and_unknown_fit_are_drawn_as_such(page: Page) -> None:
+    """A Google T4 type predicted from g4dn.xlarge's measurements says so; a point that does not fit is left out and
+    named, one whose fit is unknown (null) is plotted."""
+    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
+    gcp_t4 = next(m["name"] for m in machines if m["provider"] == "gcp" and m["gpu"] == "T4")
+    gcp_l4 = next(m["name"] for m in machines if m["provider"] == "gcp" and m["gpu"] == "L4")
+
+    def point(machine: str, bs: int, source: str, fits: bool | None) -> dict[str, Any]:
+        seconds = 3600.0 * 64 / bs if fits is not False else None
+        extra = (
+            {"measured_on": ["g4dn.xlarge"]}
+            if source == "benchmarked"
+            else {"reference_error_pct": 9.5, "launch_bound": bs == 8, "measured_on": []}
+        )
+        return {
+            "cnn": "resnet18",
+            "machine": machine,
+            "batch_size": bs,
+            "source": source,
+            "fits_in_memory": fits,
+            "total_seconds": seconds,
+            "iteration_seconds": seconds and seconds / 1000,
+            "cost_usd": seconds and seconds / 3600,
+            "cost_per_gpu_usd": seconds and seconds / 3600,
+            "gpus_used": 1,
+            **extra,
+        }
+
+    predictions = [point(gcp_t4, 8, "benchmarked", True), point(gcp_t4, 16, "benchmarked", True),
+                   point(gcp_t4, 32, "benchmarked", False),
+                   point(gcp_l4, 8, "reference", None), point(gcp_l4, 16, "reference", None),
+                   point(gcp_l4, 32, "reference", None)]  # fmt: skip
+
+    def pick(machine: str, bs: int, source: str) -> dict[str, Any]:
+        return {"batch_size": bs, "total_seconds": 3600.0 * 64 / bs, "cost_usd": 64 / bs, "source": source}
+
+    result = {
+        "predictions": predictions,
+        "best": [{"cnn": "resnet18", "machine": gcp_t4, "min_time": pick(gcp_t4, 16, "benchmarked"),
+                  "min_cost": pick(gcp_t4, 16, "benchmarked")},
+                 {"cnn": "resnet18", "machine": gcp_l4, "min_time": pick(gcp_l4, 32, "reference"),
+                  "min_cost": pick(gcp_l4, 32, "reference")}],
+        "models": {gcp_t4: {"status": "ok", "source": "benchmarked", "version": 2, "kind": "lightgbm",
+                            "measured_on": "g4dn.xlarge"},
+                   gcp_l4: {"status": "reference", "source": "reference", "version": 1, "whole_step_mape": 9.5,
+                            "detail": f"{gcp_l4} (L4) has no benchmarks of its own yet: reference prediction"}},
+        "gpu_note": "a point is training on one GPU of the machine",
+    }  # fmt: skip
+    page.open()
+    page.js(
+        "window.traincast.render(arguments[0], arguments[1])",
+        result,
+        {"cnns": ["resnet18"], "machines": [gcp_t4, gcp_l4]},
+    )
+    lines = {t["meta"]["machine"]: t for t in roles(page.traces("plot-batch"), "line")}
+    assert lines[gcp_t4]["x"] == [8, 16] and lines[gcp_t4]["line"]["dash"] == "solid"
+    assert lines[gcp_l4]["x"] == [8, 16, 32] and lines[gcp_l4]["line"]["dash"] == "dash"
+    index = next(i for i, t in enumerate(page.traces("plot-batch")) if t["meta"]["machine"] == gcp_t4)
+    label = page.hover("plot-batch", index, 1)
+    assert "benchmarked (measured on g4dn.xlarge)" in label, label
+    index = next(i for i, t in enumerate(page.traces("plot-batch")) if t["meta"]["machine"] == gcp_l4)
+    assert "reference (±9.5% held-out error), launch-bound" in page.hover("plot-batch", index, 0)
+    notes = page.find("#notes").text
+    assert f"resnet18 on {gcp_t4} does not fit in GPU memory at batch size 32" in notes, notes
+    assert gcp_l4 not in notes.split("does not fit")[0].split("\n")[-1]  # the null fit is not called a misfit
+    sources = page.js("return [...document.querySelectorAll('#best-table tbody tr')].map(r => r.lastChild.textContent)")
+    assert sources == ["benchmarked (measured on g4dn.xlarge)", "reference (±9.5% held-out error)"]
+    assert page.js("return [...document.querySelectorAll('#source-key .key-item')].map(k => k.dataset.source)") == [
+        "benchmarked",
+        "reference",
+    ]
+
+
+def test_progress_of_a_machine_type_answered_by_the_reference(page: Page) -> None:
+    """A machine type whose benchmarks are pending but answered by the reference is not 'waiting for an agent'."""
+    g4dn: dict[str, Any] = {"needed": 10, "done": 0, "pending": 10, "agent_alive": False, "answered_by": "reference"}
+    progress = {
+        "layer_benchmarks": {"needed": 20, "done": 10, "pending": 10},
+        "machines": {"local": {"needed": 10, "done": 10, "pending": 0}, "g4dn.xlarge": g4dn},
+    }
+    show = (
+        "const done = arguments[arguments.length - 1]; const job = arguments[0];"
+        "window.traincast.waitingMachines(job).then((a) => { window.traincast.showProgress(job, a); done(); })"
+    )
+    page.open()
+    page.driver.execute_async_script(show, {"status": "running", "progress": progress})
+    row = page.find('#machine-progress li[data-machine="g4dn.xlarge"]')
+    assert row.get_attribute("class") == "reference" and "waiting" not in row.text
+    assert "answered now by the reference prediction" in row.text
+    # The same row without answered_by: now it waits for an agent (no agent serves g4dn.xlarge).
+    del g4dn["answered_by"]
+    page.driver.execute_async_script(show, {"status": "running", "progress": progress})
+    row = page.find('#machine-progress li[data-machine="g4dn.xlarge"]')
+    assert row.get_attribute("class") == "waiting" and "waiting for an agent" in row.text
+
+
+def test_register_a_gpu_from_the_page(page: Page) -> None:
+    """The "Add your own GPU" form registers a machine type by its figures and chooses it; an invalid one's error is
+    shown as the API's sentence."""
+    name = f"web-gpu-{uuid.uuid4().hex[:8]}"
+    figures = {"name": name, "gpu": "RTX 4090", "gpu_count": "2", "gpu_memory_gib": "24", "gpu_fp32_tflops": "82.6",
+               "gpu_fp16_tflops": "165", "gpu_mem_bandwidth_gbs": "1008", "gpu_sm_count": "128", "gpu_l2_mib": "72",
+               "gpu_tdp_watts": "450", "price_usd_per_hour": "0.69"}  # fmt: skip
+    page.open()
+    page.find("#add-gpu summary").click()
+    for field, value in figures.items():
+        page.type_into(f'#gpu-form input[name="{field}"]', value)
+    # No compute capability given: bf16 support is said in the form (an RTX 4090 has it).
+    Select(page.find('#gpu-form select[name="gpu_bf16"]')).select_by_value("true")
+    page.find("#gpu-button").click()
+    wait_until(lambda: "Registered" in page.find("#gpu-message").text, 30, "the GPU to be registered")
+    created = http.get(f"{page.url}/v1/machines/{name}").json()
+    assert created["registered"] and created["provider"] == "own" and created["gpu_memory_gib"] == 48
+    assert created["gpu_bf16"] is True
+    assert page.js("return window.traincast.machinePicker.values()") == [name]
+    heading = page.js(
+        "let li = document.querySelector(`#machine-picker li[data-value='${arguments[0]}']`);"
+        "while (li && !li.classList.contains('group')) li = li.previousElementSibling; return li && li.textContent",
+        name,
+    )
+    assert heading == "Your own"
+
+    bad = {**figures, "name": f"{name}-2", "gpu_fp16_tflops": "1"}  # below 1/64 of its FP32: the API refuses it
+    problem = http.post(
+        f"{page.url}/v1/machines", json={k: v if k in ("name", "gpu") else float(v) for k, v in bad.items()}
+    )
+    assert problem.status_code == 422
+    page.type_into('#gpu-form input[name="name"]', bad["name"])
+    page.type_into('#gpu-form input[name="gpu_fp16_tflops"]', "1")
+    page.find("#gpu-button").click()
+    wait_until(lambda: "error" in (page.find("#gpu-message").get_attribute("class") or ""), 30, "the GPU error")
+    shown = page.find("#gpu-message").text
+    assert problem.json()["title"] in shown and "1/64" in shown and "{" not in shown, shown
+
+
+def wait_for_job(stack: Stack, job_id: str, timeout: float = 120) -> dict[str, Any]:
+    """Poll a job over HTTP until it has finished; it must succeed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = http.get(f"{stack.url}/v1/jobs/{job_id}").json()
+        if job["status"] in ("succeeded", "failed", "canceled"):
+            assert job["status"] == "succeeded", job
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} did not finish\nworker:\n{stack.log('worker')[-3000:]}")
+
+
+def test_the_page_asks_for_a_key_and_keeps_it(page: Page) -> None:
+    """With no key the page asks for one; a refused key asks again, saying why; a valid key loads the lists and
+    is kept across reloads; a read-only key's search is refused in plain words."""
+    from shared import keys
+
+    try:
+        page.js("localStorage.removeItem(arguments[0])", KEY_STORAGE)
+        page.open()
+        assert page.state() == "key" and page.find("#key-form").is_displayed()
+        assert page.js("return window.traincast.state.machines.length") == 0
+        page.type_into("#api-key", f"tc_{'0' * 12}_{'A' * 43}")
+        page.find("#key-save").click()
+        refused = wait_until(lambda: page.find("#key-message").is_displayed() and page.find("#key-message").text, 30,
+                             "the refusal")  # fmt: skip
+        assert "API key was refused" in refused and "unknown" in refused and page.state() == "key"
+
+        _row, reader = keys.create(name="page-reader", scope="read")
+        page.type_into("#api-key", reader)
+        page.find("#key-save").click()
+        wait_until(lambda: page.state() == "idle", 30, "the lists to load with a valid key")
+        assert not page.find("#key-form").is_displayed()
+        assert page.js("return localStorage.getItem(arguments[0])", KEY_STORAGE) == reader
+        page.open()
+        assert page.state() == "idle" and page.js("return window.traincast.state.machines.length") > 0
+
+        page.choose("cnn-picker", "resnet18")
+        page.choose("machine-picker", "local")
+        assert page.search() == "error"
+        error = page.find("#error").text
+        assert "may not do that" in error and "scope read" in error and "submit" in error
+    finally:
+        page.js("localStorage.setItem(arguments[0], arguments[1])", KEY_STORAGE, admin_key())
+
+
+def test_training_settings_memory_plot_and_largest_batch(page: Page) -> None:
+    """ResNet-50 on a T4 and an A100 type with AdamW under AMP: the form sends the settings, the memory plot draws each
+    point's peak against each GPU's memory, and the best table shows the largest batch that fits and the energy."""
+    machines = {m["name"]: m for m in http.get(f"{page.url}/v1/machines").json()["machines"]}
+    chosen = ["g4dn.xlarge", "a2-highgpu-1g"]
+    page.open()
+    page.choose("cnn-picker", "resnet50")
+    for name in chosen:
+        page.choose("machine-picker", name)
+    page.type_into("#batch-list", "32,128,512")
+    page.js(
+        "document.getElementById('optimizer').value = 'adamw'; document.getElementById('optimizer')"
+        ".dispatchEvent(new Event('change'))"
+    )
+    assert page.find("#momentum").get_attribute("disabled") is not None  # momentum is SGD's
+    page.js("document.getElementById('precision').value = 'amp_fp16'")
+    page.find("#channels-last").click()
+    assert page.search(timeout=120) == "done", page.find("#error").text
+    job = job_of(page)
+    request = job["request"]
+    assert (request["optimizer"], request["precision"], request["channels_last"]) == ("adamw", "amp_fp16", True)
+    assert request["weight_decay"] == pytest.approx(0.01) and not request.get("momentum")  # AdamW's own default
+    result = job["result"]
+
+    memory = roles(page.traces("plot-memory"), "memory")
+    assert sorted(t["meta"]["machine"] for t in memory) == sorted(chosen)
+    for trace in memory:
+        expected = [p for p in result["predictions"] if p["machine"] == trace["meta"]["machine"]]
+        assert trace["x"] == [p["batch_size"] for p in expected] == [32, 128, 512]
+        assert trace["y"] == pytest.approx([p["peak_memory_gib"] for p in expected], rel=1e-9)
+    limits = {t["meta"]["machine"]: t["y"][0] for t in roles(page.traces("plot-memory"), "limit")}
+    assert limits == pytest.approx({n: machines[n]["gpu_memory_gib"] / machines[n]["gpu_count"] for n in chosen})
+    t4 = next(i for i, t in enumerate(page.traces("plot-memory")) if t["meta"].get("machine") == "g4dn.xlarge")
+    big = next(p for p in result["predictions"] if p["machine"] == "g4dn.xlarge" and p["batch_size"] == 512)
+    label = page.hover("plot-memory", t4, 2)
+    assert "batch size 512" in label and "peak memory" in label, label
+    assert ("does not fit" in label) == (big["fits_in_memory"] is False), (label, big)
+
+    for best in result["best"]:
+        row = page.find(f'#best-table tr[data-machine="{best["machine"]}"]')
+        assert row.find_element(By.CSS_SELECTOR, '[data-field="max_batch_size"]').text == str(best["max_batch_size"])
+        fastest = next(
+            p for p in result["predictions"]
+            if p["machine"] == best["machine"] and p["batch_size"] == best["min_time"]["batch_size"]
+        )  # fmt: skip
+        assert f"{fastest['energy_kwh']:.3g}"[:3] in row.text and "kWh" in row.text, row.text
+
+    page.js("document.getElementById('plot-memory').scrollIntoView()")
+    page.screenshot(ROOT / ".run" / "test-web-memory.png")
+
+    # The form comes back from the job in the URL, settings included.
+    page.open(f"?job={job['id']}")
+    wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
+    assert page.find("#optimizer").get_attribute("value") == "adamw"
+    assert page.find("#precision").get_attribute("value") == "amp_fp16"
+    assert page.find("#channels-last").is_selected()
+
+
+def test_every_chosen_cnn_chip_stays_in_view(page: Page) -> None:
+    """Forty CNNs chosen: every chip is drawn where a person can see and click it, none under the list."""
+    names = [c["name"] for c in http.get(f"{page.url}/v1/cnns").json()["cnns"]][:40]
+    page.open()
+    page.js("window.traincast.cnnPicker.set(arguments[0])", names)
+    covered = page.js(
+        "return [...document.querySelectorAll('#cnn-picker .picker-selected .chip')].filter(chip => {"
+        # The page scrolls to the chip, never the chips' own box: a chip only seen by scrolling that box is hidden.
+        "  window.scrollTo(0, chip.getBoundingClientRect().top + window.scrollY - innerHeight / 2);"
+        "  const r = chip.getBoundingClientRect();"
+        "  const top = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);"
+        "  return !(top === chip || chip.contains(top)); }).map(chip => chip.dataset.value)"
+    )
+    assert len(page.driver.find_elements(By.CSS_SELECTOR, "#cnn-picker .picker-selected .chip")) == len(names)
+    assert covered == []
+    assert page.find("#cnn-picker .picker-selected .count").text == f"{len(names)} chosen:"

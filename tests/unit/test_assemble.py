@@ -1,0 +1,77 @@
+"""Assembly's arithmetic: times, cost and energy of a point, and the best batch sizes among several."""
+
+import math
+from typing import Any
+
+import pytest
+
+from shared.jobs.request import JobRequest
+from worker import assemble
+
+G5 = {"price_usd_per_hour": 1.006, "gpu_count": 1, "gpu_tdp_watts": 300}
+FOUR_GPUS = {"price_usd_per_hour": 5.672, "gpu_count": 4, "gpu_tdp_watts": 300}
+LOCAL = {"price_usd_per_hour": 0.0, "gpu_count": 0, "gpu_tdp_watts": None}
+
+
+def point(bs: int, total: float | None, cost: float | None, fits: bool | None = True) -> dict[str, Any]:
+    """A point as best_of sees it."""
+    return {"batch_size": bs, "total_seconds": total, "cost_usd": cost, "fits_in_memory": fits, "source": "x"}
+
+
+def test_times_cost_and_energy_use_ceil_iterations_price_and_board_power() -> None:
+    """Epochs take ceil(dataset/batch) iterations; cost is price × time; energy board power × GPUs × time."""
+    request = JobRequest(cnns=["resnet18"], machines=["g5.xlarge"], batch_sizes=[8], epochs=3, dataset_size=100)
+    p = {"batch_size": 8}
+    assemble.fill(p, (40.0, 50.0, 70.0), G5, request)
+    iterations = math.ceil(100 / 8) * 3  # 13 per epoch, not 12.5
+    assert p["iteration_seconds"] == pytest.approx(0.05) and p["iteration_seconds_p10"] == pytest.approx(0.04)
+    assert p["total_seconds"] == pytest.approx(0.05 * iterations) and iterations == 39
+    assert p["total_seconds_p90"] == pytest.approx(0.07 * iterations)
+    assert p["epoch_seconds"] == pytest.approx(p["total_seconds"] / 3)
+    assert p["cost_usd"] == pytest.approx(1.006 * 0.05 * iterations / 3600)
+    assert p["energy_kwh"] == pytest.approx(300 * 0.05 * iterations / 3.6e6)
+    assert p["cost_per_gpu_usd"] == pytest.approx(p["cost_usd"])
+
+
+def test_a_machine_with_several_gpus_shares_its_cost_and_one_without_has_no_energy() -> None:
+    """Four GPUs: the cost per GPU is a quarter, energy counts all four boards; a CPU has no energy figure."""
+    request = JobRequest(cnns=["resnet18"], machines=["local"], batch_sizes=[10], epochs=1, dataset_size=100)
+    many, cpu = {"batch_size": 10}, {"batch_size": 10}
+    assemble.fill(many, (100.0, 100.0, 100.0), FOUR_GPUS, request)
+    assemble.fill(cpu, (100.0, 100.0, 100.0), LOCAL, request)
+    assert many["cost_per_gpu_usd"] == pytest.approx(many["cost_usd"] / 4)
+    assert many["energy_kwh"] == pytest.approx(4 * 300 * 1.0 / 3.6e6)
+    assert cpu["energy_kwh"] is None and cpu["cost_usd"] == 0.0 and "cost_per_gpu_usd" not in cpu
+
+
+def test_best_batch_sizes_among_several_points() -> None:
+    """The fastest and the cheapest differ; a faster point that does not fit, or has no time, is never chosen."""
+    points = [
+        point(8, 300.0, 0.30),
+        point(16, 200.0, 0.25),
+        point(32, 150.0, 0.28),
+        point(64, 100.0, 0.10, fits=False),  # fastest and cheapest, but out of memory
+        point(128, None, None, fits=None),  # no model: no time
+        point(4, 400.0, 0.20, fits=None),  # fit unknown: may be best
+    ]
+    best = assemble.best_of("resnet18", "g5.xlarge", points, 48)
+    assert best["cnn"] == "resnet18" and best["machine"] == "g5.xlarge" and best["max_batch_size"] == 48
+    assert best["min_time"] == {"batch_size": 32, "total_seconds": 150.0, "cost_usd": 0.28, "source": "x"}
+    assert best["min_cost"]["batch_size"] == 4
+
+
+def test_ties_go_to_the_smaller_batch_for_time_and_the_faster_one_for_cost() -> None:
+    """Equal times: the smaller batch size; equal costs (a free machine): the faster, then the smaller."""
+    points = [point(32, 100.0, 0.0), point(16, 100.0, 0.0), point(8, 120.0, 0.0), point(4, 100.0, 0.0)]
+    best = assemble.best_of("resnet18", "local", points, None)
+    assert best["min_time"]["batch_size"] == 4 and best["min_cost"]["batch_size"] == 4
+    points = [point(8, 90.0, 0.5), point(16, 80.0, 0.5), point(32, 80.0, 0.5)]
+    best = assemble.best_of("resnet18", "g5.xlarge", points, None)
+    assert best["min_time"]["batch_size"] == 16 and best["min_cost"]["batch_size"] == 16
+
+
+def test_no_usable_point_has_no_best() -> None:
+    """Only points that do not fit or have no time: no best, not a wrong one."""
+    points = [point(8, 10.0, 0.1, fits=False), point(16, None, None)]
+    best = assemble.best_of("resnet18", "g5.xlarge", points, 4)
+    assert best["min_time"] is None and best["min_cost"] is None

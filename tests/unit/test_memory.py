@@ -1,0 +1,101 @@
+"""The training-step memory model (shared/cnn/memory.py) and how a job's points use it (worker/memory.py)."""
+
+from typing import Any
+
+import pytest
+
+from shared.cnn import memory
+from shared.cnn import zoo as cnn_zoo
+from shared.jobs.request import JobRequest
+from worker import memory as point_memory
+
+T4 = 16 * memory.GIB
+
+
+@pytest.fixture(scope="module")
+def resnet50() -> dict[str, Any]:
+    return cnn_zoo.conv_layers("resnet50", 224).workload
+
+
+def peak(work: dict[str, Any], bs: int, **kw: Any) -> float:
+    p = memory.step_peak(work, bs, **kw)
+    assert p is not None
+    return p.total
+
+
+def test_extraction_measures_what_autograd_saves(resnet50: dict[str, Any]) -> None:
+    """Saved activations are counted once per storage: less than every op output, more than the input."""
+    saved, outputs = resnet50["saved_bytes"], resnet50["activation_bytes"]
+    assert 3 * 224 * 224 * 4 < saved < outputs
+    assert resnet50["largest_parameter"] == 512 * 512 * 3 * 3  # layer4's 3x3 convs, above the 2048x1000 classifier
+
+
+def test_optimizer_state_orders_the_peaks(resnet50: dict[str, Any]) -> None:
+    sgd, momentum = peak(resnet50, 8), peak(resnet50, 8, optimizer="sgd", momentum=0.9)
+    adam, adamw = peak(resnet50, 8, optimizer="adam"), peak(resnet50, 8, optimizer="adamw")
+    params = resnet50["parameters"] * 4
+    assert momentum - sgd == pytest.approx(params * memory.GPU_SCALE)
+    assert adam > momentum and adamw == adam
+    # Weight decay costs Adam a temporary copy of the gradients (foreach); AdamW decays in place.
+    assert peak(resnet50, 1, optimizer="adam", weight_decay=1e-4) > peak(resnet50, 1, optimizer="adam")
+    assert peak(resnet50, 1, optimizer="adamw", weight_decay=1e-4) == peak(resnet50, 1, optimizer="adamw")
+
+
+def test_amp_halves_activations_but_keeps_fp32_master_weights(resnet50: dict[str, Any]) -> None:
+    fp32 = memory.step_peak(resnet50, 64)
+    amp = memory.step_peak(resnet50, 64, precision="amp_fp16")
+    assert fp32 is not None and amp is not None
+    assert amp.activations < 0.6 * fp32.activations and amp.total < fp32.total
+    assert amp.weights == fp32.weights and amp.gradients == fp32.gradients
+    assert peak(resnet50, 64, precision="tf32") == fp32.total  # TF32 changes the math, not the storage
+    with pytest.raises(ValueError):
+        memory.step_peak(resnet50, 64, precision="fp8")
+
+
+def test_peak_grows_with_the_batch_and_the_gpu_adds_its_own(resnet50: dict[str, Any]) -> None:
+    peaks = [peak(resnet50, bs) for bs in range(1, 257)]
+    assert all(b > a for a, b in zip(peaks, peaks[1:], strict=False))
+    assert peak(resnet50, 32, gpu=True) > peak(resnet50, 32, gpu=True, tensors_only=True) > 0
+    assert peak(resnet50, 32, gpu=False) == peak(resnet50, 32, gpu=True, tensors_only=True)
+
+
+@pytest.mark.parametrize(("optimizer", "precision"), [("sgd", "fp32"), ("adam", "fp32"), ("sgd", "amp_fp16")])
+def test_max_batch_size_is_the_boundary(resnet50: dict[str, Any], optimizer: str, precision: str) -> None:
+    largest = memory.max_batch_size(resnet50, T4, cap=4096, optimizer=optimizer, precision=precision)
+    assert largest is not None and 1 < largest < 4096
+    assert peak(resnet50, largest, optimizer=optimizer, precision=precision) <= T4
+    assert peak(resnet50, largest + 1, optimizer=optimizer, precision=precision) > T4
+
+
+def test_max_batch_size_at_its_bounds(resnet50: dict[str, Any]) -> None:
+    assert memory.max_batch_size(resnet50, 1e15, cap=300) == 300
+    assert memory.max_batch_size(resnet50, peak(resnet50, 1) - 1, cap=300) == 0
+    assert memory.max_batch_size({"parameters": 10}, T4, cap=300) is None  # nothing known of its activations
+
+
+def test_a_cnn_read_without_autograd_is_estimated_from_its_op_outputs() -> None:
+    work = {"parameters": 1_000_000, "activation_bytes": 5e6, "saved_bytes": None}
+    assert memory.saved_per_sample(work) == pytest.approx(5e6 * memory.SAVED_PER_OUTPUT)
+    assert memory.step_peak({"parameters": 1_000_000, "activation_bytes": None}, 8) is None
+
+
+def test_capacity_is_one_gpu_or_the_ram() -> None:
+    eight = {"gpu": "A100", "gpu_count": 8, "gpu_memory_gib": 320, "memory_gib": 1152, "provider": "aws"}
+    assert point_memory.capacity_bytes(eight) == 40 * memory.GIB
+    assert point_memory.capacity_bytes({"gpu": None, "memory_gib": 8, "provider": "own"}) == 8 * memory.GIB
+    local = point_memory.capacity_bytes({"gpu": None, "memory_gib": None, "provider": "local"})
+    assert local is not None and local > memory.GIB
+    assert point_memory.capacity_bytes({"gpu": None, "memory_gib": None, "provider": "own"}) is None
+
+
+def test_a_measured_out_of_memory_wins_over_the_model(resnet50: dict[str, Any]) -> None:
+    t4 = {"gpu": "T4", "gpu_count": 1, "gpu_memory_gib": 16, "provider": "aws"}
+    request = JobRequest(cnns=["resnet50"], machines=["x"], batch_sizes=[8, 16])
+    points = [{"batch_size": 8, "fits_in_memory": False}, {"batch_size": 16, "fits_in_memory": None}]
+    point_memory.annotate(points, resnet50, t4, request)
+    assert points[0]["fits_in_memory"] is False and points[1]["fits_in_memory"] is True
+    assert all(p["peak_memory_gib"] > 0 for p in points)
+    modelled = point_memory.max_batch_size(resnet50, t4, request, measured_oom=[])
+    assert modelled is not None and modelled > 16
+    assert point_memory.max_batch_size(resnet50, t4, request, measured_oom=[16]) == 15
+    assert point_memory.max_batch_size(resnet50, t4, request, measured_oom=[1]) == 0

@@ -1,0 +1,77 @@
+"""The agent's whole-step bench builds exactly the optimizer and precision a configuration names (CPU, tiny CNN)."""
+
+import pytest
+import torch
+
+from gpu_agent import step_bench
+from shared.core.errors import InvalidRequest
+from shared.training import TrainConfig
+
+CPU = torch.device("cpu")
+
+
+def tiny() -> torch.nn.Module:
+    """A small CNN: conv, batch norm, ReLU, pooling, linear."""
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 1000),
+    )  # fmt: skip
+
+
+def stepped(config: TrainConfig) -> tuple[torch.nn.Module, torch.optim.Optimizer, list[torch.dtype]]:
+    """A tiny CNN after one prepared step with that configuration, and the dtypes its conv output had."""
+    model = tiny()
+    if config.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    seen: list[torch.dtype] = []
+    model[0].register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    opt = step_bench.make_optimizer(model.parameters(), config)
+    step_bench.prepare(model, opt, 2, 8, config, CPU).phases["step"]()
+    return model, opt, seen
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_sgd_keeps_momentum_buffers_only_with_momentum(momentum: float) -> None:
+    """SGD(momentum, weight_decay) as asked: a momentum buffer per parameter exists iff momentum > 0."""
+    model, opt, _ = stepped(TrainConfig(optimizer="sgd", momentum=momentum, weight_decay=1e-4))
+    assert type(opt) is torch.optim.SGD
+    assert opt.param_groups[0]["momentum"] == momentum and opt.param_groups[0]["weight_decay"] == 1e-4
+    buffers = [opt.state[p].get("momentum_buffer") for p in model.parameters()]
+    assert all(b is not None for b in buffers) if momentum else all(b is None for b in buffers)
+
+
+@pytest.mark.parametrize(("name", "cls"), [("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW)])
+def test_adam_and_adamw_with_two_states(name: str, cls: type) -> None:
+    """Adam and AdamW of their own types, with the weight decay given and two states per parameter."""
+    model, opt, _ = stepped(TrainConfig(optimizer=name, weight_decay=0.01))  # type: ignore[arg-type]
+    assert type(opt) is cls and opt.param_groups[0]["weight_decay"] == 0.01
+    state = opt.state[next(model.parameters())]
+    assert "exp_avg" in state and "exp_avg_sq" in state
+
+
+def test_autocast_runs_convs_in_the_precision_and_keeps_fp32_master_weights() -> None:
+    """amp_bf16 runs the conv in bfloat16 (the weights stay fp32); fp32 and tf32 run it in float32."""
+    model, _, seen = stepped(TrainConfig(precision="amp_bf16"))
+    assert seen and set(seen) == {torch.bfloat16}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    for precision in ("fp32", "tf32"):
+        _, _, seen = stepped(TrainConfig(precision=precision))  # type: ignore[arg-type]
+        assert set(seen) == {torch.float32}
+
+
+def test_fp16_autocast_runs_with_a_grad_scaler_or_is_refused_clearly() -> None:
+    """amp_fp16 on the CPU: run in float16 with a GradScaler where this torch can, else refused by name."""
+    config = TrainConfig(precision="amp_fp16")
+    try:
+        step_bench.check_autocast(config, CPU)
+    except InvalidRequest as exc:
+        assert "amp_fp16 is not supported on cpu by torch" in exc.detail
+        return
+    _, _, seen = stepped(config)
+    assert set(seen) == {torch.float16}
+
+
+def test_channels_last_images_and_weights() -> None:
+    """channels_last puts the conv weights and the images in that memory format."""
+    model, _, _ = stepped(TrainConfig(channels_last=True))
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
