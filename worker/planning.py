@@ -180,18 +180,21 @@ def finish_if_complete(
             return False
         result: dict[str, Any] | None = None
         status, error = JobStatus.FAILED, expired
-        if not expired:
-            try:
-                # Checked against Result before it is stored, so every reader may trust its shape.
-                result = check_result(
-                    assemble.result(request=request, plan=plan.model_dump(), incomplete=set(gaps) | set(op_gaps))
-                )
-                status = JobStatus.SUCCEEDED
-            except TraincastError as exc:
-                if is_transient(exc):
-                    raise  # an outage, not this job's fault
-                error = exc.detail
-        finished = jobs.finish(cur=cur, job_id=job_id, status=status, result=result, error=error, progress=counts)
+        # The result is built, checked, stored and freed with the cyclic collector paused (assemble.no_cyclic_gc).
+        with assemble.no_cyclic_gc():
+            if not expired:
+                try:
+                    # Checked against Result before it is stored, so every reader may trust its shape.
+                    result = check_result(
+                        assemble.result(request=request, plan=plan.model_dump(), incomplete=set(gaps) | set(op_gaps))
+                    )
+                    status = JobStatus.SUCCEEDED
+                except TraincastError as exc:
+                    if is_transient(exc):
+                        raise  # an outage, not this job's fault
+                    error = exc.detail
+            finished = jobs.finish(cur=cur, job_id=job_id, status=status, result=result, error=error, progress=counts)
+            del result
     log.info("job %s %s", job_id, status)
     if status == JobStatus.FAILED and finished is not None:
         withdrawal.withdraw_jobs([finished])

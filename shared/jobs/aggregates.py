@@ -34,7 +34,7 @@ INSERT INTO jobs (id, status, request, request_hash, progress, result, created_a
 SELECT gen_random_uuid(),
        (ARRAY['{S.SUCCEEDED}','{S.SUCCEEDED}','{S.SUCCEEDED}','{S.FAILED}','{S.CANCELED}'])[1 + j %% 5],
        '{{"cnns": ["resnet50"], "machines": ["g5.xlarge"], "batch_sizes": [8, 16, 32]}}', md5(j::text), '{{}}',
-       (SELECT jsonb_build_object('predictions', jsonb_agg(jsonb_build_object('batch_size', p, 'seconds', p * 1.5)))
+       (SELECT jsonb_build_object('best', jsonb_agg(jsonb_build_object('batch_size', p, 'seconds', p * 1.5)))
         FROM generate_series(1, 40) p),
        now() - make_interval(secs => j * 30), now() - make_interval(secs => j * 30 - 2),
        now() - make_interval(secs => j * 30 - 5 - j %% 600)

@@ -9,6 +9,7 @@ from typing import Any
 
 from shared.core.db import Cursor, Json, connect, transaction
 from shared.core.errors import Conflict, NotFound
+from shared.jobs import predictions
 from shared.jobs.models import OPEN, JobStatus, Plan, Progress
 from shared.jobs.request import JobRequest
 
@@ -26,17 +27,11 @@ SELECT_BY_KEY = "SELECT * FROM jobs WHERE idempotency_key = %s AND owner_key_id 
 # %(owner)s NULL: every job (admin keys, workers); else only that key's jobs, so others' ids answer 404.
 _OWNED = "(%(owner)s::text IS NULL OR owner_key_id = %(owner)s)"
 SELECT_JOB = f"SELECT * FROM jobs WHERE id = %(id)s AND {_OWNED}"
-# GET /v1/jobs/{id}: the result as PostgreSQL's text, never parsed into Python (a result may hold 100,000 points);
-# with a page asked, only predictions[offset, offset + limit) and how many there are.
+# GET /v1/jobs/{id}: the result as PostgreSQL's text, never parsed into Python; its predictions are apart
+# (shared/jobs/predictions.py), spliced in by view().
 SELECT_VIEW = f"""
 SELECT id, status, request, progress, error, created_at, started_at, finished_at,
-       CASE WHEN status = '{S.SUCCEEDED}' THEN
-           CASE WHEN %(paged)s THEN jsonb_set(result, '{{predictions}}', jsonb_path_query_array(
-               result->'predictions', '$[$from to $to]', jsonb_build_object('from', %(offset)s, 'to', %(to)s)))
-           ELSE result END::text
-       END AS result_text,
-       CASE WHEN %(paged)s AND status = '{S.SUCCEEDED}' THEN jsonb_array_length(result->'predictions') END
-           AS predictions_total
+       CASE WHEN status = '{S.SUCCEEDED}' THEN result::text END AS result_text
 FROM jobs WHERE id = %(id)s AND {_OWNED}"""
 SELECT_POSITION = f"SELECT id, created_at FROM jobs WHERE id = %(id)s AND {_OWNED}"
 SELECT_PAGE = f"""
@@ -122,19 +117,30 @@ def create(
 
 
 def get(*, job_id: uuid.UUID, owner: str | None = None) -> dict[str, Any]:
-    """One job by id; with `owner`, only if that key owns it."""
-    return _one(SELECT_JOB, {"id": job_id, "owner": owner}, job_id)
+    """One job by id; a succeeded one's result whole (its points read back). With `owner`, only if that key owns it."""
+    row = _one(SELECT_JOB, {"id": job_id, "owner": owner}, job_id)
+    if row["status"] == S.SUCCEEDED and row["result"] is not None and "predictions" not in row["result"]:
+        row["result"] = {"predictions": predictions.points(job_id=job_id), **row["result"]}
+    return row
 
 
 def view(
     *, job_id: uuid.UUID, owner: str | None = None, offset: int | None = None, limit: int | None = None
 ) -> dict[str, Any]:
-    """One job for GET: its result as JSON text (`result_text`), only predictions[offset:offset+limit] if paged."""
-    paged = offset is not None or limit is not None
-    start = offset or 0
-    # jsonpath's `to` is inclusive; no limit: to the end (a request holds far fewer than 2**31 points).
-    to = start + limit - 1 if limit is not None else 2**31 - 1
-    return _one(SELECT_VIEW, {"id": job_id, "owner": owner, "paged": paged, "offset": start, "to": to}, job_id)
+    """One job for GET: its result as JSON text (`result_text`), only predictions[offset:offset+limit] if paged.
+
+    `predictions_total` is set when a page was asked for.
+    """
+    row = _one(SELECT_VIEW, {"id": job_id, "owner": owner}, job_id)
+    row["predictions_total"] = None
+    if row["result_text"] is not None:
+        points, total = predictions.text(job_id=job_id, offset=offset or 0, limit=limit)
+        # jsonb prints an object as "{...}": the points go in as its first member.
+        rest = row["result_text"][1:].lstrip()
+        row["result_text"] = '{"predictions": ' + points + (", " + rest if rest != "}" else "}")
+        if offset is not None or limit is not None:
+            row["predictions_total"] = total
+    return row
 
 
 def position(*, job_id: uuid.UUID, owner: str | None = None) -> dict[str, Any]:
@@ -285,21 +291,29 @@ def finish(
 
     With `cur`, in the caller's transaction (under locked_open).
     """
+    # The points go to job_predictions, rendered once; the row keeps the rest (a few KB however many points).
+    rest = {k: v for k, v in result.items() if k != "predictions"} if result is not None else None
     params = {
         "id": job_id,
         "status": str(status),
-        "result": Json(result) if result is not None else None,
+        "result": Json(rest) if rest is not None else None,
         "error": error,
         "progress": Json(_doc(progress)) if progress is not None else None,
     }
     if cur is not None:
-        cur.execute(FINISH_JOB, params)
-        row = cur.fetchone()
-    else:
-        with transaction() as own:
-            own.execute(FINISH_JOB, params)
-            row = own.fetchone()
-    return dict(row) if row is not None else None
+        return _finish(cur, params, result)
+    with transaction() as own:
+        return _finish(own, params, result)
+
+
+def _finish(cur: Cursor, params: dict[str, Any], result: dict[str, Any] | None) -> dict[str, Any] | None:
+    cur.execute(FINISH_JOB, params)
+    row = cur.fetchone()
+    if row is None:
+        return None  # it had ended: its result is not stored
+    if result is not None:
+        predictions.store(cur=cur, job_id=params["id"], points=result.get("predictions", []))
+    return dict(row)
 
 
 def running(*, job_id: uuid.UUID) -> dict[str, Any] | None:

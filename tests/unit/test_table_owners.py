@@ -31,6 +31,7 @@ OWNERS = {
     "fleet_events": "fleet.store",
     "predictor_models": "worker.predictor",
     "jobs": "shared.jobs",
+    "job_predictions": "shared.jobs.predictions",
 }
 _SQL = r"\b(?:FROM|INTO|UPDATE|JOIN|TABLE|TRUNCATE)\s+(?:ONLY\s+)?{table}\b"
 
