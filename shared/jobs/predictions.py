@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import psycopg2.extras
 
-from shared.core.db import Cursor, transaction
+from shared.core.db import Cursor, one, transaction
 
 # Points per part: a page's two end parts are parsed (a few ms each); the whole set is ~250 rows for 63,488 points.
 PART_POINTS = 256
@@ -49,7 +49,7 @@ def text(*, job_id: uuid.UUID, offset: int = 0, limit: int | None = None) -> tup
         cur.execute(SELECT_PARTS, {"id": job_id, "start": offset, "end": end})
         parts = cur.fetchall()
         cur.execute(SELECT_TOTAL, (job_id,))
-        total = int(cur.fetchone()["total"])
+        total = int(one(cur)["total"])
     bodies = []
     for row in parts:
         first, n, body = row["first"], row["points"], row["body"]
