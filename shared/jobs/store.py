@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from shared.core.db import Cursor, Json, connect, transaction
+from shared.core.db import Cursor, Json, pool, transaction
 from shared.core.errors import Conflict, NotFound
 from shared.jobs import predictions
 from shared.jobs.models import OPEN, JobStatus, Plan, Progress
@@ -223,6 +223,7 @@ TOUCH = f"UPDATE jobs SET updated_at = now() WHERE id = %s AND status IN {_OPEN}
 # One planner per job (class 14 beside the owner lock's 13): a plan message the reconciler sent again while a slow
 # first planning ran must not plan the job a second time, concurrently.
 TRY_PLANNING_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(%s::text)) AS mine"
+UNLOCK_PLANNING = "SELECT pg_advisory_unlock(%s, hashtext(%s::text))"
 PLANNING_LOCK_CLASS = 14
 # Running jobs keep their queued work, whoever else asked for it too.
 SELECT_LIVE_PLANS = f"SELECT id, request, plan FROM jobs WHERE status = '{S.RUNNING}' AND plan IS NOT NULL"
@@ -245,18 +246,26 @@ def locked_open(*, job_id: uuid.UUID) -> Iterator[tuple[Cursor, dict[str, Any] |
 def planning_claim(*, job_id: uuid.UUID) -> Iterator[bool]:
     """True inside the block if this process alone may plan the job now; False if another is planning it.
 
-    The lock is a session lock on a connection of its own, closed at the end: it lasts exactly as long as the
-    block, or as the process if that dies mid-planning, so a later plan message can take the job up.
+    A session lock on a pooled connection kept for the block and unlocked at its end; if the process dies
+    mid-planning its connection closes and the lock goes with it, so a later plan message can take the job up.
     """
-    conn = connect()
+    owner = pool()
+    conn = owner.borrow()
+    key = (PLANNING_LOCK_CLASS, str(job_id))
     try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(TRY_PLANNING_LOCK, (PLANNING_LOCK_CLASS, str(job_id)))
+        with conn, conn.cursor() as cur:
+            cur.execute(TRY_PLANNING_LOCK, key)
             row = cur.fetchone()
-        yield bool(row and row[0])
+        mine = bool(row and row[0])
+        yield mine
+        if mine:
+            with conn, conn.cursor() as cur:
+                cur.execute(UNLOCK_PLANNING, key)
+    except BaseException:
+        conn.close()  # whatever state the session is in, its lock ends with it
+        raise
     finally:
-        conn.close()
+        owner.give_back(conn)  # closed ones are dropped
 
 
 def open_job(*, job_id: uuid.UUID) -> dict[str, Any] | None:
