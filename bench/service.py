@@ -361,6 +361,14 @@ def measure(stack: Stack, key: str, cnns: list[str], gpus: list[str], args: argp
         out["clients"][clients] = (rate, noop, lat)
         print(f"{clients} clients: {rate:.1f} jobs/s, no-op {noop:.0f}/s, p95 {percentile(lat, 0.95) * 1000:.0f} ms",
               flush=True)  # fmt: skip
+    if not args.large_only:
+        # Where 8 clients' jobs spend the machine: CPU per process kind and PostgreSQL's transactions, per job.
+        from bench.cpu_split import CpuSplit
+
+        each = 10 if args.quick else 30
+        with CpuSplit(os.environ["DATABASE_URL"]) as split:
+            jobs_per_s(http, 8, each, poll_s)
+        out["split"] = split.per_job(8 * each)
     out["points"] = []
     for label, body in steps:
         runs = large_runs if label == "63k" else (1 if args.quick else 3)
@@ -422,6 +430,16 @@ def report(out: dict[str, Any], args: argparse.Namespace, poll_s: float) -> str:
     for clients, (rate, noop, lat) in out["clients"].items():
         conc.append(f"| {clients} | {rate:.1f} | {noop:.0f} | {rate / noop:.3f} | {percentile(lat, 0.5) * 1000:.0f} |"
                     f" {percentile(lat, 0.95) * 1000:.0f} |")  # fmt: skip
+    split = []
+    if "split" in out:
+        stats, cores = out["split"]["stats"], out["split"]["cores"]
+        split = [
+            "", "Where 8 clients' small jobs spend the machine (CPU ms per job by process kind, and how many cores it"
+            f" kept busy; PostgreSQL per job: {stats['transactions']:.1f} transactions, {stats['rows_written']:.1f}"
+            f" rows written, {stats['tup_fetched']:.0f} rows fetched):", "",
+            "| process | CPU ms per job | cores busy |", "|---|---:|---:|",
+            *(f"| {kind} | {ms:.2f} | {cores[kind]:.2f} |" for kind, ms in out["split"]["cpu_ms"].items()),
+        ]  # fmt: skip
     flags = (" --quick" if args.quick else "") + (f" --wait {args.wait:g}" if args.wait else "")
     command = f"`.venv/bin/python bench/service.py{flags}`"
     return "\n".join([
@@ -436,7 +454,7 @@ def report(out: dict[str, Any], args: argparse.Namespace, poll_s: float) -> str:
         "`local` takes too long for a bench). Caches warm: the small job and one of every CNN × GPU type ran in "
         f"both worker children first ({out['warm_s']:.0f} s).",
         "", *rows, "", "How a job grows with its points (one client):", "", *growth, "",
-        "How the small job grows with concurrent clients (each client submits, then polls):", "", *conc,
+        "How the small job grows with concurrent clients (each client submits, then polls):", "", *conc, *split,
     ])  # fmt: skip
 
 

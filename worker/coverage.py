@@ -39,6 +39,12 @@ def op_points(plan: Plan, sizes: list[int]) -> set[tuple[int, int]]:
     return {(s, b) for s in op_ids(plan) for b in ([0] if s in optimizers else sizes)}
 
 
+def op_point_count(plan: Plan, sizes: list[int]) -> int:
+    """len(op_points(plan, sizes)) without building the set (a large job's is ~10^5 pairs)."""
+    optimizers = set(plan.optimizers)
+    return sum(1 if s in optimizers else len(set(sizes)) for s in op_ids(plan))
+
+
 def missing(plan: Plan, request: JobRequest) -> Missing:
     """Per machine type, the conv pairs no machine type with its GPU model has a benchmark for."""
     sigs = signature_ids(plan)

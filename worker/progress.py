@@ -20,7 +20,7 @@ def of(
 ) -> Progress:
     """A job's progress: conv layer and op benchmarks needed, done and pending, in all and per machine type."""
     per_machine = len(coverage.signature_ids(plan)) * len(request.batch_size_list())
-    ops_per_machine = len(coverage.op_points(plan, request.batch_size_list()))
+    ops_per_machine = coverage.op_point_count(plan, request.batch_size_list())
     pending = {m: len(gaps.get(m, ())) for m in request.machines}
     ops_pending = {m: len(op_gaps.get(m, ())) for m in request.machines}
     counts_by_type = {
