@@ -498,13 +498,19 @@
     setState("running");
     showProgress({ status: "queued", progress: null }, null);
     let failures = 0;
+    let holdS = 0; // the first read answers at once; later ones are long polls (?wait)
     while (generation === state.generation) {
       let job, response;
+      const began = Date.now();
       try {
-        ({ data: job, response } = await api("GET", `v1/jobs/${encodeURIComponent(jobId)}`));
+        const wait = holdS ? `?wait=${holdS}` : "";
+        ({ data: job, response } = await api("GET", `v1/jobs/${encodeURIComponent(jobId)}${wait}`));
+        // A read answered after Cancel or a new Search (a long poll is nearly always in flight) changes nothing.
+        if (generation !== state.generation) return;
         failures = 0;
         $("#error").hidden = true;
       } catch (err) {
+        if (generation !== state.generation) return;
         // The job goes on on the server whatever happens here: ride out a restart or a network blip.
         const transient = err.status === 0 || err.status >= 500;
         if (transient && ++failures < 10) {
@@ -538,10 +544,14 @@
       const agents = await waitingMachines(job);
       if (generation !== state.generation) return;
       showProgress(job, agents);
-      // The API says when to ask again (Retry-After); stay within 0.5-10 s whatever it says.
+      // The next read asks the API to hold it until the job ends or Retry-After's seconds pass (0.5-10 s
+      // whatever it says), so the end shows at once and the progress every few seconds. An answer that came
+      // back sooner than asked while the job runs (a proxy that does not hold) waits out the rest here.
+      const asked = holdS;
       const after = Number(response.headers.get("retry-after"));
-      const waitS = Math.min(10, Math.max(0.5, Number.isFinite(after) && after > 0 ? after : POLL_DEFAULT_S));
-      await new Promise((resolve) => setTimeout(resolve, waitS * 1000));
+      holdS = Math.min(10, Math.max(0.5, Number.isFinite(after) && after > 0 ? after : POLL_DEFAULT_S));
+      const rest = asked * 1000 - (Date.now() - began);
+      if (rest > 0) await new Promise((resolve) => setTimeout(resolve, rest));
     }
   }
 

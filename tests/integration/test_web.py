@@ -372,6 +372,9 @@ def test_progress_names_the_machine_type_waiting_for_an_agent(calibrated: Stack,
     page.find("#cancel").click()
     wait_until(lambda: job_of(page)["status"] == "canceled", 20, "the job to be canceled")
     wait_until(lambda: "canceled" in page.find("#error").text, 10, "the page to say the job was canceled")
+    # The page follows the job with long polls: the API held its reads until the job ended or a few seconds passed.
+    urls = page.js("return performance.getEntriesByType('resource').map((e) => e.name)")
+    assert any(f"/v1/jobs/{job['id']}?wait=" in url for url in urls), urls
     with transaction() as cur:
         cur.execute("DELETE FROM fleet_instances WHERE instance_id = %s", (instance,))
 
