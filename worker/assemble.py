@@ -21,7 +21,7 @@ from shared.cnn import registry as cnns
 from shared.core.errors import TraincastError
 from shared.jobs.request import JobRequest
 from shared.measurements import environments, layers, ops
-from worker import features, memory, predictor, reference
+from worker import features, memory, predictor, reference, reference_store
 
 ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPU count × time (GPUs rarely draw full power)"
 GPU_NOTE = (
@@ -187,7 +187,7 @@ def _reference(
     sizes: list[int],
     cache: dict[tuple[Any, str], reference.StepArrays],
 ) -> list[dict[str, Any]]:
-    model = reference.load()
+    model = reference_store.attached(reference.load())
     gpu = reference.GpuSpecs.from_row(spec)
     if (gpu, cnn) not in cache:
         cache[(gpu, cnn)] = model.step_arrays(

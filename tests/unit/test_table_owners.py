@@ -30,6 +30,7 @@ OWNERS = {
     "fleet_instances": "fleet.store",
     "fleet_events": "fleet.store",
     "predictor_models": "worker.predictor",
+    "reference_conv_times": "worker.reference_store",
     "jobs": "shared.jobs",
     "job_predictions": "shared.jobs.predictions",
 }

@@ -1,5 +1,6 @@
 """The fitted reference model: conv layers on any GPU from its specs, and whole training steps."""
 
+import dataclasses
 import hashlib
 import json
 import threading
@@ -8,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import lightgbm as lgb
 import numpy as np
@@ -45,6 +46,22 @@ def _spec_key(spec: Mapping[str, Any]) -> str:
     return json.dumps(spec, sort_keys=True, default=str)
 
 
+# A stored layer: times (n, 3) ms, on tensor cores (n, 3), known (n,), indexed by batch size.
+Stored = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class LayerStore(Protocol):
+    """Where layer predictions outlive a process (worker/reference_store.py: PostgreSQL); keys name model and inputs."""
+
+    def load(self, keys: list[str]) -> dict[str, Stored]:
+        """The stored layers among these keys."""
+        ...
+
+    def save(self, version: str, layers: dict[str, Stored]) -> None:
+        """Keep these layers (each holding at least what was loaded for its key)."""
+        ...
+
+
 class ReferenceModel:
     """Predicts conv phases and whole steps from a GPU's spec sheet (fitted on public measurements only)."""
 
@@ -63,6 +80,8 @@ class ReferenceModel:
         self._layers: OrderedDict[tuple[GpuSpecs, str, str], _Layer] = OrderedDict()
         self._slots = 0
         self._lock = threading.Lock()
+        # Set by the worker: layers predicted by any process are read from it before LightGBM runs.
+        self.store: LayerStore | None = None
 
     def _log_ratio(self, phase: str, x: np.ndarray) -> np.ndarray:
         booster = self._forward if phase == "forward" else self._ratios[phase]
@@ -109,8 +128,15 @@ class ReferenceModel:
                 if entry is not None:
                     self._layers.move_to_end(k)
         todo = {k: i for i, k in enumerate(keys) if len(_lacking(entries[k], sizes))}
+        if todo and self.store is not None:
+            self._load_stored(entries, todo)
+            todo = {k: i for k, i in todo.items() if len(_lacking(entries[k], sizes))}
         if todo:
             self._fill(entries, todo, specs, sizes, gpu, precision)
+            if self.store is not None:
+                with self._lock:
+                    computed = {self.store_key(k): _arrays(entries[k]) for k in todo}
+                self.store.save(self.version, computed)
         out = np.empty((len(keys), len(sizes), 3))
         on_tensor = np.empty((len(keys), len(sizes), 3), dtype=bool)
         for i, k in enumerate(keys):
@@ -145,6 +171,44 @@ class ReferenceModel:
                 entry.tensor[missing] = tensor[j]
                 entry.known[missing] = True
                 if k not in self._layers:
+                    self._layers[k] = entry
+                self._slots += len(entry.known) - before
+                entries[k] = entry
+            while self._slots > LAYER_CACHE_SLOTS and len(self._layers) > len(todo):
+                _key, dropped = self._layers.popitem(last=False)
+                self._slots -= len(dropped.known)
+
+    def store_key(self, key: tuple[GpuSpecs, str, str]) -> str:
+        """A layer's name in the store: this model's version, the GPU's figures, the precision and the conv."""
+        gpu, precision, spec = key
+        text = json.dumps([self.version, dataclasses.asdict(gpu), precision, spec], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _load_stored(
+        self, entries: dict[tuple[GpuSpecs, str, str], _Layer | None], todo: dict[tuple[GpuSpecs, str, str], int]
+    ) -> None:
+        """Merge what the store holds for the layers in `todo` into the cache (and `entries`)."""
+        assert self.store is not None
+        names = {self.store_key(k): k for k in todo}
+        found = self.store.load(list(names))
+        with self._lock:
+            for name, (times, tensor, known) in found.items():
+                k = names[name]
+                held = self._layers.get(k)
+                entry = (
+                    held
+                    or entries[k]
+                    or _Layer(np.zeros((0, 3)), np.zeros((0, 3), dtype=bool), np.zeros(0, dtype=bool))
+                )
+                before = len(entry.known) if held is not None else 0
+                entry.grow(len(known))
+                take = np.zeros(len(entry.known), dtype=bool)
+                take[: len(known)] = known
+                take &= ~entry.known
+                entry.times[take] = times[take[: len(known)]]
+                entry.tensor[take] = tensor[take[: len(known)]]
+                entry.known |= take
+                if held is None:
                     self._layers[k] = entry
                 self._slots += len(entry.known) - before
                 entries[k] = entry
@@ -243,6 +307,11 @@ class ReferenceModel:
         tensor_scale = self._step.get(f"scale_conv_{'fp16' if kernel == 'amp_fp16' else 'tf32'}", 1.0)
         total = paths[..., 0] * self._step.get("scale_conv_simt", 1.0) + paths[..., 1] * tensor_scale
         return compose_arrays(total, workload, np.asarray(batch_sizes, dtype=float), gpu, training, self._step)
+
+
+def _arrays(entry: _Layer | None) -> Stored:
+    assert entry is not None
+    return entry.times.copy(), entry.tensor.copy(), entry.known.copy()
 
 
 def _lacking(entry: _Layer | None, sizes: np.ndarray) -> np.ndarray:

@@ -1,0 +1,56 @@
+"""The reference model's conv predictions kept in PostgreSQL (worker/reference_store.py), read by a new process."""
+
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+import pytest
+
+from shared.core.db import transaction
+from tests.unit.test_reference_cache import A100, layers_of
+from worker import reference_store
+from worker.reference.model import MODEL_JSON, from_json_text
+
+ROWS = "SELECT count(*) AS n, sum(known) AS known FROM reference_conv_times"
+
+
+def stored() -> dict[str, Any]:
+    """How many layers are stored, with how many batch sizes in all."""
+    with transaction() as cur:
+        cur.execute(ROWS)
+        return dict(cur.fetchone())
+
+
+def test_a_new_process_reads_the_stored_predictions(clean_reference: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One model stores its layers; a model loaded anew answers the same from PostgreSQL without LightGBM."""
+    specs = [s for s, _ in layers_of("resnet18")]
+    first = reference_store.attached(from_json_text(MODEL_JSON.read_text()))
+    expected = first.predict_convs(specs=specs, batch_sizes=[1, 16, 256], gpu=A100, precision="fp32")
+    assert stored() == {"n": len({str(sorted(s.items())) for s in specs}), "known": 3 * stored()["n"]}
+
+    rows: list[int] = []
+    real = lgb.Booster.predict
+    monkeypatch.setattr(
+        lgb.Booster, "predict", lambda self, data, *a, **k: rows.append(len(data)) or real(self, data, *a, **k)
+    )
+    second = reference_store.attached(from_json_text(MODEL_JSON.read_text()))
+    again = second.predict_convs(specs=specs, batch_sizes=[256, 1, 16], gpu=A100, precision="fp32")
+    assert rows == [] and np.array_equal(again, expected[:, [2, 0, 1]])
+
+
+def test_a_row_never_shrinks(clean_reference: None) -> None:
+    """A writer holding fewer batch sizes than the stored row (it read before another wrote) changes nothing."""
+    store = reference_store.PostgresLayers()
+    wide = (np.arange(12.0).reshape(4, 3), np.zeros((4, 3), dtype=bool), np.array([False, True, True, True]))
+    narrow = (np.ones((2, 3)), np.ones((2, 3), dtype=bool), np.array([False, True]))
+    store.save("v", {"k": wide})
+    store.save("v", {"k": narrow})
+    times, tensor, known = store.load(["k", "absent"])["k"]
+    assert np.array_equal(times, wide[0]) and not tensor.any() and known.tolist() == [False, True, True, True]
+
+
+@pytest.fixture
+def clean_reference() -> None:
+    """No stored reference predictions."""
+    with transaction() as cur:
+        cur.execute("TRUNCATE reference_conv_times")

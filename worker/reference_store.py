@@ -1,0 +1,68 @@
+"""The `reference_conv_times` table: the reference model's conv predictions, shared by every worker process.
+
+A cache of the model's output keyed by its version and inputs (worker/reference/model.py `store_key`), so a
+worker process that starts, or a job at batch sizes another process has answered, reads them instead of running
+LightGBM again. A read or write that fails is logged and skipped: the model computes what it cannot read.
+"""
+
+import logging
+
+import numpy as np
+import psycopg2
+import psycopg2.extras
+
+from shared.core.db import transaction
+from shared.core.errors import ServiceUnavailable
+from worker.reference import ReferenceModel
+from worker.reference.model import Stored
+
+log = logging.getLogger(__name__)
+
+SELECT_LAYERS = "SELECT key, times, tensor, known_mask FROM reference_conv_times WHERE key = ANY(%s)"
+# A row only grows: a writer holds what it read plus what it computed, so it never has fewer known batch sizes.
+UPSERT_LAYERS = """
+INSERT INTO reference_conv_times (key, model_version, slots, known, times, tensor, known_mask) VALUES %s
+ON CONFLICT (key) DO UPDATE SET slots = EXCLUDED.slots, known = EXCLUDED.known, times = EXCLUDED.times,
+    tensor = EXCLUDED.tensor, known_mask = EXCLUDED.known_mask, stored_at = now()
+WHERE reference_conv_times.known <= EXCLUDED.known"""
+
+
+class PostgresLayers:
+    """A LayerStore in PostgreSQL."""
+
+    def load(self, keys: list[str]) -> dict[str, Stored]:
+        """The stored layers among these keys (none if PostgreSQL cannot be read)."""
+        try:
+            with transaction() as cur:
+                cur.execute(SELECT_LAYERS, (keys,))
+                rows = cur.fetchall()
+        except (psycopg2.Error, ServiceUnavailable) as exc:
+            log.warning("reference conv predictions not read (%s): computing them", exc)
+            return {}
+        out = {}
+        for row in rows:
+            known = np.frombuffer(bytes(row["known_mask"]), dtype=bool).copy()
+            times = np.frombuffer(bytes(row["times"]), dtype="<f8").reshape(len(known), 3).copy()
+            tensor = np.frombuffer(bytes(row["tensor"]), dtype=bool).reshape(len(known), 3).copy()
+            out[row["key"]] = (times, tensor, known)
+        return out
+
+    def save(self, version: str, layers: dict[str, Stored]) -> None:
+        """Store these layers (a failure is logged: the next process computes them again)."""
+        rows = [
+            (key, version, len(known), int(known.sum()), times.astype("<f8").tobytes(), tensor.tobytes(),
+             known.tobytes())
+            for key, (times, tensor, known) in sorted(layers.items())  # one order: concurrent writers never deadlock
+        ]  # fmt: skip
+        try:
+            with transaction() as cur:
+                psycopg2.extras.execute_values(cur, UPSERT_LAYERS, rows, page_size=500)
+        except (psycopg2.Error, ServiceUnavailable) as exc:
+            log.warning("reference conv predictions not stored (%s)", exc)
+
+
+def attached(model: ReferenceModel) -> ReferenceModel:
+    """The model, reading and keeping its conv predictions in PostgreSQL."""
+    if model.store is None:
+        model.store = PostgresLayers()
+    return model
