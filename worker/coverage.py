@@ -94,22 +94,31 @@ def waited_for(gaps: Missing, plan: Plan) -> Missing:
     return gaps if waits_on is None else {m: g for m, g in gaps.items() if m in waits_on}
 
 
-def routed(gaps: Missing, plan: Plan) -> Missing:
-    """Where each gap is sent: its own type's queue if the job waits on it; for a type answered by the
-    reference, the queue of a type with its GPU model that a live agent or the AWS fleet serves, or none."""
+def listed_agents() -> list[dict[str, Any]]:
+    """The agents as routing and progress read them (alive within AGENT_ALIVE_AFTER_S)."""
+    return agents.list_all(alive_after_s=get_settings().agent_alive_after_s, limit=500)
+
+
+def routed(plan: Plan, *gap_sets: Missing, listed: list[dict[str, Any]] | None = None) -> list[Missing]:
+    """Where each gap of each set (layer gaps, op gaps) is sent: its own type's queue if the job waits on it; for a
+    type answered by the reference, the queue of a type with its GPU model that a live agent or the AWS fleet
+    serves, or none. Who serves what is read once for all the sets (or given: `listed`), only if a gap needs it."""
     waits_on = plan.waits_on
-    if waits_on is None or set(gaps) <= set(waits_on):
-        return gaps
-    listed = agents.list_all(alive_after_s=get_settings().agent_alive_after_s, limit=500)
+    if waits_on is None or all(set(gaps) <= set(waits_on) for gaps in gap_sets):
+        return list(gap_sets)
+    listed = listed_agents() if listed is None else listed
     alive = {a["machine_type"] for a in listed if a["alive"]}
     fleet_types = {m["name"] for m in machines.list_all() if m["provider"] == "aws"} if fleet.enabled() else set()
-    out: Missing = defaultdict(set)
-    for machine, gap in gaps.items():
-        peers = plan.peers_of(list(gaps))[machine]
-        target = machine if machine in waits_on else _served(peers, alive) or _served(peers, fleet_types)
-        if target is not None:
-            out[target] |= gap
-    return dict(out)
+    out: list[Missing] = []
+    for gaps in gap_sets:
+        sent: Missing = defaultdict(set)
+        for machine, gap in gaps.items():
+            peers = plan.peers_of(list(gaps))[machine]
+            target = machine if machine in waits_on else _served(peers, alive) or _served(peers, fleet_types)
+            if target is not None:
+                sent[target] |= gap
+        out.append(dict(sent))
+    return out
 
 
 def _served(peers: list[str], served: set[str]) -> str | None:

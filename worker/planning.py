@@ -91,8 +91,9 @@ def _plan_queued(job_id: uuid.UUID, request: JobRequest) -> None:
         waits_on=_waits_on(request),
     )
     gaps, op_gaps = coverage.missing(plan, request), coverage.missing_ops(plan, request)
-    counts = progress.of(plan, request, gaps, op_gaps)
-    sent, sent_ops = coverage.routed(gaps, plan), coverage.routed(op_gaps, plan)
+    listed = coverage.listed_agents() if gaps or op_gaps else []  # read once for progress and routing
+    counts = progress.of(plan, request, gaps, op_gaps, listed=listed)
+    sent, sent_ops = coverage.routed(plan, gaps, op_gaps, listed=listed)
     # Issue 13: what this job asks agents to measure, charged to its key's benchmark seconds (shared/jobs):
     # three phases a conv point, two an op point at half a phase's cap (gpu_agent/app.py OP_CAP_FACTOR).
     cap = get_settings().bench_time_cap_s

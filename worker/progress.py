@@ -1,9 +1,9 @@
 """A job's progress: how many of the benchmarks it needs are stored, and whether it waits for an agent."""
 
 from datetime import UTC, datetime
+from typing import Any
 
 from fleet import service as fleet
-from shared import agents
 from shared.core.settings import get_settings
 from shared.jobs import Plan, Progress
 from shared.jobs.models import Counts, MachineProgress
@@ -17,8 +17,12 @@ def of(
     gaps: coverage.Missing,
     op_gaps: coverage.Missing,
     previous: Progress | None = None,
+    listed: list[dict[str, Any]] | None = None,
 ) -> Progress:
-    """A job's progress: conv layer and op benchmarks needed, done and pending, in all and per machine type."""
+    """A job's progress: conv layer and op benchmarks needed, done and pending, in all and per machine type.
+
+    listed: the agents, when the caller has just read them (coverage.listed_agents).
+    """
     per_machine = len(coverage.signature_ids(plan)) * len(request.batch_size_list())
     ops_per_machine = coverage.op_point_count(plan, request.batch_size_list())
     pending = {m: len(gaps.get(m, ())) for m in request.machines}
@@ -32,7 +36,7 @@ def of(
             counts.ops_needed, counts.ops_pending = ops_per_machine, ops_pending[m]
     if gaps or op_gaps:
         settings = get_settings()
-        listed = agents.list_all(alive_after_s=settings.agent_alive_after_s, limit=500)
+        listed = coverage.listed_agents() if listed is None else listed
         # A hung agent serves nobody: with only hung agents a type waits for one, and the wait times out.
         alive = {a["machine_type"] for a in listed if a["alive"] and not queued.stuck(a, settings.bench_stuck_after_s)}
         before = previous.machines if previous is not None else {}
