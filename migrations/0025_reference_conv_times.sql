@@ -2,7 +2,8 @@
 -- every conv of 31 CNNs on 8 GPUs at batch sizes 1-256 is ~10 s of LightGBM; each worker process did it again for
 -- itself. A row is one conv on one GPU's figures in one precision, under one model version (`key` hashes all four:
 -- worker/reference/model.py store_key), its predictions by batch size as little-endian arrays. Rows are the model's
--- output, never measurements; a new model.json has a new version, so its rows are new ones.
+-- output, never measurements; a new model.json has a new version, so its rows are new ones (a starting worker
+-- deletes those of other versions: worker/app.py).
 CREATE TABLE reference_conv_times (
     key            text PRIMARY KEY,
     model_version  text NOT NULL,

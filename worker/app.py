@@ -1,11 +1,16 @@
 """The worker's Celery app: `celery -A worker.app worker -Q jobs`, and one `celery -A worker.app beat`."""
 
+import logging
 import sys
 import uuid
+from typing import Any
+
+from celery.signals import worker_ready
 
 from shared.core import logs, secrets, tasks
 from shared.core.settings import get_settings
-from worker import planning, reconcile
+from worker import planning, reconcile, reference_store
+from worker.reference.model import file_version
 
 # Before the broker URL is read: with TRAINCAST_SSM_PATH set, DATABASE_URL and REDIS_URL come from SSM.
 secrets.load_from_environment()
@@ -39,3 +44,11 @@ def advance_jobs(machine_type: str) -> None:
 def reconcile_jobs() -> None:
     """Re-send work for jobs that stopped moving (lost messages, restarts); withdraw work of ended jobs."""
     reconcile.run()
+
+
+@worker_ready.connect
+def prune_reference_predictions(**_kwargs: Any) -> None:
+    """At start, the stored reference predictions of older model versions go (a new model.json makes new rows)."""
+    removed = reference_store.prune(version=file_version())
+    if removed:
+        logging.getLogger(__name__).info("deleted %d reference conv predictions of older model versions", removed)

@@ -61,6 +61,20 @@ class PostgresLayers:
             log.warning("reference conv predictions not stored (%s)", exc)
 
 
+DELETE_OTHER_VERSIONS = "DELETE FROM reference_conv_times WHERE model_version <> %s"
+
+
+def prune(*, version: str) -> int:
+    """Delete the predictions of every other model version (a worker of this version reads none of them)."""
+    try:
+        with transaction() as cur:
+            cur.execute(DELETE_OTHER_VERSIONS, (version,))
+            return int(cur.rowcount)
+    except (psycopg2.Error, ServiceUnavailable) as exc:
+        log.warning("older reference conv predictions not deleted (%s)", exc)
+        return 0
+
+
 def attached(model: ReferenceModel) -> ReferenceModel:
     """The model, reading and keeping its conv predictions in PostgreSQL."""
     if model.store is None:

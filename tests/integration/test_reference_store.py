@@ -54,3 +54,17 @@ def clean_reference() -> None:
     """No stored reference predictions."""
     with transaction() as cur:
         cur.execute("TRUNCATE reference_conv_times")
+
+
+def test_a_starting_worker_deletes_other_model_versions(clean_reference: None) -> None:
+    """Rows of another model.json's version go when a worker starts; this version's stay."""
+    from worker.app import prune_reference_predictions
+    from worker.reference.model import file_version, load
+
+    assert file_version() == load().version
+    store = reference_store.PostgresLayers()
+    layer = (np.ones((2, 3)), np.zeros((2, 3), dtype=bool), np.array([False, True]))
+    store.save("an-older-model", {"old": layer})
+    store.save(file_version(), {"current": layer})
+    prune_reference_predictions()
+    assert set(store.load(["old", "current"])) == {"current"}

@@ -326,7 +326,16 @@ def _lacking(entry: _Layer | None, sizes: np.ndarray) -> np.ndarray:
 
 def from_json_text(text: str) -> ReferenceModel:
     """A model from model.json text; its version is the text's sha256."""
-    return ReferenceModel(json.loads(text), hashlib.sha256(text.encode()).hexdigest()[:16])
+    return ReferenceModel(json.loads(text), _version(text))
+
+
+def file_version() -> str:
+    """The version of data/reference/model.json's model, without loading it."""
+    return _version(MODEL_JSON.read_text())
+
+
+def _version(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @lru_cache(maxsize=1)
