@@ -15,4 +15,5 @@ CREATE TABLE reference_conv_times (
     stored_at      timestamptz NOT NULL DEFAULT now()
 );
 
-GRANT SELECT, INSERT, UPDATE ON reference_conv_times TO traincast_worker;
+-- DELETE: a starting worker removes the rows of other model versions (worker/app.py).
+GRANT SELECT, INSERT, UPDATE, DELETE ON reference_conv_times TO traincast_worker;
