@@ -9,9 +9,8 @@ Each machine type is answered one of three ways, said in every point's `source`:
 """
 
 import contextlib
-import gc
 import math
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -42,28 +41,6 @@ def result(
 
     incomplete: machine types some of whose layer benchmarks are missing (they get reference answers).
     """
-    with no_cyclic_gc():
-        return _result(request=request, plan=plan, incomplete=incomplete)
-
-
-@contextlib.contextmanager
-def no_cyclic_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector for the block.
-
-    A large result is millions of new dicts and lists, none in a cycle. With the collector on, building, checking
-    and storing 63,488 points triggers full-heap passes over them (~0.5 s); objects freed before the block ends
-    also take back their count, so none of them is ever scanned.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-def _result(*, request: JobRequest, plan: dict[str, Any] | None, incomplete: Collection[str]) -> dict[str, Any]:
     sizes = request.batch_size_list()
     peers: dict[str, list[str]] = (plan or {}).get("peers") or {m: [m] for m in request.machines}
     specs = machines.by_names(names=list(request.machines))

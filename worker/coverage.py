@@ -41,8 +41,8 @@ def op_points(plan: Plan, sizes: list[int]) -> set[tuple[int, int]]:
 
 def op_point_count(plan: Plan, sizes: list[int]) -> int:
     """len(op_points(plan, sizes)) without building the set (a large job's is ~10^5 pairs)."""
-    optimizers = set(plan.optimizers)
-    return sum(1 if s in optimizers else len(set(sizes)) for s in op_ids(plan))
+    optimizers, per_op = set(plan.optimizers), len(set(sizes))
+    return sum(1 if s in optimizers else per_op for s in op_ids(plan))
 
 
 def missing(plan: Plan, request: JobRequest) -> Missing:

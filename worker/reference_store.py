@@ -41,9 +41,10 @@ class PostgresLayers:
             return {}
         out = {}
         for row in rows:
-            known = np.frombuffer(bytes(row["known_mask"]), dtype=bool).copy()
-            times = np.frombuffer(bytes(row["times"]), dtype="<f8").reshape(len(known), 3).copy()
-            tensor = np.frombuffer(bytes(row["tensor"]), dtype=bool).reshape(len(known), 3).copy()
+            # psycopg2 gives bytea as memoryview: read in place, copied once into arrays the cache may grow.
+            known = np.frombuffer(row["known_mask"], dtype=bool).copy()
+            times = np.frombuffer(row["times"], dtype="<f8").reshape(len(known), 3).copy()
+            tensor = np.frombuffer(row["tensor"], dtype=bool).reshape(len(known), 3).copy()
             out[row["key"]] = (times, tensor, known)
         return out
 

@@ -65,4 +65,5 @@ def text(*, job_id: uuid.UUID, offset: int = 0, limit: int | None = None) -> tup
 
 def points(*, job_id: uuid.UUID) -> list[dict[str, Any]]:
     """Every point of a succeeded job, parsed (in-process readers; HTTP answers splice the text instead)."""
-    return list(json.loads(text(job_id=job_id)[0]))
+    out: list[dict[str, Any]] = json.loads(text(job_id=job_id)[0])
+    return out

@@ -159,24 +159,38 @@ class ReferenceModel:
         wanted = np.unique(sizes)
         missing = np.unique(np.concatenate([_lacking(entries[k], wanted) for k in todo]))
         times, tensor = self._predict([specs[i] for i in todo.values()], missing.astype(float), gpu, precision)
-        top = int(missing.max()) + 1
         with self._lock:
             for j, k in enumerate(todo):
-                entry = self._layers.get(k) or entries[k]
-                if entry is None:
-                    entry = _Layer(np.zeros((0, 3)), np.zeros((0, 3), dtype=bool), np.zeros(0, dtype=bool))
-                before = len(entry.known)
-                entry.grow(top)
-                entry.times[missing] = times[j]
-                entry.tensor[missing] = tensor[j]
-                entry.known[missing] = True
-                if k not in self._layers:
-                    self._layers[k] = entry
-                self._slots += len(entry.known) - before
-                entries[k] = entry
-            while self._slots > LAYER_CACHE_SLOTS and len(self._layers) > len(todo):
-                _key, dropped = self._layers.popitem(last=False)
-                self._slots -= len(dropped.known)
+                self._put(k, entries, missing, times[j], tensor[j])
+            self._evict(keep=len(todo))
+
+    def _put(
+        self,
+        key: tuple[GpuSpecs, str, str],
+        entries: dict[tuple[GpuSpecs, str, str], _Layer | None],
+        at: np.ndarray,
+        times: np.ndarray,
+        tensor: np.ndarray,
+    ) -> None:
+        """Under the lock: a layer's predictions at batch sizes `at`, into its cached entry (made if need be)."""
+        held = self._layers.get(key)
+        entry = held or entries[key] or _Layer(np.zeros((0, 3)), np.zeros((0, 3), dtype=bool), np.zeros(0, dtype=bool))
+        before = len(entry.known) if held is not None else 0
+        if len(at):
+            entry.grow(int(at.max()) + 1)
+        entry.times[at] = times
+        entry.tensor[at] = tensor
+        entry.known[at] = True
+        if held is None:
+            self._layers[key] = entry
+        self._slots += len(entry.known) - before
+        entries[key] = entry
+
+    def _evict(self, keep: int) -> None:
+        """Under the lock: drop the least recently used layers while over LAYER_CACHE_SLOTS, keeping `keep`."""
+        while self._slots > LAYER_CACHE_SLOTS and len(self._layers) > keep:
+            _key, dropped = self._layers.popitem(last=False)
+            self._slots -= len(dropped.known)
 
     def store_key(self, key: tuple[GpuSpecs, str, str]) -> str:
         """A layer's name in the store: this model's version, the GPU's figures, the precision and the conv."""
@@ -193,28 +207,9 @@ class ReferenceModel:
         found = self.store.load(list(names))
         with self._lock:
             for name, (times, tensor, known) in found.items():
-                k = names[name]
-                held = self._layers.get(k)
-                entry = (
-                    held
-                    or entries[k]
-                    or _Layer(np.zeros((0, 3)), np.zeros((0, 3), dtype=bool), np.zeros(0, dtype=bool))
-                )
-                before = len(entry.known) if held is not None else 0
-                entry.grow(len(known))
-                take = np.zeros(len(entry.known), dtype=bool)
-                take[: len(known)] = known
-                take &= ~entry.known
-                entry.times[take] = times[take[: len(known)]]
-                entry.tensor[take] = tensor[take[: len(known)]]
-                entry.known |= take
-                if held is None:
-                    self._layers[k] = entry
-                self._slots += len(entry.known) - before
-                entries[k] = entry
-            while self._slots > LAYER_CACHE_SLOTS and len(self._layers) > len(todo):
-                _key, dropped = self._layers.popitem(last=False)
-                self._slots -= len(dropped.known)
+                at = np.flatnonzero(known)  # a stored value equals what this model would compute: overwritten alike
+                self._put(names[name], entries, at, times[at], tensor[at])
+            self._evict(keep=len(todo))
 
     def cached_slots(self) -> int:
         """(layer, batch size) slots the layer cache holds."""
