@@ -12,6 +12,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import redis
 from celery import Celery
 
+from shared.core.errors import ServiceUnavailable
 from shared.core.settings import get_settings
 from shared.jobs.request import MACHINE_NAME
 
@@ -167,7 +168,25 @@ def reset_client() -> None:
 
 
 def send(task: str, *, queue: str | None = None, args: list[Any] | None = None, **kwargs: Any) -> None:
-    """Send a task by name; the caller does not need the code that runs it."""
+    """Send a task by name; the caller does not need the code that runs it.
+
+    ServiceUnavailable (transient) when the broker connection is broken: the job is fine, its work is sent again.
+    """
+    try:
+        _send(task, queue, args, kwargs)
+    except AttributeError:
+        # kombu 5.7's Redis transport, after Redis went away, can fail inside publish with AttributeError
+        # ("'NoneType' object has no attribute 'client'"): the cached app's connection is broken for good. A new
+        # app connects afresh; failing again, it is an outage like any other.
+        reset_client()
+        try:
+            _send(task, queue, args, kwargs)
+        except AttributeError as exc:
+            reset_client()
+            raise ServiceUnavailable(f"the broker connection is broken: {exc}") from exc
+
+
+def _send(task: str, queue: str | None, args: list[Any] | None, kwargs: dict[str, Any]) -> None:
     global _client
     if _client is None:
         _client = make_app("traincast-client")
