@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from fleet import service as fleet
-from shared import agents, jobs, machines
+from shared import agents, jobs, machine_types
 from shared.core import db, tasks
 from shared.core.errors import ServiceUnavailable
 from shared.core.settings import get_settings
@@ -77,7 +77,7 @@ class Reader:
                 layers.benchmark_totals(cur),
                 agents.alive_counts(cur, alive_after_s=settings.agent_alive_after_s),
             )
-            instances, names = fleet.running_instances(cur), machines.names(cur)
+            instances, names = fleet.running_instances(cur), machine_types.names(cur)
         if self._redis is None:
             self._redis = tasks.redis_client(socket_connect_timeout=2, socket_timeout=2)
         try:
@@ -147,8 +147,8 @@ class ServiceCollector(Collector):
         alive = GaugeMetricFamily(
             "traincast_agents_alive", "Benchmark agents alive (recent heartbeat, not stopped)", labels=["machine_type"]
         )
-        for machine, n in sorted(snap.alive.items()):
-            alive.add_metric([machine], n)
+        for machine_type, n in sorted(snap.alive.items()):
+            alive.add_metric([machine_type], n)
         yield alive
         yield from _fleet(snap)
         age = GaugeMetricFamily(
@@ -198,8 +198,8 @@ def _benchmarks(snap: Snapshot) -> Iterator[Metric]:
         "Layer benchmarks running jobs wait for, per machine type (summed over jobs)",
         labels=["machine_type"],
     )
-    for machine, n in sorted(snap.pending.items()):
-        pending.add_metric([machine], n)
+    for machine_type, n in sorted(snap.pending.items()):
+        pending.add_metric([machine_type], n)
     yield pending
 
 
@@ -214,10 +214,10 @@ def _fleet(snap: Snapshot) -> Iterator[Metric]:
         key = (i["machine_type"], i["market"] or "unknown")
         per_type[key] = per_type.get(key, 0) + 1
         usd[i["machine_type"]] = usd.get(i["machine_type"], 0.0) + float(i["price_usd_per_hour"] or 0)
-    for (machine, market), n in sorted(per_type.items()):
-        count.add_metric([machine, market], n)
-    for machine, price in sorted(usd.items()):
-        cost.add_metric([machine], price)
+    for (machine_type, market), n in sorted(per_type.items()):
+        count.add_metric([machine_type, market], n)
+    for machine_type, price in sorted(usd.items()):
+        cost.add_metric([machine_type], price)
     yield count
     yield cost
 

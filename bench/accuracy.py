@@ -34,7 +34,7 @@ SPLITS = (
 )  # fmt: skip
 SELECT_STEPS = """
 SELECT cnn_name, batch_size, step_ms FROM step_measurements
-WHERE machine_type = %(machine)s AND precision = %(precision)s AND image_size = %(image_size)s
+WHERE machine_type = %(machine_type)s AND precision = %(precision)s AND image_size = %(image_size)s
   AND optimizer = %(optimizer)s AND momentum = %(momentum)s AND weight_decay = %(weight_decay)s
   AND channels_last = %(channels_last)s AND NOT oom
 ORDER BY measured_at"""
@@ -194,22 +194,24 @@ def report(
 def main() -> None:
     """Calibrate what is missing, train a model per configuration, measure the noise floor, write the figures."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--machine", default="local")
+    parser.add_argument("--machine", dest="machine_type", default="local")
     parser.add_argument("--set", choices=list(calibrate.SETS), default="default")
     parser.add_argument("--configs", default=CPU_CONFIGS, help="training configurations, as `traincast calibrate`")
     parser.add_argument("--noise-cnns", type=int, default=3, help="CNNs re-measured for the noise floor (0: skip)")
     parser.add_argument("--timeout", type=float, default=3600)
     args = parser.parse_args()
     plan = calibrate.Plan(
-        machine=args.machine,
+        machine_type=args.machine_type,
         cnns=calibrate.SETS[args.set],
-        settings=calibrate.default_settings(args.machine),
+        settings=calibrate.default_settings(args.machine_type),
         configs=tuple(calibrate.config_from_key(k) for k in args.configs.split(",")),
     )
-    command = f".venv/bin/python bench/accuracy.py --machine {args.machine} --set {args.set} --configs {args.configs}"
+    command = (
+        f".venv/bin/python bench/accuracy.py --machine {args.machine_type} --set {args.set} --configs {args.configs}"
+    )
 
     def show(done: int, needed: int) -> None:
-        print(f"\rcalibrating {plan.machine}: {done}/{needed}", end="", file=sys.stderr, flush=True)
+        print(f"\rcalibrating {plan.machine_type}: {done}/{needed}", end="", file=sys.stderr, flush=True)
 
     started, load = time.monotonic(), os.getloadavg()[0]
     models = calibrate.run(plan, timeout_s=args.timeout, on_progress=show)

@@ -60,10 +60,10 @@ def report(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, float]]:
         "| machine type | device | training | steps | CNNs | MAPE | max error |",
         "|---|---|---|---|---|---|---|",
     ]
-    for (machine, device, key), errors in sorted(groups.items()):
-        cnns = len({r["cnn_name"] for r in rows if r["machine_type"] == machine})
+    for (machine_type, device, key), errors in sorted(groups.items()):
+        cnns = len({r["cnn_name"] for r in rows if r["machine_type"] == machine_type})
         lines.append(
-            f"| {machine} | {device} | {key} | {len(errors)} | {cnns} | {statistics.fmean(errors):.1f}% | "
+            f"| {machine_type} | {device} | {key} | {len(errors)} | {cnns} | {statistics.fmean(errors):.1f}% | "
             f"{max(errors):.1f}% |"
         )
     summary: dict[str, float] = (

@@ -41,7 +41,7 @@ SELECT c.id, m.name, b.bs, 'fp32', (SELECT id FROM environments WHERE hash = 'be
        jsonb_build_object('forward', {PHASE}, 'backward_data', {PHASE}, 'backward_weight', {PHASE},
                           'method', 'interleaved-rounds', 'window', jsonb_build_array(b.bs))
 FROM (SELECT id, row_number() OVER () AS g FROM conv_signatures WHERE hash LIKE 'bench-%%') c(id, g)
-CROSS JOIN unnest(%(machines)s::text[]) m(name) CROSS JOIN unnest(%(batch_sizes)s::int[]) b(bs);
+CROSS JOIN unnest(%(machine_types)s::text[]) m(name) CROSS JOIN unnest(%(batch_sizes)s::int[]) b(bs);
 INSERT INTO fleet_instances (instance_id, machine_type, market, price_usd_per_hour, launched_at, state)
 SELECT 'i-bench' || i, 'g5.xlarge', 'spot', 0.5, now(), 'running' FROM generate_series(1, 3) i;
 """
@@ -62,7 +62,7 @@ def fill(db_url: str, jobs: int, layer_rows: int) -> None:
 
     migrate(db_url)
     signatures = max(1, layer_rows // (len(MACHINES) * len(BATCH_SIZES)))
-    params = {"signatures": signatures, "machines": list(MACHINES), "batch_sizes": list(BATCH_SIZES)}
+    params = {"signatures": signatures, "machine_types": list(MACHINES), "batch_sizes": list(BATCH_SIZES)}
     conn = psycopg2.connect(db_url)
     conn.autocommit = True
     with conn.cursor() as cur:

@@ -33,7 +33,7 @@ def main() -> int:
     args = parser.parse_args()
     name = f"traincast_bench_{uuid.uuid4().hex[:8]}"
     os.environ["DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:5432/{name}"
-    from shared import jobs, machines
+    from shared import jobs, machine_types
     from shared.core.migrate import migrate
     from shared.jobs.request import JobRequest
     from shared.measurements import layers
@@ -41,7 +41,7 @@ def main() -> int:
 
     migrate()
     try:
-        gpu_types = [m["name"] for m in machines.list_all() if m["gpu"]]
+        gpu_types = [m["name"] for m in machine_types.list_all() if m["gpu"]]
         reference.load()
         layers.register(name=CNNS[0], image_size=224)  # torch and torchvision imported, as in a running worker
 

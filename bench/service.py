@@ -280,13 +280,13 @@ def private_redis(logs: Path) -> Iterator[str]:
 def setup(db_url: str) -> tuple[str, list[str], list[str]]:
     """Migrate the scratch database; a bench key with no practical rate or job limit, the CNNs and GPU types."""
     from calibration.run import FULL_CNNS
-    from shared import keys, machines
+    from shared import keys, machine_types
     from shared.core.migrate import migrate
 
     migrate(db_url)
     _row, key = keys.create(name="bench", scope="submit", rate_per_s=1e6, max_unfinished_jobs=10_000)
     seen: dict[str, str] = {}
-    for m in machines.list_all():  # one machine type per GPU model, cheapest first within a provider
+    for m in machine_types.list_all():  # one machine type per GPU model, cheapest first within a provider
         if m["gpu"] and m["gpu"] not in seen.values():
             seen[m["name"]] = m["gpu"]
     gpus = list(seen)

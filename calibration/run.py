@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared import agents, machines
+from shared import agents, machine_types
 from shared.core import tasks
 from shared.core.errors import InvalidRequest, TraincastError
 from shared.core.settings import get_settings
@@ -108,7 +108,7 @@ def config_from_key(key: str, precision: str = "fp32") -> TrainConfig:
 class Plan:
     """What a calibration measures: one setting and configuration, or (settings, configs) several."""
 
-    machine: str
+    machine_type: str
     cnns: tuple[str, ...] = DEFAULT_CNNS
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     image_size: int = GPU_IMAGE_SIZE
@@ -144,7 +144,7 @@ class Plan:
             "op_variant": self.config.op_variant,
             "optimizer_variant": self.config.optimizer_variant,
             "op_sigs": [],
-            "machine": self.machine,
+            "machine_type": self.machine_type,
             "image_size": self.image_size,
             "cnns": list(self.cnns),
             "batch_sizes": list(self.batch_sizes),
@@ -152,14 +152,14 @@ class Plan:
         }
 
 
-def default_image_size(machine: str) -> int:
+def default_image_size(machine_type: str) -> int:
     """112 px for a machine type without a GPU (a CPU calibration must finish in minutes), else 224."""
-    return CPU_IMAGE_SIZE if machines.get_by_name(name=machine)["gpu"] is None else GPU_IMAGE_SIZE
+    return CPU_IMAGE_SIZE if machine_types.get_by_name(name=machine_type)["gpu"] is None else GPU_IMAGE_SIZE
 
 
-def default_settings(machine: str) -> tuple[Setting, ...]:
+def default_settings(machine_type: str) -> tuple[Setting, ...]:
     """The image sizes and batch sizes a calibration of this machine type spans by default."""
-    return CPU_SETTINGS if machines.get_by_name(name=machine)["gpu"] is None else GPU_SETTINGS
+    return CPU_SETTINGS if machine_types.get_by_name(name=machine_type)["gpu"] is None else GPU_SETTINGS
 
 
 def send(plan: Plan) -> tuple[list[int], int]:
@@ -181,14 +181,14 @@ def send_units(plan: Plan) -> dict[Plan, list[int]]:
         sent[unit] = sorted(sig_ids)
     # Everything, not just what some environment has: the agent skips what its own has stored.
     for (precision, channels_last), work in layer_work.items():
-        coverage.send_work({plan.machine: work}, precision, channels_last)
+        coverage.send_work({plan.machine_type: work}, precision, channels_last)
     for unit in sent:
-        coverage.send_op_work({unit.machine: op_points(unit)}, unit.config)
+        coverage.send_op_work({unit.machine_type: op_points(unit)}, unit.config)
         for cnn in unit.cnns:
             tasks.send(
                 tasks.MEASURE_STEPS,
-                queue=tasks.bench_queue(unit.machine),
-                machine_type=unit.machine,
+                queue=tasks.bench_queue(unit.machine_type),
+                machine_type=unit.machine_type,
                 cnn=cnn,
                 image_size=unit.image_size,
                 optimizer=unit.config.optimizer,
@@ -219,14 +219,15 @@ def progress(plan: Plan, sig_ids: list[int]) -> tuple[int, int]:
     # Completeness is judged per environment: rows of two environments never make one calibration.
     done = environments.most_complete([
         layers.count_by_environment(
-            machine=plan.machine, precision=config.layer_precision, channels_last=config.channels_last,
+            machine_type=plan.machine_type, precision=config.layer_precision, channels_last=config.channels_last,
             signature_ids=sig_ids, batch_sizes=batch_sizes,
         ),
         ops.count_by_environment(
-            machine=plan.machine, signature_ids=sorted({s for s, _b in points}), batch_sizes=batch_sizes, config=config
+            machine_type=plan.machine_type, signature_ids=sorted({s for s, _b in points}), batch_sizes=batch_sizes,
+            config=config,
         ),
         steps.count_by_environment(
-            machine=plan.machine, image_size=plan.image_size, config=config, cnns=list(plan.cnns),
+            machine_type=plan.machine_type, image_size=plan.image_size, config=config, cnns=list(plan.cnns),
             batch_sizes=batch_sizes,
         ),
     ])  # fmt: skip
@@ -238,7 +239,7 @@ def failures(plan: Plan) -> list[dict[str, Any]]:
     found = []
     for unit in plan.units():
         rows = steps.failures(
-            machine=unit.machine, image_size=unit.image_size, config=unit.config, cnns=list(unit.cnns),
+            machine_type=unit.machine_type, image_size=unit.image_size, config=unit.config, cnns=list(unit.cnns),
             batch_sizes=list(unit.batch_sizes),
         )  # fmt: skip
         found += [{**r, "image_size": unit.image_size, "training": unit.config.cost_key()} for r in rows]
@@ -257,17 +258,17 @@ def run(plan: Plan, *, timeout_s: float, on_progress: Callable[[int, int], None]
             break
         if time.monotonic() > deadline:
             raise TraincastError(
-                f"calibration of {plan.machine} timed out after {timeout_s:.0f} s with {done}/{needed} "
-                f"measurements stored in one environment; {_agents_hint(plan.machine)}"
+                f"calibration of {plan.machine_type} timed out after {timeout_s:.0f} s with {done}/{needed} "
+                f"measurements stored in one environment; {_agents_hint(plan.machine_type)}"
             )
         time.sleep(1.0)
-    return [predictor.train(machine=plan.machine, config=config) for config in plan.every_config()]
+    return [predictor.train(machine_type=plan.machine_type, config=config) for config in plan.every_config()]
 
 
-def _agents_hint(machine: str) -> str:
-    rows = agents.list_all(alive_after_s=get_settings().agent_alive_after_s, machine=machine, limit=20)
+def _agents_hint(machine_type: str) -> str:
+    rows = agents.list_all(alive_after_s=get_settings().agent_alive_after_s, machine_type=machine_type, limit=20)
     alive = [a for a in rows if a["alive"]]
     if not alive:
-        return f"no agent for {machine} is alive (GET /v1/agents); start one with `python -m gpu_agent`"
+        return f"no agent for {machine_type} is alive (GET /v1/agents); start one with `python -m gpu_agent`"
     errors = [f"{a['host']} pid {a['pid']}: {a['last_error']}" for a in alive if a["last_error"]]
     return "last agent failures: " + "; ".join(errors) if errors else f"{len(alive)} agent(s) alive, still measuring"

@@ -46,7 +46,7 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
     """Submit a job, follow its progress, print the table."""
     body = {
         "cnns": _split(args.cnns),
-        "machines": _split(args.machine),
+        "machines": _split(args.machine_type),
         "batch_sizes": parse_batch_sizes(args.batch_sizes),
         "epochs": args.epochs,
         "dataset_size": args.dataset_size,
@@ -144,13 +144,13 @@ def calibration_plan(args: argparse.Namespace) -> Any:
     if sizes or batches:
         settings = tuple(
             (size, tuple(batches or calibrate.DEFAULT_BATCH_SIZES))
-            for size in sizes or [calibrate.default_image_size(args.machine)]
+            for size in sizes or [calibrate.default_image_size(args.machine_type)]
         )
     else:
-        settings = calibrate.default_settings(args.machine)
+        settings = calibrate.default_settings(args.machine_type)
     configs = tuple(calibrate.config_from_key(k, args.precision) for k in _split(args.configs or []))
     return calibrate.Plan(
-        machine=args.machine,
+        machine_type=args.machine_type,
         cnns=tuple(_split(args.cnns)) if args.cnns else calibrate.SETS[args.set],
         config=training_of(args),
         settings=settings,
@@ -163,11 +163,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from calibration import run as calibrate
 
     plan = calibration_plan(args)
-    print(f"calibrating {plan.machine}: {plan.describe()}", file=sys.stderr)
+    print(f"calibrating {plan.machine_type}: {plan.describe()}", file=sys.stderr)
 
     def show(done: int, needed: int) -> None:
         end = "\r" if sys.stderr.isatty() else "\n"
-        print(f"calibrating {plan.machine}: {done}/{needed} measurements stored", end=end, file=sys.stderr, flush=True)
+        print(
+            f"calibrating {plan.machine_type}: {done}/{needed} measurements stored",
+            end=end,
+            file=sys.stderr,
+            flush=True,
+        )
 
     for model in calibrate.run(plan, timeout_s=args.timeout, on_progress=show):
         print(file=sys.stderr)
@@ -182,7 +187,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def cmd_agents(api: Api, args: argparse.Namespace) -> int:
     """List benchmark agents: alive or not, and what each is measuring."""
-    params: dict[str, Any] = {"machine": args.machine} if args.machine else {}
+    params: dict[str, Any] = {"machine": args.machine_type} if args.machine_type else {}
     found = api.call("GET", "/v1/agents", params=params)["agents"]
     if args.json:
         print(json.dumps(found, indent=2))
@@ -214,7 +219,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Fit a model from the stored measurements (talks to the database)."""
     from worker import predictor
 
-    _print_model(predictor.train(machine=args.machine, pool=args.pool, config=training_of(args)))
+    _print_model(predictor.train(machine_type=args.machine_type, pool=args.pool, config=training_of(args)))
     return 0
 
 
@@ -272,7 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("predict", help="predict training time and cost")
     pr.add_argument("cnns", nargs="+", help="CNN names (see GET /v1/cnns)")
-    pr.add_argument("--machine", action="append", default=None, help="machine type(s); repeat or comma-separate")
+    pr.add_argument(
+        "--machine",
+        dest="machine_type",
+        action="append",
+        default=None,
+        help="machine type(s); repeat or comma-separate",
+    )
     pr.add_argument("--batch-sizes", default="8,16,32,64", help="8,16,32 or 1-256 or 1-256:8")
     pr.add_argument("--epochs", type=int, default=90)
     pr.add_argument("--dataset-size", type=int, default=1_281_167)
@@ -295,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     cn.add_argument("id")
 
     ca = sub.add_parser("calibrate", help="measure whole steps on a machine type and fit its model")
-    ca.add_argument("--machine", required=True)
+    ca.add_argument("--machine", dest="machine_type", required=True)
     ca.add_argument("--set", choices=["default", "full"], default="default", help="CNN set (full: 29 CNNs)")
     ca.add_argument("--cnns", action="append", default=None, help="CNN names instead of a set")
     ca.add_argument(
@@ -315,10 +326,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(instead of --optimizer/--momentum/--weight-decay; --precision is the default precision)",
     )  # fmt: skip
     ag = sub.add_parser("agents", help="list benchmark agents and what they are doing")
-    ag.add_argument("--machine", default=None)
+    ag.add_argument("--machine", dest="machine_type", default=None)
     ag.add_argument("--json", action="store_true")
     tr = sub.add_parser("train", help="fit a model from stored measurements")
-    tr.add_argument("--machine", required=True)
+    tr.add_argument("--machine", dest="machine_type", required=True)
     tr.add_argument(
         "--pool", action=argparse.BooleanOptionalAction, default=None,
         help="learn from every machine type's steps (default: when this type has steps of fewer than 5 CNNs)",
@@ -348,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     api = Api(args.api_url)
     try:
         if args.command == "predict":
-            args.machine = args.machine or ["local"]
+            args.machine_type = args.machine_type or ["local"]
             return cmd_predict(api, args)
         handlers = {"status": cmd_status, "jobs": cmd_jobs, "cancel": cmd_cancel, "agents": cmd_agents}
         if args.command in handlers:

@@ -82,14 +82,14 @@ def result(job: dict[str, Any]) -> str:
             )
         elif fits:
             out.append(f"{b['cnn']} on {b['machine']}: no usable batch size{fits}")
-    for machine, model in res["models"].items():
+    for machine_type, model in res["models"].items():
         if model["status"] == "ok":
             mape = model.get("loco_mape")
             err = f", leave-one-CNN-out error {mape:.1f}%" if mape is not None else ""
             on = f", measured on {model['measured_on']}" if model.get("measured_on") else ""
-            out.append(f"model for {machine}: version {model['version']} ({model['kind']}{err}{on})")
+            out.append(f"model for {machine_type}: version {model['version']} ({model['kind']}{err}{on})")
         else:
-            out.append(f"{machine}: {model['detail']}")
+            out.append(f"{machine_type}: {model['detail']}")
     return "\n".join(out)
 
 

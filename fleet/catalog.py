@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-from shared import machines
+from shared import machine_types
 from shared.core.db import floats, transaction
 from shared.core.errors import InvalidRequest, NotFound, ServiceUnavailable, TraincastError
 
@@ -55,9 +55,9 @@ def refresh(*, region: str, types: list[str] | None, ec2: Any = None, pricing: A
 def _requested(*, types: list[str] | None) -> list[str]:
     """The de-duplicated type names to refresh; only AWS types may be named."""
     if types is None:
-        return list(machines.aws_prices())
+        return list(machine_types.aws_prices())
     names = list(dict.fromkeys(t.strip() for t in types if t.strip()))
-    others = machines.not_aws(names=names)
+    others = machine_types.not_aws(names=names)
     if others:
         listed = ", ".join(f"{r['name']} ({r['provider']})" for r in others)
         raise InvalidRequest(f"not AWS machine types, nothing to read from AWS: {listed}", types=names)
@@ -179,18 +179,18 @@ def _store(*, readings: list[dict[str, Any]], region: str) -> list[dict[str, Any
     """Upsert every reading in one transaction; a figure not read keeps its stored value, date and source."""
     results = []
     with transaction() as cur:
-        old = machines.lock(cur, names=[r["name"] for r in readings])
+        old = machine_types.lock(cur, names=[r["name"] for r in readings])
         if unpriced := [r["name"] for r in readings if r["name"] not in old and r["price"].value is None]:
             raise InvalidRequest(
                 f"cannot add {', '.join(unpriced)}: no on-demand price in {region}; nothing was changed",
                 types=unpriced,
                 region=region,
             )
-        known_power = machines.board_powers(cur)
+        known_power = machine_types.board_powers(cur)
         for reading in readings:
             before = old.get(reading["name"], {})
             row = _merged(reading=reading, before=before, region=region, known_power=known_power)
-            stored = machines.upsert_aws(cur, row=row)
+            stored = machine_types.upsert_aws(cur, row=row)
             old_prices = {f"old_{k}": floats(before).get(k) for k in ("price_usd_per_hour", "spot_price_usd_per_hour")}
             missing = {f"{k}_usd_per_hour": reading[k].missing for k in ("price", "spot_price") if reading[k].missing}
             results.append({**floats(stored), "added": not before, **old_prices, "not_refreshed": missing})

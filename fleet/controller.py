@@ -9,7 +9,7 @@ import redis
 
 from fleet import ec2, health, lookup, store
 from fleet.policy import Decision, Instance, Limits, TypeState, decide
-from shared import machines
+from shared import machine_types
 from shared.core import logs, tasks
 from shared.core.errors import CapacityShort, FleetError, QuotaShort
 from shared.core.settings import get_settings
@@ -44,7 +44,7 @@ class Controller:
     def tick(self, now: datetime | None = None) -> dict[str, Decision]:
         """Reconcile the database with EC2, decide, terminate, launch; returns the decisions."""
         now = now or datetime.now(UTC)
-        prices = machines.aws_prices()
+        prices = machine_types.aws_prices()
         live = {i.instance_id: i for i in ec2.list_live(self.ec2_client, self.cfg.fleet)}
         rows = self._sync(live, prices, now)
         states = self._observe(rows, live, prices, now)
@@ -195,7 +195,7 @@ class Controller:
     def _launch(self, machine_type: str, price: float, now: datetime) -> bool:
         try:
             got = ec2.launch(
-                self.ec2_client, machine_type, self.cfg, max_price=price, vcpus=machines.vcpus(name=machine_type)
+                self.ec2_client, machine_type, self.cfg, max_price=price, vcpus=machine_types.vcpus(name=machine_type)
             )
         except FleetError as exc:
             if isinstance(exc, CapacityShort):

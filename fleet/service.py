@@ -3,7 +3,7 @@
 from typing import Any
 
 from fleet import store
-from shared import machines
+from shared import machine_types
 from shared.core.db import Cursor, transaction
 from shared.core.errors import InvalidRequest
 from shared.core.settings import get_settings
@@ -55,14 +55,14 @@ def drain(*, machine_type: str) -> dict[str, Any]:
 
 
 def _set(machine_type: str, *, held: int | None, drain: bool, detail: str) -> dict[str, Any]:
-    machine = machines.get_by_name(name=machine_type)
-    if machine["provider"] != "aws":
+    info = machine_types.get_by_name(name=machine_type)
+    if info["provider"] != "aws":
         raise InvalidRequest(
-            f"{machine_type} is not an AWS machine type: the fleet only starts AWS instances", machine=machine_type
+            f"{machine_type} is not an AWS machine type: the fleet only starts AWS instances", machine_type=machine_type
         )
     if held is not None and held > get_settings().fleet_max_per_type:
         raise InvalidRequest(
-            f"{held} agents is over FLEET_MAX_PER_TYPE={get_settings().fleet_max_per_type}", machine=machine_type
+            f"{held} agents is over FLEET_MAX_PER_TYPE={get_settings().fleet_max_per_type}", machine_type=machine_type
         )
     return store.hold(machine_type=machine_type, held=held, drain=drain, detail=detail)
 

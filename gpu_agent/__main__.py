@@ -19,11 +19,11 @@ def longest_task_s() -> float:
     return get_settings().max_batch_sizes * policy.time_cap_s * policy.busy_cap_factor
 
 
-def gpu_missing(machine: str) -> str | None:
+def gpu_missing(machine_type: str) -> str | None:
     """Why this agent must not start: a GPU machine type with no usable CUDA device, else None."""
     required = get_settings().agent_require_gpu
     if required is None:
-        required = machine != "local"
+        required = machine_type != "local"
     if not required:
         return None
     from gpu_agent import environment
@@ -34,8 +34,8 @@ def gpu_missing(machine: str) -> str | None:
     import torch
 
     return (
-        f"no usable CUDA device for machine type {machine!r} (torch {torch.__version__}, built for CUDA "
-        f"{torch.version.cuda or 'none'}; device {dev}): timings measured here would be stored under {machine!r}. "
+        f"no usable CUDA device for machine type {machine_type!r} (torch {torch.__version__}, built for CUDA "
+        f"{torch.version.cuda or 'none'}; device {dev}): timings measured here would be stored under {machine_type!r}. "
         "Check the NVIDIA driver (nvidia-smi) and torch's CUDA build, or set AGENT_REQUIRE_GPU=false "
         "for a CPU machine type."
     )
@@ -54,14 +54,14 @@ def main() -> None:
     # AGENT_LOG_FILE (as JSON) when set, for the CloudWatch agent to ship.
     logs.setup("agent", file=get_settings().agent_log_file)
     logs.connect_celery("agent", file=get_settings().agent_log_file)
-    if not tasks.valid_machine_type(machine := get_settings().agent_machine_type):
-        print(f"error: AGENT_MACHINE_TYPE={machine[:80]!r} is not a machine type name", file=sys.stderr)
+    if not tasks.valid_machine_type(machine_type := get_settings().agent_machine_type):
+        print(f"error: AGENT_MACHINE_TYPE={machine_type[:80]!r} is not a machine type name", file=sys.stderr)
         sys.exit(2)
     from gpu_agent import app as agent
     from gpu_agent.app import app
 
     settings = get_settings()
-    if reason := gpu_missing(machine):
+    if reason := gpu_missing(machine_type):
         print(f"error: {reason}", file=sys.stderr)
         sys.exit(3)
     if settings.visibility_timeout_s < longest_task_s():
@@ -76,7 +76,7 @@ def main() -> None:
         [
             "worker",
             "--queues",
-            tasks.bench_queue(machine),
+            tasks.bench_queue(machine_type),
             # One task at a time in this process: concurrent measurements would disturb each other.
             "--pool",
             "solo",
@@ -85,7 +85,7 @@ def main() -> None:
             "--prefetch-multiplier",
             "1",
             "--hostname",
-            f"agent-{machine}@{socket.gethostname()}",
+            f"agent-{machine_type}@{socket.gethostname()}",
             "--loglevel",
             "INFO",
         ]

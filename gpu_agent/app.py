@@ -64,7 +64,7 @@ def bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]],
 def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]], channels_last: bool) -> int:
     dev = environment.device()
     env_id = environment.environment_id(str(dev))
-    key: dict[str, Any] = {"machine": machine_type, "precision": precision, "environment_id": env_id}
+    key: dict[str, Any] = {"machine_type": machine_type, "precision": precision, "environment_id": env_id}
 
     def prepare(item: dict[str, Any]) -> SignatureWork:
         sig_id = item["signature_id"]
@@ -106,7 +106,7 @@ def _bench_ops(machine_type: str, config: TrainConfig, items: list[dict[str, Any
         variant = config.optimizer_variant if sig.op == OPTIMIZER else config.op_variant
         key: dict[str, Any] = {
             "signature_id": sig_id,
-            "machine": machine_type,
+            "machine_type": machine_type,
             "variant": variant,
             "environment_id": env_id,
         }
@@ -150,7 +150,7 @@ def measure_steps(
 def _measure_steps(machine_type: str, cnn: str, image_size: int, config: TrainConfig, batch_sizes: list[int]) -> int:
     dev = environment.device()
     env_id = environment.environment_id(str(dev))
-    key: dict[str, Any] = {"cnn": cnn, "machine": machine_type, "image_size": image_size, "config": config}
+    key: dict[str, Any] = {"cnn": cnn, "machine_type": machine_type, "image_size": image_size, "config": config}
     done = store.step_batch_sizes_done(**key, environment_id=env_id)
     todo = sorted(set(batch_sizes) - done)
     if not todo:
@@ -196,7 +196,7 @@ def _on_ready(**_: Any) -> None:
     settings = get_settings()
     dev = environment.device()
     lifecycle.start(
-        machine=settings.agent_machine_type,
+        machine_type=settings.agent_machine_type,
         device=str(dev),
         environment_id=environment.environment_id(str(dev)),
         interval_s=settings.agent_heartbeat_s,

@@ -8,7 +8,7 @@ import torch
 
 from gpu_agent import memory, windows
 from gpu_agent.timing import Policy, sync
-from gpu_agent.windows import Outcome, Prepared, Spec
+from gpu_agent.windows import Outcome, PointSetup, Prepared
 from shared.cnn.signatures import ConvSignature
 
 log = logging.getLogger(__name__)
@@ -29,12 +29,12 @@ def measure(
     channels_last: bool = False,
 ) -> list[int]:
     """Time the three phases at each batch size, interleaved; returns the batch sizes left by a stop."""
-    spec = Spec(
+    setup = PointSetup(
         prepare=lambda bs: prepare(sig, bs, precision, device, channels_last),
         footprint=lambda sizes: memory.layer_bytes(sig, sizes, precision),
     )
     return windows.run(
-        batch_sizes, spec, device=device, policy=policy, window_points=window_points, save=save, stop=stop
+        batch_sizes, setup, device=device, policy=policy, window_points=window_points, save=save, stop=stop
     )
 
 

@@ -27,7 +27,7 @@ class Identity:
     """Who this agent process is, as registered."""
 
     id: uuid.UUID
-    machine: str
+    machine_type: str
     host: str
     pid: int
     device: str
@@ -73,12 +73,12 @@ def identity() -> Identity | None:
     return _me
 
 
-def start(*, machine: str, device: str, environment_id: int, interval_s: float) -> Identity:
+def start(*, machine_type: str, device: str, environment_id: int, interval_s: float) -> Identity:
     """Register this agent and keep its heartbeat going in a background thread."""
     global _me
     _me = Identity(
         id=uuid.uuid4(),
-        machine=machine,
+        machine_type=machine_type,
         host=socket.gethostname(),
         pid=os.getpid(),
         device=device,
@@ -88,7 +88,7 @@ def start(*, machine: str, device: str, environment_id: int, interval_s: float) 
     _halt.clear()
     _beat()
     threading.Thread(target=_beat_forever, args=(interval_s,), name="agent-heartbeat", daemon=True).start()
-    log.info("agent %s registered for %s on %s", _me.id, machine, device)
+    log.info("agent %s registered for %s on %s", _me.id, machine_type, device)
     return _me
 
 
@@ -120,7 +120,7 @@ def _beat() -> None:
     _execute(
         agents.beat,
         agent_id=_me.id,
-        machine=_me.machine,
+        machine_type=_me.machine_type,
         host=_me.host,
         pid=_me.pid,
         device=_me.device,

@@ -16,7 +16,7 @@ import torch.nn.functional as F  # noqa: N812
 from gpu_agent import step_bench, windows
 from gpu_agent.layer_bench import DTYPES
 from gpu_agent.timing import Policy, sync
-from gpu_agent.windows import Outcome, Prepared, Spec
+from gpu_agent.windows import Outcome, PointSetup, Prepared
 from shared.cnn.op_signatures import FP32_UNDER_AUTOCAST, OPTIMIZER, OpSignature
 from shared.training import TrainConfig
 
@@ -36,7 +36,7 @@ def measure(
     stop: Callable[[], bool],
 ) -> list[int]:
     """Time the op's phases at each batch size (the optimizer: once, at batch size 0); returns points left by a stop."""
-    spec = Spec(
+    setup = PointSetup(
         prepare=lambda bs: prepare(sig, bs, config, device),
         footprint=lambda sizes: sum(footprint(sig, max(bs, 1), config) for bs in sizes),
         # An op this device's torch has no kernel for in this dtype, or that torch refuses at this batch size
@@ -44,7 +44,7 @@ def measure(
         infeasible=(NotImplementedError, TypeError, ValueError),
     )
     return windows.run(
-        batch_sizes, spec, device=device, policy=policy, window_points=window_points, save=save, stop=stop
+        batch_sizes, setup, device=device, policy=policy, window_points=window_points, save=save, stop=stop
     )
 
 

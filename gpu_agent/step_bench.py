@@ -17,7 +17,7 @@ import torchvision
 
 from gpu_agent import memory, windows
 from gpu_agent.timing import Policy, sync
-from gpu_agent.windows import Outcome, Prepared, Spec
+from gpu_agent.windows import Outcome, PointSetup, Prepared
 from shared.cnn import zoo as cnn_zoo
 from shared.core.errors import InvalidRequest
 from shared.training import TrainConfig
@@ -67,7 +67,7 @@ def measure(
             gpu=device.type == "cuda",
         )
 
-    spec = Spec(
+    setup = PointSetup(
         prepare=lambda bs: prepare(model, opt, bs, image_size, config, device),
         footprint=footprint,
         # torch raises ValueError for a configuration the model cannot train in (batch norm over
@@ -80,7 +80,7 @@ def measure(
     # which training never does.
     policy = replace(policy, rewarm=max(policy.rewarm, 1))
     return windows.run(
-        batch_sizes, spec, device=device, policy=policy, window_points=window_points, save=save, stop=stop
+        batch_sizes, setup, device=device, policy=policy, window_points=window_points, save=save, stop=stop
     )
 
 

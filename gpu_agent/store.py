@@ -23,24 +23,24 @@ def stats(outcome: Outcome) -> dict[str, Any]:
 
 
 def layer_batch_sizes_done(
-    *, signature_id: int, machine: str, precision: str, environment_id: int, channels_last: bool = False
+    *, signature_id: int, machine_type: str, precision: str, environment_id: int, channels_last: bool = False
 ) -> set[int]:
     """Batch sizes already measured for a signature in this environment (resume, don't re-measure)."""
     return layers.batch_sizes_done(
-        signature_id=signature_id, machine=machine, precision=precision, environment_id=environment_id,
+        signature_id=signature_id, machine_type=machine_type, precision=precision, environment_id=environment_id,
         channels_last=channels_last,
     )  # fmt: skip
 
 
-def op_batch_sizes_done(*, signature_id: int, machine: str, variant: str, environment_id: int) -> set[int]:
+def op_batch_sizes_done(*, signature_id: int, machine_type: str, variant: str, environment_id: int) -> set[int]:
     """Batch sizes already stored for an op signature in this variant and environment."""
     return ops.batch_sizes_done(
-        signature_id=signature_id, machine=machine, variant=variant, environment_id=environment_id
+        signature_id=signature_id, machine_type=machine_type, variant=variant, environment_id=environment_id
     )
 
 
 def save_op(
-    *, signature_id: int, machine: str, batch_size: int, variant: str, environment_id: int, outcome: Outcome
+    *, signature_id: int, machine_type: str, batch_size: int, variant: str, environment_id: int, outcome: Outcome
 ) -> None:
     """Store one op measurement (forward and backward; the optimizer's step as forward, backward 0), OOM or reason."""
     ms: tuple[float | None, float | None] = (None, None)
@@ -48,13 +48,13 @@ def save_op(
         t = outcome.timings
         ms = (t["step"].value_ms, 0.0) if "step" in t else (t["forward"].value_ms, t["backward"].value_ms)
     ops.save(
-        signature_id=signature_id, machine=machine, batch_size=batch_size, variant=variant,
+        signature_id=signature_id, machine_type=machine_type, batch_size=batch_size, variant=variant,
         environment_id=environment_id, oom=outcome.oom, ms=ms, stats=stats(outcome),
     )  # fmt: skip
 
 
 def save_layer(
-    *, signature_id: int, machine: str, batch_size: int, precision: str, environment_id: int, outcome: Outcome,
+    *, signature_id: int, machine_type: str, batch_size: int, precision: str, environment_id: int, outcome: Outcome,
     channels_last: bool = False,
 ) -> None:  # fmt: skip
     """Store one layer measurement (or its out of memory)."""
@@ -65,36 +65,36 @@ def save_layer(
         t = outcome.timings
         ms = (t["forward"].value_ms, t["backward_data"].value_ms, t["backward_weight"].value_ms)
     layers.save(
-        signature_id=signature_id, machine=machine, batch_size=batch_size, precision=precision,
+        signature_id=signature_id, machine_type=machine_type, batch_size=batch_size, precision=precision,
         channels_last=channels_last, environment_id=environment_id, oom=outcome.oom, ms=ms, stats=stats(outcome),
     )  # fmt: skip
 
 
 def step_batch_sizes_done(
-    *, cnn: str, machine: str, image_size: int, config: TrainConfig, environment_id: int
+    *, cnn: str, machine_type: str, image_size: int, config: TrainConfig, environment_id: int
 ) -> set[int]:
     """Batch sizes whose whole step is stored in this environment and configuration, measured or infeasible."""
     return steps.batch_sizes_done(
-        cnn=cnn, machine=machine, image_size=image_size, config=config, environment_id=environment_id
+        cnn=cnn, machine_type=machine_type, image_size=image_size, config=config, environment_id=environment_id
     )
 
 
 def save_step(
-    *, cnn: str, machine: str, batch_size: int, image_size: int, config: TrainConfig, environment_id: int,
+    *, cnn: str, machine_type: str, batch_size: int, image_size: int, config: TrainConfig, environment_id: int,
     outcome: Outcome,
 ) -> None:  # fmt: skip
     """Store one whole-step measurement with its measured peak memory, its out of memory, or why the CNN cannot
     take the step."""
     if outcome.infeasible:
         steps.save_failure(
-            cnn=cnn, machine=machine, batch_size=batch_size, image_size=image_size, config=config,
+            cnn=cnn, machine_type=machine_type, batch_size=batch_size, image_size=image_size, config=config,
             environment_id=environment_id, reason=outcome.reason,
         )  # fmt: skip
         return
     info = dict(outcome.info)
     peak = info.pop("peak_memory_bytes", None) if outcome.timings else None  # its own column, not in stats
     steps.save(
-        cnn=cnn, machine=machine, batch_size=batch_size, image_size=image_size, config=config,
+        cnn=cnn, machine_type=machine_type, batch_size=batch_size, image_size=image_size, config=config,
         environment_id=environment_id, oom=outcome.oom,
         step_ms=outcome.timings["step"].value_ms if outcome.timings else None,
         stats=stats(replace(outcome, info=info)), peak_memory_bytes=peak,
@@ -102,20 +102,20 @@ def save_step(
 
 
 def save_layer_failure(
-    *, signature_id: int, machine: str, precision: str, environment_id: int, batch_sizes: list[int], error: str
+    *, signature_id: int, machine_type: str, precision: str, environment_id: int, batch_sizes: list[int], error: str
 ) -> None:
     """Record that measuring a signature raised, so the worker can fail the jobs waiting for it."""
     layers.save_failure(
-        signature_id=signature_id, machine=machine, precision=precision, environment_id=environment_id,
+        signature_id=signature_id, machine_type=machine_type, precision=precision, environment_id=environment_id,
         batch_sizes=batch_sizes, error=error,
     )  # fmt: skip
 
 
 def save_op_failure(
-    *, signature_id: int, machine: str, variant: str, environment_id: int, batch_sizes: list[int], error: str
+    *, signature_id: int, machine_type: str, variant: str, environment_id: int, batch_sizes: list[int], error: str
 ) -> None:
     """Record that measuring an op signature raised, so the worker can fail the jobs waiting for it."""
     ops.save_failure(
-        signature_id=signature_id, machine=machine, variant=variant, environment_id=environment_id,
+        signature_id=signature_id, machine_type=machine_type, variant=variant, environment_id=environment_id,
         batch_sizes=batch_sizes, error=error,
     )  # fmt: skip

@@ -48,7 +48,7 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class Spec:
+class PointSetup:
     """How to set up the points of one task and how much memory a window of them needs."""
 
     prepare: Callable[[int], Prepared]
@@ -71,7 +71,7 @@ def first_line(exc: BaseException) -> str:
 
 def run(
     points: Sequence[int],
-    spec: Spec,
+    setup: PointSetup,
     *,
     device: torch.device,
     policy: Policy,
@@ -81,11 +81,11 @@ def run(
 ) -> list[int]:
     """Measure and save every point, window by window; returns the points left when a stop was requested."""
     limit = memory.limit_bytes(device)
-    queue = deque(pack(points, spec.footprint, limit=limit, most=window_points))
+    queue = deque(pack(points, setup.footprint, limit=limit, most=window_points))
     while queue:
         if stop():
             return [p for w in queue for p in w]
-        outcomes, alone = _window(queue.popleft(), spec, device, policy, limit, stop)
+        outcomes, alone = _window(queue.popleft(), setup, device, policy, limit, stop)
         for point, outcome in outcomes.items():
             save(point, outcome)
         queue.extendleft([p] for p in reversed(alone))
@@ -104,7 +104,7 @@ def pack(points: Sequence[int], footprint: Callable[[Sequence[int]], int], *, li
 
 
 def _window(
-    window: list[int], spec: Spec, device: torch.device, policy: Policy, limit: int, stop: Callable[[], bool]
+    window: list[int], setup: PointSetup, device: torch.device, policy: Policy, limit: int, stop: Callable[[], bool]
 ) -> tuple[dict[int, Outcome], list[int]]:
     """Measure one window; returns outcomes and the points to measure again alone."""
     shared = len(window) > 1
@@ -116,11 +116,11 @@ def _window(
     failed = False
     try:
         for p in window:
-            needed = spec.footprint([p])
+            needed = setup.footprint([p])
             if device.type == "cpu" and needed > limit:
                 done[p] = Outcome(oom=True, reason=memory.guard_reason(needed, limit))
                 continue
-            prepared = _prepare(spec, p)
+            prepared = _prepare(setup, p)
             if isinstance(prepared, Prepared):
                 ready[p] = prepared
                 continue
@@ -156,12 +156,12 @@ def _window(
     return {p: done[p] for p in window if p in done}, alone
 
 
-def _prepare(spec: Spec, point: int) -> Prepared | BaseException:
+def _prepare(setup: PointSetup, point: int) -> Prepared | BaseException:
     """Set up a point; out of memory and infeasibility come back as values (their frames released)."""
     try:
-        return spec.prepare(point)
+        return setup.prepare(point)
     except Exception as exc:
-        if is_oom(exc) or isinstance(exc, spec.infeasible):
+        if is_oom(exc) or isinstance(exc, setup.infeasible):
             # The traceback would keep the half-built tensors alive until the next window.
             return exc.with_traceback(None)
         raise

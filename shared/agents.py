@@ -17,7 +17,7 @@ SELECT a.id, a.machine_type, a.host, a.pid, a.device, a.environment_id,
        {ALIVE} AS alive,
        extract(epoch FROM now() - a.heartbeat_at) AS heartbeat_age_s
 FROM agents a
-WHERE (%(machine)s::text IS NULL OR a.machine_type = %(machine)s)
+WHERE (%(machine_type)s::text IS NULL OR a.machine_type = %(machine_type)s)
 ORDER BY alive DESC, a.heartbeat_at DESC
 LIMIT %(limit)s"""
 SELECT_ALIVE_COUNTS = f"SELECT a.machine_type, count(*) AS n FROM agents a WHERE {ALIVE} GROUP BY a.machine_type"
@@ -29,7 +29,7 @@ GROUP BY a.instance_id"""
 # The agent's own writes. An upsert, so a heartbeat re-registers an agent whose row vanished (database restored).
 UPSERT_AGENT = """
 INSERT INTO agents (id, machine_type, host, pid, device, environment_id, started_at, instance_id)
-VALUES (%(id)s, %(machine)s, %(host)s, %(pid)s, %(device)s, %(env)s, %(started_at)s, %(instance)s)
+VALUES (%(id)s, %(machine_type)s, %(host)s, %(pid)s, %(device)s, %(env)s, %(started_at)s, %(instance)s)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()"""
 SET_WORK = "UPDATE agents SET current_work = %s, heartbeat_at = now() WHERE id = %s"
 SET_ERROR = "UPDATE agents SET last_error = %s, last_error_at = now() WHERE id = %s"
@@ -42,9 +42,9 @@ def alive_counts(cur: Cursor, *, alive_after_s: float) -> dict[str, int]:
     return {r["machine_type"]: int(r["n"]) for r in cur.fetchall()}
 
 
-def list_all(*, alive_after_s: float, machine: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+def list_all(*, alive_after_s: float, machine_type: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
     """Registered agents, alive first, with environment, heartbeat age and current work."""
-    params = {"alive_after": alive_after_s, "machine": machine, "limit": limit}
+    params = {"alive_after": alive_after_s, "machine_type": machine_type, "limit": limit}
     with transaction() as cur:
         cur.execute(SELECT_AGENTS, params)
         rows = [dict(r) for r in cur.fetchall()]
@@ -59,11 +59,11 @@ def by_instance(cur: Cursor, *, instance_ids: list[str], alive_after_s: float) -
 
 
 def beat(
-    *, agent_id: uuid.UUID, machine: str, host: str, pid: int, device: str, environment_id: int,
+    *, agent_id: uuid.UUID, machine_type: str, host: str, pid: int, device: str, environment_id: int,
     started_at: datetime, instance_id: str | None,
 ) -> None:  # fmt: skip
     """Register an agent, or note its heartbeat."""
-    params = {"id": agent_id, "machine": machine, "host": host, "pid": pid, "device": device}
+    params = {"id": agent_id, "machine_type": machine_type, "host": host, "pid": pid, "device": device}
     with transaction() as cur:
         cur.execute(UPSERT_AGENT, params | {"env": environment_id, "started_at": started_at, "instance": instance_id})
 

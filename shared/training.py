@@ -65,9 +65,9 @@ class TrainConfig(BaseModel):
             parts.append("channels_last")
         return "/".join(parts)
 
-    def calibrate_command(self, machine: str) -> str:
+    def calibrate_command(self, machine_type: str) -> str:
         """The `traincast calibrate` command that measures this configuration on a machine type."""
-        flags = [f"--machine {machine}", f"--optimizer {self.optimizer}"]
+        flags = [f"--machine {machine_type}", f"--optimizer {self.optimizer}"]
         if self.momentum:
             flags.append(f"--momentum {self.momentum:g}")
         if self.weight_decay:

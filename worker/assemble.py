@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from shared import machines
+from shared import machine_types
 from shared.cnn import registry as cnns
 from shared.core.errors import TraincastError
 from shared.jobs.request import JobRequest
@@ -43,14 +43,14 @@ def result(
     """
     sizes = request.batch_size_list()
     peers: dict[str, list[str]] = (plan or {}).get("peers") or {m: [m] for m in request.machines}
-    specs = machines.by_names(names=list(request.machines))
+    infos = machine_types.by_names(names=list(request.machines))
     classes = {cnn: cnns.variant_classes(cnn, request.num_classes) for cnn in request.cnns}
     variants = layers.variants(classes=classes, image_size=request.image_size)
     training = request.training()
     everyone = sorted({p for m in request.machines for p in peers[m]})
     # Only a model fitted for this training configuration's work answers it (shared/training.py).
-    models = predictor.latest_of(machines=everyone, cost_key=training.cost_key())
-    other_keys = predictor.keys_of(machines=everyone)
+    models = predictor.latest_of(machine_types=everyone, cost_key=training.cost_key())
+    other_keys = predictor.keys_of(machine_types=everyone)
     # Machine types with the same GPU figures get the same reference answer: computed once per CNN.
     reference_cache: dict[tuple[Any, str], reference.StepArrays] = {}
     peaks: dict[str, dict[tuple[int, bool], Any]] = {cnn: {} for cnn in request.cnns}  # by CNN: no machine in it
@@ -58,31 +58,33 @@ def result(
     predictions: list[dict[str, Any]] = []
     best: list[dict[str, Any]] = []
     model_info: dict[str, Any] = {}
-    for machine in request.machines:
-        spec = specs[machine]
-        fitted_on = next((p for p in peers[machine] if p in models), None)
+    for machine_type in request.machines:
+        info = infos[machine_type]
+        fitted_on = next((p for p in peers[machine_type] if p in models), None)
         model = models.get(fitted_on) if fitted_on else None
-        measured = machine not in incomplete and (model is not None or spec["gpu"] is None)
+        measured = machine_type not in incomplete and (model is not None or info["gpu"] is None)
         if measured:
-            model_info[machine] = _model_summary(model, machine, fitted_on, request)
+            model_info[machine_type] = _model_summary(model, machine_type, fitted_on, request)
             if op_members is None:
                 op_members = ops.members_of(classes=classes, image_size=request.image_size)
-            by_cnn = _measured(machine, peers[machine], variants, op_members, model, spec, request, sizes)
+            by_cnn = _measured(machine_type, peers[machine_type], variants, op_members, model, info, request, sizes)
         else:
-            keys = sorted({k for p in peers[machine] for k in other_keys.get(p, [])})
-            model_info[machine] = _reference_summary(
-                machine, spec, layers_measured=machine not in incomplete, request=request, other_keys=keys
+            keys = sorted({k for p in peers[machine_type] for k in other_keys.get(p, [])})
+            model_info[machine_type] = _reference_summary(
+                machine_type, info, layers_measured=machine_type not in incomplete, request=request, other_keys=keys
             )
         for cnn in request.cnns:  # request order: the plan is jsonb, whose keys PostgreSQL reorders
             members, work = variants[cnn]
             if measured:
                 points = by_cnn[cnn]
             else:
-                points = _reference(cnn, machine, members, work, spec, request, sizes, reference_cache)
+                points = _reference(cnn, machine_type, members, work, info, request, sizes, reference_cache)
             oom = [p["batch_size"] for p in points if p["fits_in_memory"] is False]  # measured: before the model
-            memory.annotate(points, work, spec, request, peaks=peaks[cnn])
+            memory.annotate(points, work, info, request, peaks=peaks[cnn])
             predictions.extend(points)
-            best.append(best_of(cnn, machine, points, memory.max_batch_size(work, spec, request, measured_oom=oom)))
+            best.append(
+                best_of(cnn, machine_type, points, memory.max_batch_size(work, info, request, measured_oom=oom))
+            )
     out = {
         "training": training.model_dump(),
         "predictions": predictions,
@@ -100,23 +102,23 @@ Members = list[tuple[int, dict[str, Any], int]]
 
 
 def _measured(
-    machine: str,
+    machine_type: str,
     peers: list[str],
     variants: dict[str, tuple[Members, dict[str, Any]]],
     op_members: dict[str, Members],
     model: dict[str, Any] | None,
-    spec: dict[str, Any],
+    info: dict[str, Any],
     request: JobRequest,
     sizes: list[int],
 ) -> dict[str, list[dict[str, Any]]]:
     """Every CNN's points on one machine type: one query per table, one model call for all of them."""
     training = request.training()
     layer_rows = layers.newest_first(
-        signature_ids=sorted({m[0] for members, _ in variants.values() for m in members}), machines=peers,
+        signature_ids=sorted({m[0] for members, _ in variants.values() for m in members}), machine_types=peers,
         batch_sizes=sizes, precision=training.layer_precision, channels_last=training.channels_last,
     )  # fmt: skip
     op_rows = ops.newest_first(
-        signature_ids=sorted({m[0] for members in op_members.values() for m in members}), machines=peers,
+        signature_ids=sorted({m[0] for members in op_members.values() for m in members}), machine_types=peers,
         batch_sizes=sizes, config=training,
     )  # fmt: skip
     out: dict[str, list[dict[str, Any]]] = {}
@@ -127,12 +129,12 @@ def _measured(
         its_ops = _own(op_rows, {m[0] for m in op_members[cnn]}, "op_signature_id")
         x, usable = features.table(
             members=members, rows=rows, workload=work, batch_sizes=sizes, image_size=request.image_size,
-            optimizer=request.optimizer, machine=spec, op_members=op_members[cnn], op_rows=its_ops,
+            optimizer=request.optimizer, machine_info=info, op_members=op_members[cnn], op_rows=its_ops,
         )  # fmt: skip
         points = []
         for i, bs in enumerate(sizes):
             conv = float(x["conv_ms"][i]) if usable[i] else None
-            point = _blank(cnn, machine, bs, spec, source="benchmarked", fits=bool(usable[i]), conv_ms=conv)
+            point = _blank(cnn, machine_type, bs, info, source="benchmarked", fits=bool(usable[i]), conv_ms=conv)
             used = [rows[(sig, bs)] for sig, _, _ in members]
             # Where this point's layer timings were measured (one environment unless some were missing).
             point["layer_environments"] = sorted({r["environment_id"] for r in used})
@@ -145,7 +147,7 @@ def _measured(
         # A model of an older kind raises: the points stay without times, the summary says to retrain it.
         with contextlib.suppress(TraincastError):
             ms = predictor.predict_table(model, np.concatenate(tables))
-            _fill_many(usable_points, np.array(ms, dtype=float).reshape(-1, 3), spec, request)
+            _fill_many(usable_points, np.array(ms, dtype=float).reshape(-1, 3), info, request)
     return out
 
 
@@ -156,16 +158,16 @@ def _own(rows: list[dict[str, Any]], sigs: set[int], column: str) -> dict[tuple[
 
 def _reference(
     cnn: str,
-    machine: str,
+    machine_type: str,
     members: Members,
     work: dict[str, Any],
-    spec: dict[str, Any],
+    info: dict[str, Any],
     request: JobRequest,
     sizes: list[int],
     cache: dict[tuple[Any, str], reference.StepArrays],
 ) -> list[dict[str, Any]]:
     model = reference_store.attached(reference.load())
-    gpu = reference.GpuSpecs.from_row(spec)
+    gpu = reference.GpuSpecs.from_row(info)
     if (gpu, cnn) not in cache:
         cache[(gpu, cnn)] = model.step_arrays(
             convs=[(layer, count) for _sig, layer, count in members], workload=work, batch_sizes=sizes,
@@ -179,7 +181,7 @@ def _reference(
     finite = np.isfinite(steps.step_ms) & np.isfinite(conv)
     points, answered = [], []
     error = model.accuracy["whole_step_mape"]
-    blank = _blanks(cnn, machine, spec, "reference")
+    blank = _blanks(cnn, machine_type, info, "reference")
     for b, ok, conv_ms, bound in zip(
         steps.batch_size.tolist(), finite.tolist(), conv.tolist(), steps.launch_bound.tolist(), strict=True
     ):
@@ -191,26 +193,26 @@ def _reference(
             answered.append(point)
         points.append(point)
     step = steps.step_ms[finite]
-    _fill_many(answered, np.column_stack([step * low, step, step * high]), spec, request)
+    _fill_many(answered, np.column_stack([step * low, step, step * high]), info, request)
     return points
 
 
 def _blank(
-    cnn: str, machine: str, bs: int, spec: dict[str, Any], *, source: str, fits: bool | None, conv_ms: float | None
+    cnn: str, machine_type: str, bs: int, info: dict[str, Any], *, source: str, fits: bool | None, conv_ms: float | None
 ) -> dict[str, Any]:
-    return _blanks(cnn, machine, spec, source)(bs, fits, conv_ms)
+    return _blanks(cnn, machine_type, info, source)(bs, fits, conv_ms)
 
 
-def _blanks(cnn: str, machine: str, spec: dict[str, Any], source: str) -> Any:
+def _blanks(cnn: str, machine_type: str, info: dict[str, Any], source: str) -> Any:
     """A maker of a (CNN, machine type)'s points without times: (batch size, fits, conv_ms) → point."""
     template: dict[str, Any] = {
         "cnn": cnn,
-        "machine": machine,
+        "machine": machine_type,
         "batch_size": None,
         "source": source,
         "fits_in_memory": None,
         "conv_ms": None,
-        "gpus_used": 1 if spec.get("gpu_count") else 0,
+        "gpus_used": 1 if info.get("gpu_count") else 0,
         "layer_environments": None,
         "measured_on": None,
         "cost_per_gpu_usd": None,
@@ -230,21 +232,21 @@ _SUFFIXES = ("_p10", "", "_p90")
 _NO_TIMES = {f"{name}{suffix}": None for name in TIMES for suffix in ("", "_p10", "_p90")}
 
 
-def fill(point: dict[str, Any], ms: tuple[float, float, float], spec: dict[str, Any], request: JobRequest) -> None:
+def fill(point: dict[str, Any], ms: tuple[float, float, float], info: dict[str, Any], request: JobRequest) -> None:
     """Times, cost and energy of a point from its (P10, median, P90) iteration time in ms."""
-    _fill_many([point], np.array([ms], dtype=float), spec, request)
+    _fill_many([point], np.array([ms], dtype=float), info, request)
 
 
-def _fill_many(points: list[dict[str, Any]], ms: np.ndarray, spec: dict[str, Any], request: JobRequest) -> None:
+def _fill_many(points: list[dict[str, Any]], ms: np.ndarray, info: dict[str, Any], request: JobRequest) -> None:
     """Times, cost and energy of points from their (P10, median, P90) iteration times in ms, (points × 3)."""
     if not points:
         return
     iterations = np.array(
         [math.ceil(request.dataset_size / p["batch_size"]) * request.epochs for p in points], dtype=np.float64
     )
-    gpus = spec.get("gpu_count") or 0
-    power_kw = (spec.get("gpu_tdp_watts") or 0) * gpus / 1000
-    price = spec["price_usd_per_hour"]
+    gpus = info.get("gpu_count") or 0
+    power_kw = (info.get("gpu_tdp_watts") or 0) * gpus / 1000
+    price = info["price_usd_per_hour"]
     for j, suffix in enumerate(_SUFFIXES):
         value = ms[:, j]
         total = value / 1000 * iterations
@@ -264,7 +266,7 @@ def _fill_many(points: list[dict[str, Any]], ms: np.ndarray, spec: dict[str, Any
                 point["cost_per_gpu_usd"] = c
 
 
-def best_of(cnn: str, machine: str, points: list[dict[str, Any]], max_batch_size: int | None) -> dict[str, Any]:
+def best_of(cnn: str, machine_type: str, points: list[dict[str, Any]], max_batch_size: int | None) -> dict[str, Any]:
     """The fastest and the cheapest batch size of one CNN on one machine type (None when no point is usable)."""
     # A point that does not fit is never best; one whose fit is unknown may be.
     usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
@@ -282,7 +284,7 @@ def best_of(cnn: str, machine: str, points: list[dict[str, Any]], max_batch_size
 
     return {
         "cnn": cnn,
-        "machine": machine,
+        "machine": machine_type,
         "max_batch_size": max_batch_size,
         "min_time": pick(lambda p: (p["total_seconds"], p["batch_size"])),
         # Ties in cost (a free machine) go to the faster batch size.
@@ -291,7 +293,7 @@ def best_of(cnn: str, machine: str, points: list[dict[str, Any]], max_batch_size
 
 
 def _model_summary(
-    model: dict[str, Any] | None, machine: str, fitted_on: str | None, request: JobRequest
+    model: dict[str, Any] | None, machine_type: str, fitted_on: str | None, request: JobRequest
 ) -> dict[str, Any]:
     training = request.training()
     if model is None:
@@ -300,8 +302,8 @@ def _model_summary(
             "source": "benchmarked",
             "training": training.cost_key(),
             "detail": (
-                f"no predictor model for {machine} trained with {training.cost_key()} yet: run "
-                f"`{training.calibrate_command(machine)}`"
+                f"no predictor model for {machine_type} trained with {training.cost_key()} yet: run "
+                f"`{training.calibrate_command(machine_type)}`"
             ),
         }
     summary = {
@@ -313,15 +315,15 @@ def _model_summary(
         "loco_mape": model["evaluation"].get("loco_mape"),
         "interval_coverage": model["evaluation"].get("interval_coverage"),
         # More than this machine type: the model also learnt from other types' steps (few of its own).
-        "pooled_from": model["evaluation"].get("pooled_from", [machine]),
+        "pooled_from": model["evaluation"].get("pooled_from", [machine_type]),
     }
-    if fitted_on != machine:
+    if fitted_on != machine_type:
         summary["measured_on"] = fitted_on  # another machine type with the same GPU model
     return summary
 
 
 def _reference_summary(
-    machine: str, spec: dict[str, Any], *, layers_measured: bool, request: JobRequest, other_keys: list[str]
+    machine_type: str, info: dict[str, Any], *, layers_measured: bool, request: JobRequest, other_keys: list[str]
 ) -> dict[str, Any]:
     model = reference.load()
     mape = model.accuracy["whole_step_mape"]
@@ -329,10 +331,10 @@ def _reference_summary(
     if other_keys:
         why = (
             f"has whole-step models for {', '.join(other_keys)} only, none for {training.cost_key()} "
-            f"(`{training.calibrate_command(machine)}`)"
+            f"(`{training.calibrate_command(machine_type)}`)"
         )
     elif layers_measured:
-        why = f"has layer benchmarks but no whole-step model yet (`{training.calibrate_command(machine)}`)"
+        why = f"has layer benchmarks but no whole-step model yet (`{training.calibrate_command(machine_type)}`)"
     else:
         why = "has no benchmarks of its own yet"
     return {
@@ -344,7 +346,7 @@ def _reference_summary(
         "whole_step_mape": mape,
         "evaluated_on": model.accuracy.get("evaluated_on"),
         "detail": (
-            f"{machine} ({spec['gpu']}) {why}: reference prediction from public "
+            f"{machine_type} ({info['gpu']}) {why}: reference prediction from public "
             f"measurements of other GPUs, {mape:.1f}% mean error on held-out public whole training steps"
         ),
     }

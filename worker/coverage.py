@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fleet import service as fleet
-from shared import agents, machines
+from shared import agents, machine_types
 from shared.core import tasks
 from shared.core.settings import get_settings
 from shared.jobs import Plan
@@ -52,7 +52,7 @@ def missing(plan: Plan, request: JobRequest) -> Missing:
     everyone = _everyone(plan, request)
     training = request.training()
     done = layers.measured(
-        signature_ids=sigs, machines=everyone, batch_sizes=sizes, precision=training.layer_precision,
+        signature_ids=sigs, machine_types=everyone, batch_sizes=sizes, precision=training.layer_precision,
         channels_last=training.channels_last,
     )  # fmt: skip
     return _gaps(plan, request, done, {(s, b) for s in sigs for b in sizes})
@@ -65,7 +65,7 @@ def missing_ops(plan: Plan, request: JobRequest) -> Missing:
         return {}
     sizes = request.batch_size_list()
     done = ops.measured(
-        signature_ids=ids, machines=_everyone(plan, request), batch_sizes=sizes, config=request.training()
+        signature_ids=ids, machine_types=_everyone(plan, request), batch_sizes=sizes, config=request.training()
     )
     return _gaps(plan, request, done, op_points(plan, sizes))
 
@@ -78,8 +78,8 @@ def _everyone(plan: Plan, request: JobRequest) -> list[str]:
 def _gaps(plan: Plan, request: JobRequest, done: set[tuple[int, str, int]], wanted: set[tuple[int, int]]) -> Missing:
     peers = plan.peers_of(request.machines)
     by_type: dict[str, set[tuple[int, int]]] = defaultdict(set)
-    for sig, machine, bs in done:
-        by_type[machine].add((sig, bs))
+    for sig, machine_type, bs in done:
+        by_type[machine_type].add((sig, bs))
     out: Missing = {}
     for m in request.machines:
         gap = wanted.difference(*(by_type[p] for p in peers[m] if p in by_type))
@@ -108,13 +108,13 @@ def routed(plan: Plan, *gap_sets: Missing, listed: list[dict[str, Any]] | None =
         return list(gap_sets)
     listed = listed_agents() if listed is None else listed
     alive = {a["machine_type"] for a in listed if a["alive"]}
-    fleet_types = {m["name"] for m in machines.list_all() if m["provider"] == "aws"} if fleet.enabled() else set()
+    fleet_types = {m["name"] for m in machine_types.list_all() if m["provider"] == "aws"} if fleet.enabled() else set()
     out: list[Missing] = []
     for gaps in gap_sets:
         sent: Missing = defaultdict(set)
-        for machine, gap in gaps.items():
-            peers = plan.peers_of(list(gaps))[machine]
-            target = machine if machine in waits_on else _served(peers, alive) or _served(peers, fleet_types)
+        for machine_type, gap in gaps.items():
+            peers = plan.peers_of(list(gaps))[machine_type]
+            target = machine_type if machine_type in waits_on else _served(peers, alive) or _served(peers, fleet_types)
             if target is not None:
                 sent[target] |= gap
         out.append(dict(sent))
@@ -138,17 +138,17 @@ def _send(
     predate the field ignore it.
     """
     grouped: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for machine, gap in gaps.items():
+    for machine_type, gap in gaps.items():
         for sig, bs in gap:
-            grouped[(machine, sig)].append(bs)
+            grouped[(machine_type, sig)].append(bs)
     if not grouped:
         return
     spec_by_id = specs(signature_ids=sorted({sig for _m, sig in grouped}))
-    for (machine, sig), sizes in sorted(grouped.items()):
+    for (machine_type, sig), sizes in sorted(grouped.items()):
         item = {"signature_id": sig, **spec_by_id[sig], "batch_sizes": sorted(sizes)}
         if job_ids:
             item["job_ids"] = job_ids
-        tasks.send(task, queue=tasks.bench_queue(machine), machine_type=machine, items=[item], **task_kwargs)
+        tasks.send(task, queue=tasks.bench_queue(machine_type), machine_type=machine_type, items=[item], **task_kwargs)
 
 
 def send_work(gaps: Missing, precision: str, channels_last: bool = False, job_ids: list[str] | None = None) -> None:
@@ -167,12 +167,12 @@ def uncalibrated(request: JobRequest) -> str | None:
 
     A CPU type with no model at all keeps the `no_model` answer (its layer benchmarks are still measured).
     """
-    cpus = [m["name"] for m in machines.list_all() if m["name"] in request.machines and m["gpu"] is None]
+    cpus = [m["name"] for m in machine_types.list_all() if m["name"] in request.machines and m["gpu"] is None]
     if not cpus:
         return None
     training = request.training()
     key = training.cost_key()
-    have = predictor.keys_of(machines=cpus)
+    have = predictor.keys_of(machine_types=cpus)
     for m in cpus:
         if have.get(m) and key not in have[m]:
             return (

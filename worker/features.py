@@ -65,7 +65,7 @@ def vector(
     batch_size: int,
     image_size: int,
     optimizer: str,
-    machine: dict[str, Any],
+    machine_info: dict[str, Any],
     op_members: OpMembers = (),  # type: ignore[assignment]
     op_rows: dict[int, dict[str, Any]] | None = None,
 ) -> list[float] | None:
@@ -78,7 +78,7 @@ def vector(
     steps = {sig: row for sig, row in (op_rows or {}).items()}
     x, usable = table(
         members=members, rows={(sig, batch_size): row for sig, row in rows.items()}, workload=workload,
-        batch_sizes=[batch_size], image_size=image_size, optimizer=optimizer, machine=machine,
+        batch_sizes=[batch_size], image_size=image_size, optimizer=optimizer, machine_info=machine_info,
         op_members=op_members,
         op_rows={(sig, 0 if _is_optimizer(spec) else batch_size): steps[sig] for sig, spec, _c in op_members
                  if sig in steps},
@@ -94,7 +94,7 @@ def table(
     batch_sizes: Sequence[int],
     image_size: int,
     optimizer: str,
-    machine: Mapping[str, Any],
+    machine_info: Mapping[str, Any],
     op_members: Sequence[tuple[int, Mapping[str, Any], int]] = (),
     op_rows: Rows | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -138,7 +138,7 @@ def table(
     f["image_size"] = image_size
     f["adam"] = float(optimizer == "adam")
     for spec_name in MACHINE_SPECS:
-        value = machine.get(spec_name)
+        value = machine_info.get(spec_name)
         f[spec_name] = float(value) if value is not None else math.nan
     return f, usable
 

@@ -26,14 +26,14 @@ def training(request: JobRequest) -> dict[str, Any]:
     }
 
 
-def capacity_bytes(spec: dict[str, Any]) -> float | None:
+def capacity_bytes(info: dict[str, Any]) -> float | None:
     """Memory one point may use: one GPU's memory, else the machine's RAM; None if unknown."""
-    if spec.get("gpu"):
-        total, count = spec.get("gpu_memory_gib"), spec.get("gpu_count") or 1
+    if info.get("gpu"):
+        total, count = info.get("gpu_memory_gib"), info.get("gpu_count") or 1
         return float(total) / count * memory.GIB if total else None  # the catalog stores all GPUs' memory
-    if spec.get("memory_gib"):
-        return float(spec["memory_gib"]) * memory.GIB
-    return host_ram_bytes() if spec.get("provider") == "local" else None
+    if info.get("memory_gib"):
+        return float(info["memory_gib"]) * memory.GIB
+    return host_ram_bytes() if info.get("provider") == "local" else None
 
 
 def host_ram_bytes() -> float | None:
@@ -54,7 +54,7 @@ def host_ram_bytes() -> float | None:
 def annotate(
     points: list[dict[str, Any]],
     work: dict[str, Any],
-    spec: dict[str, Any],
+    info: dict[str, Any],
     request: JobRequest,
     peaks: dict[tuple[int, bool], Any] | None = None,
 ) -> None:
@@ -62,10 +62,10 @@ def annotate(
 
     peaks: the caller's memo of this CNN's peaks by (batch size, on a GPU), shared by its machine types.
     """
-    capacity = capacity_bytes(spec)
+    capacity = capacity_bytes(info)
     how = training(request)
     memo: dict[tuple[int, bool], Any] = {} if peaks is None else peaks
-    gpu = bool(spec.get("gpu"))
+    gpu = bool(info.get("gpu"))
     for point in points:
         key = (point["batch_size"], gpu)
         if key not in memo:
@@ -79,16 +79,16 @@ def annotate(
 
 
 def max_batch_size(
-    work: dict[str, Any], spec: dict[str, Any], request: JobRequest, *, measured_oom: list[int]
+    work: dict[str, Any], info: dict[str, Any], request: JobRequest, *, measured_oom: list[int]
 ) -> int | None:
     """The largest batch size whose modelled peak fits (up to the largest a request may ask); None if unknown.
 
     measured_oom: batch sizes measured out of memory; the answer stays below the smallest of them.
     """
-    capacity = capacity_bytes(spec)
+    capacity = capacity_bytes(info)
     if capacity is None:
         return None
     cap = min([get_settings().max_batch_size, *(b - 1 for b in measured_oom)])
     if cap < 1:
         return 0
-    return memory.max_batch_size(work, capacity, cap=cap, gpu=bool(spec.get("gpu")), **training(request))
+    return memory.max_batch_size(work, capacity, cap=cap, gpu=bool(info.get("gpu")), **training(request))

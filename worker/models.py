@@ -35,7 +35,7 @@ class Point:
     conv_ms: float
     flops: float
     step_ms: float
-    machine: str = ""
+    machine_type: str = ""
 
 
 Predictor = Callable[[Point], float]

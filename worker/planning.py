@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, TypeVar
 
-from shared import jobs, machines
+from shared import jobs, machine_types
 from shared.cnn import registry as cnns
 from shared.core import logs, tasks
 from shared.core.errors import TraincastError
@@ -89,7 +89,7 @@ def _plan_queued(job_id: uuid.UUID, request: JobRequest) -> None:
         cnns=cnn_signatures,
         ops=op_signatures,
         optimizers=optimizers,
-        peers=machines.peers_of(names=request.machines),
+        peers=machine_types.peers_of(names=request.machines),
         waits_on=_waits_on(request),
     )
     gaps, op_gaps = coverage.missing(plan, request), coverage.missing_ops(plan, request)
@@ -144,14 +144,14 @@ def _waits_on(request: JobRequest) -> list[str]:
     """Machine types the job waits for benchmarks on: all if asked, else those the reference cannot answer."""
     if request.wait_for_benchmarks:
         return list(request.machines)
-    gpu = {name: m["gpu"] for name, m in machines.by_names(names=list(request.machines)).items()}
+    gpu = {name: m["gpu"] for name, m in machine_types.by_names(names=list(request.machines)).items()}
     return [m for m in request.machines if gpu.get(m) is None]
 
 
-def advance_jobs(machine: str) -> None:
+def advance_jobs(machine_type: str) -> None:
     """Update the progress of running jobs that wait on a machine type; finish complete ones."""
     # Benchmarks stored for one type serve every type with its GPU model.
-    for job_id in jobs.running_on(machines=machines.peers_of(names=[machine])[machine]):
+    for job_id in jobs.running_on(machine_types=machine_types.peers_of(names=[machine_type])[machine_type]):
         # One job's bad data must not keep the others from finishing.
         contained(job_id, partial(finish_if_complete, job_id))
 
@@ -242,13 +242,13 @@ def _failed_too_often(
     since, limit = job["started_at"], get_settings().bench_max_failures
     training = request.training()
     layer = layers.failed_too_often(
-        signature_ids=_sigs(waited), machines=sorted(waited), precision=training.layer_precision, since=since,
+        signature_ids=_sigs(waited), machine_types=sorted(waited), precision=training.layer_precision, since=since,
         limit=limit,
     ) if waited else None  # fmt: skip
     if layer is not None:
         return f"the layer benchmark of signature {layer['signature_id']} {_failed(layer)}"
     op = ops.failed_too_often(
-        signature_ids=_sigs(ops_waited), machines=sorted(ops_waited), config=training, since=since, limit=limit
+        signature_ids=_sigs(ops_waited), machine_types=sorted(ops_waited), config=training, since=since, limit=limit
     ) if ops_waited else None  # fmt: skip
     if op is None:
         return None

@@ -8,7 +8,7 @@ and its held-out evaluation (worker/validation.py).
 from functools import lru_cache
 from typing import Any
 
-from shared import machines
+from shared import machine_types
 from shared.core.db import Json, one, transaction
 from shared.core.errors import InvalidRequest
 from shared.measurements import layers, ops
@@ -30,8 +30,8 @@ ORDER BY machine_type, version DESC"""
 SELECT_KEYS_OF = "SELECT DISTINCT machine_type, cost_key FROM predictor_models WHERE machine_type = ANY(%s)"
 INSERT_MODEL = """
 INSERT INTO predictor_models (machine_type, version, kind, cost_key, params, training_rows, evaluation)
-SELECT %(machine)s, COALESCE(MAX(version), 0) + 1, %(kind)s, %(cost_key)s, %(params)s, %(rows)s, %(evaluation)s
-FROM predictor_models WHERE machine_type = %(machine)s
+SELECT %(machine_type)s, COALESCE(MAX(version), 0) + 1, %(kind)s, %(cost_key)s, %(params)s, %(rows)s, %(evaluation)s
+FROM predictor_models WHERE machine_type = %(machine_type)s
 RETURNING *"""
 
 
@@ -40,10 +40,10 @@ def _config(step: dict[str, Any]) -> TrainConfig:
     return TrainConfig.model_validate({k: step[k] for k in keys})
 
 
-def dataset(machine: str, cost_key: str = DEFAULT_KEY) -> list[models.Point]:
+def dataset(machine_type: str, cost_key: str = DEFAULT_KEY) -> list[models.Point]:
     """Every whole step of this cost key measured on a machine type with its layer benchmarks (same environment)."""
-    spec = machines.get_by_name(name=machine)
-    steps = whole_steps.measured(machine=machine)
+    info = machine_types.get_by_name(name=machine_type)
+    steps = whole_steps.measured(machine_type=machine_type)
     steps = [s for s in steps if _config(s).cost_key() == cost_key]
     points = []
     for s in steps:
@@ -52,7 +52,7 @@ def dataset(machine: str, cost_key: str = DEFAULT_KEY) -> list[models.Point]:
         if not members:
             continue
         rows = layers.in_environment(
-            machine=machine,
+            machine_type=machine_type,
             batch_size=s["batch_size"],
             precision=LAYER_PRECISION[s["precision"]],
             channels_last=s["channels_last"],
@@ -65,12 +65,12 @@ def dataset(machine: str, cost_key: str = DEFAULT_KEY) -> list[models.Point]:
         op_members = ops.members(**key)
         # The op timings of the step's own environment too; a step without them falls back to the guessed terms.
         op_rows = ops.in_environment(
-            machine=machine, environment_id=s["environment_id"], signature_ids=[m[0] for m in op_members],
+            machine_type=machine_type, environment_id=s["environment_id"], signature_ids=[m[0] for m in op_members],
             batch_size=s["batch_size"], config=_config(s),
         )  # fmt: skip
         x = features.vector(
             members=members, rows=rows, workload=work, batch_size=s["batch_size"],
-            image_size=s["image_size"], optimizer=s["optimizer"], machine=spec,
+            image_size=s["image_size"], optimizer=s["optimizer"], machine_info=info,
             op_members=op_members, op_rows={sig: row for (sig, _bs), row in op_rows.items()},
         )  # fmt: skip
         if x is None:
@@ -79,12 +79,14 @@ def dataset(machine: str, cost_key: str = DEFAULT_KEY) -> list[models.Point]:
         flops = f["conv_gflops"] * 1e9 + sum(f[f"{k}_mflops"] * 1e6 for k in features.WORK_KINDS)
         cnn = s["cnn_name"]
         points.append(
-            models.Point(s["id"], cnn, features.family(cnn), x, f["conv_ms"], flops, s["step_ms"], machine=machine)
+            models.Point(
+                s["id"], cnn, features.family(cnn), x, f["conv_ms"], flops, s["step_ms"], machine_type=machine_type
+            )
         )
     return points
 
 
-def train(*, machine: str, pool: bool | None = None, config: TrainConfig | None = None) -> dict[str, Any]:
+def train(*, machine_type: str, pool: bool | None = None, config: TrainConfig | None = None) -> dict[str, Any]:
     """Fit (model chosen on inner folds, interval from their errors), evaluate held out, store a new version.
 
     config: the training configuration whose whole steps it learns from, and which alone it will serve
@@ -94,37 +96,37 @@ def train(*, machine: str, pool: bool | None = None, config: TrainConfig | None 
     """
     config = config or TrainConfig()
     key = config.cost_key()
-    points = dataset(machine, key)
+    points = dataset(machine_type, key)
     if pool is None:
         pool = len({p.cnn for p in points}) < MIN_OWN_CNNS
-    sources = [machine]
+    sources = [machine_type]
     if pool:
-        others = whole_steps.measured_types(other_than=machine)
+        others = whole_steps.measured_types(other_than=machine_type)
         for other in others:
             theirs = dataset(other, key)
             points += theirs
             sources += [other] if theirs else []
     cnns = {p.cnn for p in points}
     if len(cnns) < 2:
-        where = "on any machine type" if pool else f"on {machine}"
+        where = "on any machine type" if pool else f"on {machine_type}"
         raise InvalidRequest(
             f"need whole-step measurements ({key}) of at least 2 CNNs {where} (with their layer benchmarks), "
-            f"found {len(cnns)}; run `{config.calibrate_command(machine)}` first",
-            machine=machine,
+            f"found {len(cnns)}; run `{config.calibrate_command(machine_type)}` first",
+            machine_type=machine_type,
         )
     evaluation = validation.evaluate(points)
     evaluation["loco_mape"] = evaluation["loco"]["model"]["mape"]
     # Share of held-out CNNs' steps inside their P10-P90 (about 0.8 when the interval means what it says).
     evaluation["interval_coverage"] = evaluation["loco"]["model"]["coverage"]
     evaluation["pooled_from"] = sorted(sources)
-    evaluation["own_rows"] = sum(1 for p in points if p.machine == machine)
+    evaluation["own_rows"] = sum(1 for p in points if p.machine_type == machine_type)
     evaluation["training"] = key
     params = {"features": list(features.NAMES), "base_terms": list(models.BASE_TERMS), **validation.fit_model(points)}
     with transaction() as cur:
         cur.execute(
             INSERT_MODEL,
             {
-                "machine": machine,
+                "machine_type": machine_type,
                 "kind": KIND,
                 "cost_key": key,
                 "params": Json(params),
@@ -135,25 +137,25 @@ def train(*, machine: str, pool: bool | None = None, config: TrainConfig | None 
         return one(cur)
 
 
-def latest(*, machine: str, cost_key: str = DEFAULT_KEY) -> dict[str, Any] | None:
+def latest(*, machine_type: str, cost_key: str = DEFAULT_KEY) -> dict[str, Any] | None:
     """The newest model of a machine type for a cost key, or None."""
     with transaction() as cur:
-        cur.execute(SELECT_LATEST, (machine, cost_key))
+        cur.execute(SELECT_LATEST, (machine_type, cost_key))
         row = cur.fetchone()
     return dict(row) if row else None
 
 
-def latest_of(*, machines: list[str], cost_key: str = DEFAULT_KEY) -> dict[str, dict[str, Any]]:
+def latest_of(*, machine_types: list[str], cost_key: str = DEFAULT_KEY) -> dict[str, dict[str, Any]]:
     """The newest model for this cost key of each of these machine types that has one."""
     with transaction() as cur:
-        cur.execute(SELECT_LATEST_OF, (machines, cost_key))
+        cur.execute(SELECT_LATEST_OF, (machine_types, cost_key))
         return {r["machine_type"]: dict(r) for r in cur.fetchall()}
 
 
-def keys_of(*, machines: list[str]) -> dict[str, list[str]]:
+def keys_of(*, machine_types: list[str]) -> dict[str, list[str]]:
     """The cost keys each of these machine types has a model for (those with none are absent)."""
     with transaction() as cur:
-        cur.execute(SELECT_KEYS_OF, (machines,))
+        cur.execute(SELECT_KEYS_OF, (machine_types,))
         rows = cur.fetchall()
     out: dict[str, list[str]] = {}
     for r in rows:

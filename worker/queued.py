@@ -28,8 +28,8 @@ def broker() -> redis.Redis:
     return _broker
 
 
-def _keys(machine: str) -> list[str]:
-    return tasks.queue_keys(tasks.bench_queue(machine))
+def _keys(machine_type: str) -> list[str]:
+    return tasks.queue_keys(tasks.bench_queue(machine_type))
 
 
 def _items(raw: bytes | str, task: str) -> list[tuple[int, list[int]]]:
@@ -44,16 +44,16 @@ def _items(raw: bytes | str, task: str) -> list[tuple[int, list[int]]]:
         return []
 
 
-def signatures(machine: str, task: str = tasks.BENCH_LAYERS) -> set[int]:
+def signatures(machine_type: str, task: str = tasks.BENCH_LAYERS) -> set[int]:
     """Signature ids of the layer (or op) tasks waiting in bench.<machine>."""
     out: set[int] = set()
-    for key in _keys(machine):
+    for key in _keys(machine_type):
         for raw in broker().lrange(key, 0, -1):
             out |= {sig for sig, _sizes in _items(raw, task)}
     return out
 
 
-def withdraw(machine: str, unwanted: dict[int, set[int]], task: str = tasks.BENCH_LAYERS) -> int:
+def withdraw(machine_type: str, unwanted: dict[int, set[int]], task: str = tasks.BENCH_LAYERS) -> int:
     """Remove the waiting layer (or op) tasks of bench.<machine> whose every item is unwanted.
 
     `unwanted` maps a signature id to the batch sizes that may go: a task asking for others (a
@@ -62,14 +62,14 @@ def withdraw(machine: str, unwanted: dict[int, set[int]], task: str = tasks.BENC
     if not unwanted:
         return 0
     removed = 0
-    for key in _keys(machine):
+    for key in _keys(machine_type):
         for raw in broker().lrange(key, 0, -1):
             items = _items(raw, task)
             if items and all(set(sizes) <= unwanted.get(sig, set()) for sig, sizes in items):
                 # LREM of the exact message: one an agent took meanwhile is simply not there any more.
                 removed += int(broker().lrem(key, 1, cast(str, raw)))  # bytes as stored
     if removed:
-        log.info("withdrew %d queued benchmark tasks from %s", removed, tasks.bench_queue(machine))
+        log.info("withdrew %d queued benchmark tasks from %s", removed, tasks.bench_queue(machine_type))
     return removed
 
 

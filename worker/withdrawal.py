@@ -20,8 +20,8 @@ def _targets(job: dict[str, Any]) -> dict[tuple[str, str], dict[int, set[int]]]:
     peers = plan.peers_of(request.machines)
     sizes = request.batch_size_list()
     out: dict[tuple[str, str], dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
-    for machine in request.machines:
-        for queue in {machine, *peers.get(machine, [machine])}:
+    for machine_type in request.machines:
+        for queue in {machine_type, *peers.get(machine_type, [machine_type])}:
             for sig in coverage.signature_ids(plan):
                 out[(tasks.BENCH_LAYERS, queue)][sig] |= set(sizes)
             for sig, bs in coverage.op_points(plan, sizes):
@@ -61,9 +61,9 @@ def lost(gaps: coverage.Missing, task: str = tasks.BENCH_LAYERS) -> coverage.Mis
     listed = agents.list_all(alive_after_s=settings.agent_alive_after_s, limit=500)
     in_hand = queued.busy(listed, settings.bench_stuck_after_s, task)
     out: coverage.Missing = {}
-    for machine, gap in gaps.items():
-        waiting = queued.signatures(machine, task)
-        left = {(s, b) for s, b in gap if s not in waiting and (machine, s) not in in_hand}
+    for machine_type, gap in gaps.items():
+        waiting = queued.signatures(machine_type, task)
+        left = {(s, b) for s, b in gap if s not in waiting and (machine_type, s) not in in_hand}
         if left:
-            out[machine] = left
+            out[machine_type] = left
     return out

@@ -13,9 +13,11 @@ router = APIRouter(prefix="/v1/agents", tags=["agents"], dependencies=[Depends(r
 
 @router.get("")
 def list_agents(
-    machine: Annotated[str | None, Query(max_length=100)] = None,
+    machine_type: Annotated[
+        str | None, Query(alias="machine", max_length=100, description="only agents of this machine type")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> dict[str, Any]:
     """Registered agents, alive first: machine type, host, device, environment, heartbeat, current work."""
-    rows = agents.list_all(alive_after_s=get_settings().agent_alive_after_s, machine=machine, limit=limit)
+    rows = agents.list_all(alive_after_s=get_settings().agent_alive_after_s, machine_type=machine_type, limit=limit)
     return {"agents": rows}

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api import waits
 from api.auth import Reader, Submitter, require
-from shared import jobs, keys, machines
+from shared import jobs, keys, machine_types
 from shared.cnn import registry as cnns
 from shared.core import logs, tasks
 from shared.core.errors import InvalidRequest, NotFound
@@ -65,11 +65,11 @@ def job_view(job: dict[str, Any], *, full: bool = True) -> dict[str, Any]:
 
 
 def _validate_names(request: JobRequest, owner: str | None) -> None:
-    unknown_machines = machines.missing(names=request.machines)
+    unknown_machines = machine_types.missing(names=request.machines)
     if unknown_machines:
         raise InvalidRequest(f"unknown machine type(s): {', '.join(unknown_machines)}; see GET /v1/machines")
     if request.precision == "amp_bf16":
-        lacking = machines.without_bf16(names=request.machines)
+        lacking = machine_types.without_bf16(names=request.machines)
         if lacking:
             named = ", ".join(f"{m['name']} ({m['gpu']})" for m in lacking)
             raise InvalidRequest(f"precision amp_bf16 needs a GPU with bf16; these machine types have none: {named}")

@@ -5,7 +5,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Response
 
 from api.auth import require
-from shared import machines
+from shared import machine_types
 from shared.jobs.request import MachineCreate
 
 router = APIRouter(prefix="/v1/machines", tags=["machines"], dependencies=[Depends(require("read"))])
@@ -14,13 +14,13 @@ router = APIRouter(prefix="/v1/machines", tags=["machines"], dependencies=[Depen
 @router.get("")
 def list_machines() -> dict[str, Any]:
     """Every machine type with GPU figures, memory, vCPUs, prices and where they come from."""
-    return {"machines": [_view(m) for m in machines.list_all()]}
+    return {"machines": [_view(m) for m in machine_types.list_all()]}
 
 
 @router.post("", status_code=201, dependencies=[Depends(require("admin"))])
 def create_machine(figures: MachineCreate, response: Response) -> dict[str, Any]:
     """Register a machine type by its GPU's figures; jobs can name it at once (reference predictions)."""
-    created = machines.create(figures=figures)
+    created = machine_types.create(figures=figures)
     response.headers["Location"] = f"/v1/machines/{created['name']}"
     return _view(created)
 
@@ -28,7 +28,7 @@ def create_machine(figures: MachineCreate, response: Response) -> dict[str, Any]
 @router.get("/{name}")
 def get_machine(name: str) -> dict[str, Any]:
     """One machine type."""
-    return _view(machines.get_by_name(name=name))
+    return _view(machine_types.get_by_name(name=name))
 
 
 def _view(row: dict[str, Any]) -> dict[str, Any]:

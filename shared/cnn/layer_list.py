@@ -114,17 +114,17 @@ def parse(data: bytes) -> LayerList:
 
 def read(definition: dict[str, Any], image_size: int) -> tuple[Counter[ConvSignature], dict[str, Any]]:
     """Each signature with its count, in order of first use, and what is known of the workload."""
-    spec = LayerList.model_validate(definition)
-    if image_size != spec.image_size:
+    layers = LayerList.model_validate(definition)
+    if image_size != layers.image_size:
         raise ExtractionError(
-            f"this CNN is described at {spec.image_size} px; describe it again at {image_size} px to use that size"
+            f"this CNN is described at {layers.image_size} px; describe it again at {image_size} px to use that size"
         )
     signatures: Counter[ConvSignature] = Counter()
-    for layer in spec.layers:
+    for layer in layers.layers:
         signatures[layer.signature()] += layer.count
     workload: dict[str, Any] = {
         "ops": {},
-        "parameters": spec.parameters,
+        "parameters": layers.parameters,
         "parameter_tensors": None,
         "activation_bytes": None,
     }

@@ -80,8 +80,8 @@ def create(*, name: str, data: bytes, owner_key_id: str | None = None) -> dict[s
         raise Conflict(f"{name!r} is a built-in CNN; choose another name", cnn=name)
     row: tuple[str, str, Any, bytes | None, int | None, str | None]
     if data.lstrip()[:1] in (b"{", b"["):
-        spec = layer_list.parse(data)
-        row = (name, "json", Json(spec.model_dump(mode="json")), None, spec.parameters, owner_key_id)
+        layers = layer_list.parse(data)
+        row = (name, "json", Json(layers.model_dump(mode="json")), None, layers.parameters, owner_key_id)
     else:
         model = onnx_reader.parse(data)
         graph = onnx_reader.strip(model)

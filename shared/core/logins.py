@@ -101,11 +101,11 @@ def map_agent(cur: psycopg2.extras.RealDictCursor, login: str, machine_types: It
     """Map an agent login to exactly these machine types in this database (others are taken away)."""
     wanted = list(machine_types)
     cur.execute(UNMAP_OTHERS, (login, wanted))
-    for machine in wanted:
+    for machine_type in wanted:
         try:
-            cur.execute(MAP, (login, machine))
+            cur.execute(MAP, (login, machine_type))
         except psycopg2.errors.ForeignKeyViolation:
-            raise InvalidRequest(f"machine type {machine!r} is not in the catalog (traincast machines)") from None
+            raise InvalidRequest(f"machine type {machine_type!r} is not in the catalog (traincast machines)") from None
 
 
 def apply(settings: LoginSettings, url: str | None = None) -> list[str]:
@@ -117,16 +117,16 @@ def apply(settings: LoginSettings, url: str | None = None) -> list[str]:
     short = [f"{kind.upper()}_DB_PASSWORD" for kind, pw in passwords.items() if len(pw) < MIN_PASSWORD_CHARS]
     if short:
         raise InvalidRequest(f"{', '.join(short)}: under {MIN_PASSWORD_CHARS} characters; use `openssl rand -hex 24`")
-    machines = settings.machine_types()
-    if "agent" in passwords and not machines:
+    machine_types = settings.machine_types()
+    if "agent" in passwords and not machine_types:
         raise InvalidRequest("AGENT_DB_MACHINE_TYPES is empty: an agent login mapped to no type stores nothing")
     lines = []
     with transaction(url) as cur:
         for kind, password in passwords.items():
             done = ensure_login(cur, LOGINS[kind], GROUPS[kind], password)
             if kind == "agent":
-                map_agent(cur, LOGINS[kind], machines)
-                done += f"; machine types {', '.join(machines)}"
+                map_agent(cur, LOGINS[kind], machine_types)
+                done += f"; machine types {', '.join(machine_types)}"
             lines.append(f"{LOGINS[kind]} ({GROUPS[kind]}): {done}")
     return lines
 

@@ -10,7 +10,7 @@ import psycopg2.extensions
 import psycopg2.extras
 import psycopg2.sql
 
-from shared import machines
+from shared import machine_types
 from shared.core.db import connect
 from shared.core.errors import ServiceUnavailable
 from shared.core.settings import get_settings
@@ -68,7 +68,7 @@ def migrate(url: str | None = None) -> list[str]:
                 applied_now.append(version)
         with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as dict_cur:
             # Rows, not schema: new catalog entries from data/ (existing rows keep their prices).
-            machines.seed_catalog(dict_cur)
+            machine_types.seed_catalog(dict_cur)
             conn.commit()
         with conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))

@@ -43,9 +43,9 @@ class Plan(BaseModel):
     waits_on: list[str] | None = Field(default=None, description="machine types the job waits for benchmarks on")
     bench_seconds: float = Field(default=0.0, description="benchmark seconds charged to the job's key")
 
-    def peers_of(self, machines: list[str]) -> dict[str, list[str]]:
+    def peers_of(self, machine_types: list[str]) -> dict[str, list[str]]:
         """Each machine type's GPU peers (itself alone in a plan from before peers)."""
-        return self.peers or {m: [m] for m in machines}
+        return self.peers or {m: [m] for m in machine_types}
 
 
 class Counts(BaseModel):

@@ -333,10 +333,10 @@ def running(*, job_id: uuid.UUID) -> dict[str, Any] | None:
     return dict(row) if row is not None else None
 
 
-def running_on(*, machines: list[str]) -> list[uuid.UUID]:
+def running_on(*, machine_types: list[str]) -> list[uuid.UUID]:
     """Ids of running jobs that name any of these machine types."""
     with transaction() as cur:
-        cur.execute(SELECT_RUNNING_ON, (machines,))
+        cur.execute(SELECT_RUNNING_ON, (machine_types,))
         return [r["id"] for r in cur.fetchall()]
 
 

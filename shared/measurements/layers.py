@@ -27,13 +27,13 @@ SET conv_count = EXCLUDED.conv_count, workload = EXCLUDED.workload"""
 SELECT_SPECS = "SELECT id, hash, spec FROM conv_signatures WHERE id = ANY(%s)"
 SELECT_DONE = """
 SELECT DISTINCT signature_id, machine_type, batch_size FROM layer_benchmarks
-WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
+WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machine_types)s)
   AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s AND channels_last = %(channels_last)s"""
 # The newest row per key: rows of another environment are never averaged in.
 SELECT_BENCHMARKS = """
 SELECT signature_id, batch_size, oom, forward_ms, backward_data_ms, backward_weight_ms, environment_id, machine_type
 FROM layer_benchmarks
-WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
+WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machine_types)s)
   AND batch_size = ANY(%(batch_sizes)s) AND precision = %(precision)s AND channels_last = %(channels_last)s
 ORDER BY measured_at DESC, id DESC"""
 
@@ -131,11 +131,11 @@ def specs(*, signature_ids: list[int]) -> dict[int, dict[str, Any]]:
 
 
 def measured(
-    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], precision: str,
+    *, signature_ids: list[int], machine_types: list[str], batch_sizes: list[int], precision: str,
     channels_last: bool = False,
 ) -> set[tuple[int, str, int]]:  # fmt: skip
     """The (signature, machine, batch size) triples that have a stored benchmark (OOM counts)."""
-    params = {"sigs": signature_ids, "machines": machines, "batch_sizes": batch_sizes, "precision": precision}
+    params = {"sigs": signature_ids, "machine_types": machine_types, "batch_sizes": batch_sizes, "precision": precision}
     params["channels_last"] = channels_last
     with transaction() as cur:
         cur.execute(SELECT_DONE, params)
@@ -143,7 +143,7 @@ def measured(
 
 
 def newest(
-    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], precision: str,
+    *, signature_ids: list[int], machine_types: list[str], batch_sizes: list[int], precision: str,
     channels_last: bool = False,
 ) -> dict[tuple[int, int], dict[str, Any]]:  # fmt: skip
     """(signature, batch size) → its benchmark row on machine types of one GPU, from one environment where possible.
@@ -156,19 +156,19 @@ def newest(
     in one software and driver set-up whenever one has them all, and each row says which it is.
     """
     rows = newest_first(
-        signature_ids=signature_ids, machines=machines, batch_sizes=batch_sizes, precision=precision,
+        signature_ids=signature_ids, machine_types=machine_types, batch_sizes=batch_sizes, precision=precision,
         channels_last=channels_last,
     )  # fmt: skip
     return environments.one_environment(rows, "signature_id")
 
 
 def newest_first(
-    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], precision: str,
+    *, signature_ids: list[int], machine_types: list[str], batch_sizes: list[int], precision: str,
     channels_last: bool = False,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The benchmark rows of these signatures, newest first: one query for many CNNs, each then picking its
     rows' environment with environments.one_environment over its own signatures' rows (as newest() does)."""
-    params = {"sigs": signature_ids, "machines": machines, "batch_sizes": batch_sizes, "precision": precision}
+    params = {"sigs": signature_ids, "machine_types": machine_types, "batch_sizes": batch_sizes, "precision": precision}
     with transaction() as cur:
         cur.execute(SELECT_BENCHMARKS, params | {"channels_last": channels_last})
         return [dict(r) for r in cur.fetchall()]
@@ -243,7 +243,7 @@ VALUES (%s, %s, %s, %s, %s, %s)"""
 SELECT_FAILED_TOO_OFTEN = """
 SELECT signature_id, machine_type, count(*) AS n, (array_agg(error ORDER BY failed_at DESC))[1] AS error
 FROM layer_failures
-WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s) AND precision = %(precision)s
+WHERE signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machine_types)s) AND precision = %(precision)s
   AND failed_at >= %(since)s
 GROUP BY signature_id, machine_type
 HAVING count(*) >= %(limit)s
@@ -256,43 +256,49 @@ WHERE machine_type = %s AND batch_size = %s AND precision = %s AND channels_last
   AND signature_id = ANY(%s)"""
 COUNT_BY_ENVIRONMENT = """
 SELECT environment_id, count(DISTINCT (signature_id, batch_size)) AS n FROM layer_benchmarks
-WHERE machine_type = %(machine)s AND precision = %(precision)s AND channels_last = %(channels_last)s
+WHERE machine_type = %(machine_type)s AND precision = %(precision)s AND channels_last = %(channels_last)s
   AND signature_id = ANY(%(sigs)s) AND batch_size = ANY(%(batch_sizes)s)
 GROUP BY environment_id"""
 
 
 def batch_sizes_done(
-    *, signature_id: int, machine: str, precision: str, environment_id: int, channels_last: bool = False
+    *, signature_id: int, machine_type: str, precision: str, environment_id: int, channels_last: bool = False
 ) -> set[int]:
     """Batch sizes already stored for a signature in this environment (resume, don't re-measure)."""
     with transaction() as cur:
-        cur.execute(SELECT_DONE_IN_ENVIRONMENT, (signature_id, machine, precision, channels_last, environment_id))
+        cur.execute(SELECT_DONE_IN_ENVIRONMENT, (signature_id, machine_type, precision, channels_last, environment_id))
         return {r["batch_size"] for r in cur.fetchall()}
 
 
 def save(
-    *, signature_id: int, machine: str, batch_size: int, precision: str, channels_last: bool, environment_id: int,
+    *, signature_id: int, machine_type: str, batch_size: int, precision: str, channels_last: bool, environment_id: int,
     oom: bool, ms: tuple[float | None, float | None, float | None], stats: dict[str, Any],
 ) -> None:  # fmt: skip
     """Store one layer benchmark (forward, backward-data, backward-weight ms) or its out of memory, idempotently."""
-    row = (signature_id, machine, batch_size, precision, channels_last, environment_id, oom, *ms, Json(stats))
+    row = (signature_id, machine_type, batch_size, precision, channels_last, environment_id, oom, *ms, Json(stats))
     with transaction() as cur:
         cur.execute(INSERT_BENCHMARK, row)
 
 
 def save_failure(
-    *, signature_id: int, machine: str, precision: str, environment_id: int, batch_sizes: list[int], error: str
+    *, signature_id: int, machine_type: str, precision: str, environment_id: int, batch_sizes: list[int], error: str
 ) -> None:
     """Record that measuring a signature raised, so the worker can fail the jobs waiting for it."""
     with transaction() as cur:
-        cur.execute(INSERT_FAILURE, (signature_id, machine, precision, environment_id, batch_sizes, error[:2000]))
+        cur.execute(INSERT_FAILURE, (signature_id, machine_type, precision, environment_id, batch_sizes, error[:2000]))
 
 
 def failed_too_often(
-    *, signature_ids: list[int], machines: list[str], precision: str, since: datetime, limit: int
+    *, signature_ids: list[int], machine_types: list[str], precision: str, since: datetime, limit: int
 ) -> dict[str, Any] | None:
     """The first signature whose failures on one of these machine types since `since` reached `limit`, if any."""
-    params = {"sigs": signature_ids, "machines": machines, "precision": precision, "since": since, "limit": limit}
+    params = {
+        "sigs": signature_ids,
+        "machine_types": machine_types,
+        "precision": precision,
+        "since": since,
+        "limit": limit,
+    }
     with transaction() as cur:
         cur.execute(SELECT_FAILED_TOO_OFTEN, params)
         row = cur.fetchone()
@@ -300,21 +306,27 @@ def failed_too_often(
 
 
 def in_environment(
-    *, machine: str, batch_size: int, precision: str, channels_last: bool, environment_id: int, signature_ids: list[int]
+    *,
+    machine_type: str,
+    batch_size: int,
+    precision: str,
+    channels_last: bool,
+    environment_id: int,
+    signature_ids: list[int],
 ) -> dict[int, dict[str, Any]]:
     """Signature id → its row at one batch size measured in one environment (a whole step's own)."""
     with transaction() as cur:
         cur.execute(
-            SELECT_IN_ENVIRONMENT, (machine, batch_size, precision, channels_last, environment_id, signature_ids)
+            SELECT_IN_ENVIRONMENT, (machine_type, batch_size, precision, channels_last, environment_id, signature_ids)
         )
         return {r["signature_id"]: dict(r) for r in cur.fetchall()}
 
 
 def count_by_environment(
-    *, machine: str, precision: str, channels_last: bool, signature_ids: list[int], batch_sizes: list[int]
+    *, machine_type: str, precision: str, channels_last: bool, signature_ids: list[int], batch_sizes: list[int]
 ) -> dict[int, int]:
     """Environment id → (signature, batch size) points stored there."""
-    params = {"machine": machine, "precision": precision, "channels_last": channels_last}
+    params = {"machine_type": machine_type, "precision": precision, "channels_last": channels_last}
     with transaction() as cur:
         cur.execute(COUNT_BY_ENVIRONMENT, params | {"sigs": signature_ids, "batch_sizes": batch_sizes})
         return {r["environment_id"]: int(r["n"]) for r in cur.fetchall()}

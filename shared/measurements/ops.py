@@ -21,7 +21,7 @@ SELECT m.op_signature_id, m.count, s.op, s.spec FROM cnn_ops m JOIN op_signature
 WHERE m.cnn_name = %s AND m.image_size = %s AND m.num_classes = %s ORDER BY m.op_signature_id"""
 SELECT_SPECS = "SELECT id, hash, op, spec FROM op_signatures WHERE id = ANY(%s)"
 # Operators at the job's batch sizes in its op variant; the optimizer at batch size 0 in its own variant.
-_KEY = """op_signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
+_KEY = """op_signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machine_types)s)
   AND ((batch_size = ANY(%(batch_sizes)s) AND variant = %(op_variant)s)
        OR (batch_size = 0 AND variant = %(optimizer_variant)s))"""
 SELECT_DONE = f"SELECT DISTINCT op_signature_id, machine_type, batch_size FROM op_benchmarks WHERE {_KEY}"
@@ -31,7 +31,7 @@ SELECT op_signature_id, batch_size, oom, forward_ms, backward_ms, environment_id
 WHERE {_KEY} ORDER BY measured_at DESC, id DESC"""
 SELECT_IN_ENVIRONMENT = """
 SELECT op_signature_id, batch_size, oom, forward_ms, backward_ms FROM op_benchmarks
-WHERE machine_type = %(machine)s AND environment_id = %(env)s AND op_signature_id = ANY(%(sigs)s)
+WHERE machine_type = %(machine_type)s AND environment_id = %(env)s AND op_signature_id = ANY(%(sigs)s)
   AND ((batch_size = %(batch_size)s AND variant = %(op_variant)s)
        OR (batch_size = 0 AND variant = %(optimizer_variant)s))"""
 
@@ -85,47 +85,50 @@ def points(spec: dict[str, Any], batch_sizes: list[int]) -> list[int]:
     return [0] if is_optimizer(spec) else list(batch_sizes)
 
 
-def _params(sigs: list[int], machines: list[str], batch_sizes: list[int], config: TrainConfig) -> dict[str, Any]:
+def _params(sigs: list[int], machine_types: list[str], batch_sizes: list[int], config: TrainConfig) -> dict[str, Any]:
     return {
-        "sigs": sigs, "machines": machines, "batch_sizes": batch_sizes,
+        "sigs": sigs, "machine_types": machine_types, "batch_sizes": batch_sizes,
         "op_variant": config.op_variant, "optimizer_variant": config.optimizer_variant,
     }  # fmt: skip
 
 
 def measured(
-    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], config: TrainConfig
+    *, signature_ids: list[int], machine_types: list[str], batch_sizes: list[int], config: TrainConfig
 ) -> set[tuple[int, str, int]]:
     """The (op signature, machine, batch size) triples with a stored benchmark (OOM and infeasible count)."""
     with transaction() as cur:
-        cur.execute(SELECT_DONE, _params(signature_ids, machines, batch_sizes, config))
+        cur.execute(SELECT_DONE, _params(signature_ids, machine_types, batch_sizes, config))
         return {(r["op_signature_id"], r["machine_type"], r["batch_size"]) for r in cur.fetchall()}
 
 
 def newest(
-    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], config: TrainConfig
+    *, signature_ids: list[int], machine_types: list[str], batch_sizes: list[int], config: TrainConfig
 ) -> dict[tuple[int, int], dict[str, Any]]:
     """(op signature, batch size) → its row, from one environment where possible (as shared/layers.newest)."""
-    rows = newest_first(signature_ids=signature_ids, machines=machines, batch_sizes=batch_sizes, config=config)
+    rows = newest_first(
+        signature_ids=signature_ids, machine_types=machine_types, batch_sizes=batch_sizes, config=config
+    )
     return environments.one_environment(rows, "op_signature_id")
 
 
 def newest_first(
-    *, signature_ids: list[int], machines: list[str], batch_sizes: list[int], config: TrainConfig
+    *, signature_ids: list[int], machine_types: list[str], batch_sizes: list[int], config: TrainConfig
 ) -> list[dict[str, Any]]:
     """The op benchmark rows of these signatures, newest first (one query for many CNNs; see layers.newest_first)."""
     with transaction() as cur:
-        cur.execute(SELECT_BENCHMARKS, _params(signature_ids, machines, batch_sizes, config))
+        cur.execute(SELECT_BENCHMARKS, _params(signature_ids, machine_types, batch_sizes, config))
         return [dict(r) for r in cur.fetchall()]
 
 
 def in_environment(
-    *, machine: str, environment_id: int, signature_ids: list[int], batch_size: int, config: TrainConfig
+    *, machine_type: str, environment_id: int, signature_ids: list[int], batch_size: int, config: TrainConfig
 ) -> dict[tuple[int, int], dict[str, Any]]:
     """(op signature, batch size) → its row measured in one environment (a whole step's own)."""
-    params = _params(signature_ids, [machine], [batch_size], config)
+    params = _params(signature_ids, [machine_type], [batch_size], config)
     with transaction() as cur:
         cur.execute(
-            SELECT_IN_ENVIRONMENT, params | {"machine": machine, "env": environment_id, "batch_size": batch_size}
+            SELECT_IN_ENVIRONMENT,
+            params | {"machine_type": machine_type, "env": environment_id, "batch_size": batch_size},
         )
         return {(r["op_signature_id"], r["batch_size"]): dict(r) for r in cur.fetchall()}
 
@@ -153,7 +156,7 @@ SELECT_FAILED_TOO_OFTEN = """
 SELECT op_signature_id AS signature_id, machine_type, count(*) AS n,
        (array_agg(error ORDER BY failed_at DESC))[1] AS error
 FROM op_failures
-WHERE op_signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machines)s)
+WHERE op_signature_id = ANY(%(sigs)s) AND machine_type = ANY(%(machine_types)s)
   AND variant IN (%(op_variant)s, %(optimizer_variant)s) AND failed_at >= %(since)s
 GROUP BY op_signature_id, machine_type
 HAVING count(*) >= %(limit)s
@@ -165,37 +168,37 @@ WHERE {_KEY}
 GROUP BY environment_id"""
 
 
-def batch_sizes_done(*, signature_id: int, machine: str, variant: str, environment_id: int) -> set[int]:
+def batch_sizes_done(*, signature_id: int, machine_type: str, variant: str, environment_id: int) -> set[int]:
     """Batch sizes already stored for an op signature in this variant and environment."""
     with transaction() as cur:
-        cur.execute(SELECT_DONE_IN_ENVIRONMENT, (signature_id, machine, variant, environment_id))
+        cur.execute(SELECT_DONE_IN_ENVIRONMENT, (signature_id, machine_type, variant, environment_id))
         return {r["batch_size"] for r in cur.fetchall()}
 
 
 def save(
-    *, signature_id: int, machine: str, batch_size: int, variant: str, environment_id: int, oom: bool,
+    *, signature_id: int, machine_type: str, batch_size: int, variant: str, environment_id: int, oom: bool,
     ms: tuple[float | None, float | None], stats: dict[str, Any],
 ) -> None:  # fmt: skip
     """Store one op benchmark (forward and backward ms; an optimizer step's as forward), OOM or infeasible."""
     with transaction() as cur:
         cur.execute(
-            INSERT_BENCHMARK, (signature_id, machine, batch_size, variant, environment_id, oom, *ms, Json(stats))
+            INSERT_BENCHMARK, (signature_id, machine_type, batch_size, variant, environment_id, oom, *ms, Json(stats))
         )
 
 
 def save_failure(
-    *, signature_id: int, machine: str, variant: str, environment_id: int, batch_sizes: list[int], error: str
+    *, signature_id: int, machine_type: str, variant: str, environment_id: int, batch_sizes: list[int], error: str
 ) -> None:
     """Record that measuring an op signature raised, so the worker can fail the jobs waiting for it."""
     with transaction() as cur:
-        cur.execute(INSERT_FAILURE, (signature_id, machine, variant, environment_id, batch_sizes, error[:2000]))
+        cur.execute(INSERT_FAILURE, (signature_id, machine_type, variant, environment_id, batch_sizes, error[:2000]))
 
 
 def failed_too_often(
-    *, signature_ids: list[int], machines: list[str], config: TrainConfig, since: datetime, limit: int
+    *, signature_ids: list[int], machine_types: list[str], config: TrainConfig, since: datetime, limit: int
 ) -> dict[str, Any] | None:
     """The first op signature whose failures on one of these machine types since `since` reached `limit`, if any."""
-    params = {"sigs": signature_ids, "machines": machines, "since": since, "limit": limit}
+    params = {"sigs": signature_ids, "machine_types": machine_types, "since": since, "limit": limit}
     params |= {"op_variant": config.op_variant, "optimizer_variant": config.optimizer_variant}
     with transaction() as cur:
         cur.execute(SELECT_FAILED_TOO_OFTEN, params)
@@ -204,9 +207,9 @@ def failed_too_often(
 
 
 def count_by_environment(
-    *, machine: str, signature_ids: list[int], batch_sizes: list[int], config: TrainConfig
+    *, machine_type: str, signature_ids: list[int], batch_sizes: list[int], config: TrainConfig
 ) -> dict[int, int]:
     """Environment id → (op signature, batch size) points stored there (the optimizer step at batch size 0)."""
     with transaction() as cur:
-        cur.execute(COUNT_BY_ENVIRONMENT, _params(signature_ids, [machine], batch_sizes, config))
+        cur.execute(COUNT_BY_ENVIRONMENT, _params(signature_ids, [machine_type], batch_sizes, config))
         return {r["environment_id"]: int(r["n"]) for r in cur.fetchall()}

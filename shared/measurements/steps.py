@@ -6,7 +6,7 @@ from shared.core.db import Json, transaction
 from shared.training import TrainConfig
 
 # Infeasible steps count as done: measuring them again would fail the same way.
-_STEP_KEY = """cnn_name = %(cnn)s AND machine_type = %(machine)s AND image_size = %(image_size)s
+_STEP_KEY = """cnn_name = %(cnn)s AND machine_type = %(machine_type)s AND image_size = %(image_size)s
   AND optimizer = %(optimizer)s AND momentum = %(momentum)s AND weight_decay = %(weight_decay)s
   AND precision = %(precision)s AND channels_last = %(channels_last)s AND environment_id = %(env)s"""
 SELECT_DONE = f"""
@@ -15,7 +15,7 @@ UNION
 SELECT batch_size FROM step_failures WHERE {_STEP_KEY}"""
 _COLUMNS = """cnn_name, machine_type, batch_size, image_size, optimizer, momentum, weight_decay, precision,
     channels_last, environment_id"""
-_VALUES = """%(cnn)s, %(machine)s, %(batch_size)s, %(image_size)s, %(optimizer)s, %(momentum)s, %(weight_decay)s,
+_VALUES = """%(cnn)s, %(machine_type)s, %(batch_size)s, %(image_size)s, %(optimizer)s, %(momentum)s, %(weight_decay)s,
     %(precision)s, %(channels_last)s, %(env)s"""
 INSERT_STEP = f"""
 INSERT INTO step_measurements ({_COLUMNS}, oom, step_ms, peak_memory_bytes, stats)
@@ -39,12 +39,12 @@ SELECT environment_id, count(DISTINCT (cnn_name, batch_size)) AS n FROM (
            precision, channels_last
     FROM step_failures
 ) s
-WHERE machine_type = %(machine)s AND image_size = %(image_size)s AND {_CONFIG}
+WHERE machine_type = %(machine_type)s AND image_size = %(image_size)s AND {_CONFIG}
   AND cnn_name = ANY(%(cnns)s) AND batch_size = ANY(%(batch_sizes)s)
 GROUP BY environment_id"""
 SELECT_FAILURES = f"""
 SELECT DISTINCT cnn_name, batch_size, reason FROM step_failures
-WHERE machine_type = %(machine)s AND image_size = %(image_size)s AND {_CONFIG}
+WHERE machine_type = %(machine_type)s AND image_size = %(image_size)s AND {_CONFIG}
   AND cnn_name = ANY(%(cnns)s) AND batch_size = ANY(%(batch_sizes)s)
 ORDER BY cnn_name, batch_size"""
 SELECT_MEASURED = """
@@ -55,31 +55,34 @@ ORDER BY id"""
 SELECT_MEASURED_TYPES = "SELECT DISTINCT machine_type FROM step_measurements WHERE NOT oom AND machine_type <> %s"
 
 
-def _key(cnn: str, machine: str, image_size: int, config: TrainConfig, env: int) -> dict[str, Any]:
-    return {"cnn": cnn, "machine": machine, "image_size": image_size, "env": env, **config.model_dump()}
+def _key(cnn: str, machine_type: str, image_size: int, config: TrainConfig, env: int) -> dict[str, Any]:
+    return {"cnn": cnn, "machine_type": machine_type, "image_size": image_size, "env": env, **config.model_dump()}
 
 
 def _unit(
-    machine: str, image_size: int, config: TrainConfig, cnns: list[str], batch_sizes: list[int]
+    machine_type: str, image_size: int, config: TrainConfig, cnns: list[str], batch_sizes: list[int]
 ) -> dict[str, Any]:
     return {
-        **config.model_dump(), "machine": machine, "image_size": image_size, "cnns": cnns, "batch_sizes": batch_sizes,
+        **config.model_dump(), "machine_type": machine_type, "image_size": image_size, "cnns": cnns,
+        "batch_sizes": batch_sizes,
     }  # fmt: skip
 
 
-def batch_sizes_done(*, cnn: str, machine: str, image_size: int, config: TrainConfig, environment_id: int) -> set[int]:
+def batch_sizes_done(
+    *, cnn: str, machine_type: str, image_size: int, config: TrainConfig, environment_id: int
+) -> set[int]:
     """Batch sizes whose whole step is stored in this environment and configuration, measured or infeasible."""
     with transaction() as cur:
-        cur.execute(SELECT_DONE, _key(cnn, machine, image_size, config, environment_id))
+        cur.execute(SELECT_DONE, _key(cnn, machine_type, image_size, config, environment_id))
         return {r["batch_size"] for r in cur.fetchall()}
 
 
 def save(
-    *, cnn: str, machine: str, batch_size: int, image_size: int, config: TrainConfig, environment_id: int,
+    *, cnn: str, machine_type: str, batch_size: int, image_size: int, config: TrainConfig, environment_id: int,
     oom: bool, step_ms: float | None, stats: dict[str, Any], peak_memory_bytes: int | None = None,
 ) -> None:  # fmt: skip
     """Store one whole-step measurement (with the peak memory the agent measured) or its out of memory (idempotent)."""
-    params = _key(cnn, machine, image_size, config, environment_id) | {"batch_size": batch_size}
+    params = _key(cnn, machine_type, image_size, config, environment_id) | {"batch_size": batch_size}
     row = {"oom": oom, "step_ms": step_ms, "peak": peak_memory_bytes, "stats": Json(stats)}
     with transaction() as cur:
         cur.execute(INSERT_STEP, params | row)
@@ -88,7 +91,7 @@ def save(
 def save_failure(
     *,
     cnn: str,
-    machine: str,
+    machine_type: str,
     batch_size: int,
     image_size: int,
     config: TrainConfig,
@@ -96,33 +99,33 @@ def save_failure(
     reason: str | None,
 ) -> None:
     """Store why the CNN cannot take this step (idempotent)."""
-    params = _key(cnn, machine, image_size, config, environment_id) | {"batch_size": batch_size}
+    params = _key(cnn, machine_type, image_size, config, environment_id) | {"batch_size": batch_size}
     with transaction() as cur:
         cur.execute(INSERT_FAILURE, {**params, "reason": reason})
 
 
 def count_by_environment(
-    *, machine: str, image_size: int, config: TrainConfig, cnns: list[str], batch_sizes: list[int]
+    *, machine_type: str, image_size: int, config: TrainConfig, cnns: list[str], batch_sizes: list[int]
 ) -> dict[int, int]:
     """Environment id → (CNN, batch size) steps stored there, measured or infeasible."""
     with transaction() as cur:
-        cur.execute(COUNT_BY_ENVIRONMENT, _unit(machine, image_size, config, cnns, batch_sizes))
+        cur.execute(COUNT_BY_ENVIRONMENT, _unit(machine_type, image_size, config, cnns, batch_sizes))
         return {r["environment_id"]: int(r["n"]) for r in cur.fetchall()}
 
 
 def failures(
-    *, machine: str, image_size: int, config: TrainConfig, cnns: list[str], batch_sizes: list[int]
+    *, machine_type: str, image_size: int, config: TrainConfig, cnns: list[str], batch_sizes: list[int]
 ) -> list[dict[str, Any]]:
     """The (CNN, batch size) steps found infeasible, with torch's reason."""
     with transaction() as cur:
-        cur.execute(SELECT_FAILURES, _unit(machine, image_size, config, cnns, batch_sizes))
+        cur.execute(SELECT_FAILURES, _unit(machine_type, image_size, config, cnns, batch_sizes))
         return [dict(r) for r in cur.fetchall()]
 
 
-def measured(*, machine: str) -> list[dict[str, Any]]:
+def measured(*, machine_type: str) -> list[dict[str, Any]]:
     """A machine type's whole steps that ran (not out of memory), oldest first."""
     with transaction() as cur:
-        cur.execute(SELECT_MEASURED, (machine,))
+        cur.execute(SELECT_MEASURED, (machine_type,))
         return [dict(r) for r in cur.fetchall()]
 
 

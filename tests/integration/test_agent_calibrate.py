@@ -50,7 +50,7 @@ def test_calibration_is_complete_in_one_environment_and_reports_infeasible_steps
     get_settings.cache_clear()
     with transaction() as cur:
         cur.execute("TRUNCATE step_failures")
-    plan = calibrate.Plan(machine="local", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(1, 2), image_size=32)
+    plan = calibrate.Plan(machine_type="local", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(1, 2), image_size=32)
     sig_ids, steps = calibrate.send(plan)
     drain_agent_queue()
     done, needed = calibrate.progress(plan, sig_ids)
@@ -86,7 +86,7 @@ def test_calibration_is_complete_in_one_environment_and_reports_infeasible_steps
 
 def test_calibration_without_an_agent_says_so(clean_db: None) -> None:
     """A calibration that cannot progress names the missing agent instead of just timing out."""
-    plan = calibrate.Plan(machine="g4dn.xlarge", cnns=("squeezenet1_1",), batch_sizes=(1,), image_size=32)
+    plan = calibrate.Plan(machine_type="g4dn.xlarge", cnns=("squeezenet1_1",), batch_sizes=(1,), image_size=32)
     with pytest.raises(TraincastError, match="no agent for g4dn.xlarge is alive"):
         calibrate.run(plan, timeout_s=0)
 
@@ -118,7 +118,7 @@ def test_one_calibration_measures_every_setting_and_configuration(
     get_settings.cache_clear()
     configs = (TrainConfig(), calibrate.config_from_key("adamw"))
     plan = calibrate.Plan(
-        machine="local", cnns=("resnet18", "squeezenet1_1"), settings=((32, (2,)), (48, (2, 4))), configs=configs
+        machine_type="local", cnns=("resnet18", "squeezenet1_1"), settings=((32, (2,)), (48, (2, 4))), configs=configs
     )
     sent = calibrate.send_units(plan)
     assert len(sent) == 4

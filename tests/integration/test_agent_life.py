@@ -110,7 +110,7 @@ def test_a_killed_agent_is_silent_and_its_task_is_redelivered_once(stack: Stack,
     assert queued_tasks("bench.local") == []  # unacknowledged, not lost: Redis holds it until the timeout
 
     def listed_dead() -> dict[str, Any] | None:
-        agent = next(a for a in agents.list_all(alive_after_s=1.0, machine="local") if a["pid"] == pid)
+        agent = next(a for a in agents.list_all(alive_after_s=1.0, machine_type="local") if a["pid"] == pid)
         return None if agent["alive"] else agent
 
     # Silent: no heartbeat for alive_after_s, and no stop recorded (a killed process says nothing).

@@ -99,7 +99,7 @@ def test_the_agent_stores_measurements_and_keeps_its_row(
     assert environment.environment_id("cpu") == env_id  # the stored environment is found again
 
     caplog.set_level(logging.WARNING, logger=lifecycle.__name__)
-    me = lifecycle.start(machine="local", device="cpu", environment_id=env_id, interval_s=0.2)
+    me = lifecycle.start(machine_type="local", device="cpu", environment_id=env_id, interval_s=0.2)
     try:
         first = _agent_row(owner, me.id)
         _wait(lambda: _agent_row(owner, me.id)["heartbeat_at"] > first["heartbeat_at"], "a heartbeat")

@@ -116,8 +116,8 @@ def test_catalogs_and_health(api_only: Stack) -> None:
     cnns = {c["name"]: c for c in http.get(f"{api_only.url}/v1/cnns").json()["cnns"]}
     assert {"resnet18", "vgg16", "mobilenet_v2", "densenet121"} <= set(cnns)
     assert cnns["resnet18"]["parameters"] == 11_689_512  # torchvision's documented count
-    machines = {m["name"]: m for m in http.get(f"{api_only.url}/v1/machines").json()["machines"]}
-    assert machines["local"]["price_usd_per_hour"] == 0
-    assert machines["g5.xlarge"]["gpu"] == "A10G" and machines["g5.xlarge"]["price_usd_per_hour"] > 0
+    machine_types = {m["name"]: m for m in http.get(f"{api_only.url}/v1/machines").json()["machines"]}
+    assert machine_types["local"]["price_usd_per_hour"] == 0
+    assert machine_types["g5.xlarge"]["gpu"] == "A10G" and machine_types["g5.xlarge"]["price_usd_per_hour"] > 0
     assert http.get(f"{api_only.url}/healthz").json() == {"status": "ok"}
     assert http.get(f"{api_only.url}/readyz").json()["checks"] == {"database": "ok", "broker": "ok"}

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 
 from calibration import run as calibrate
-from shared import jobs, machines
+from shared import jobs, machine_types
 from shared.cnn import registry as cnns
 from shared.jobs.request import JobRequest
 from shared.measurements import layers, ops
@@ -22,7 +22,7 @@ def point_features(
     work: dict[str, Any],
     bs: int,
     request: JobRequest,
-    machine: dict[str, Any],
+    machine_info: dict[str, Any],
     op_members: list[tuple[int, dict[str, Any], int]],
     op_rows: dict[int, dict[str, Any]],
 ) -> list[float] | None:
@@ -70,15 +70,15 @@ def point_features(
         f["optimizer_measured"] = 1.0
     f.update(batch_size=bs, image_size=request.image_size, adam=float(request.optimizer == "adam"))
     for name in features.MACHINE_SPECS:
-        f[name] = float(machine[name]) if machine.get(name) is not None else math.nan
+        f[name] = float(machine_info[name]) if machine_info.get(name) is not None else math.nan
     return [float(f[n]) for n in features.NAMES]
 
 
 def test_vectorised_assembly_equals_each_point_alone(clean_db: None) -> None:
     """Two CNNs × two batch sizes on local: every time is the one its point's own features and model give."""
-    calibrate.send(calibrate.Plan(machine="local", cnns=CNNS, batch_sizes=(2,), image_size=32))
+    calibrate.send(calibrate.Plan(machine_type="local", cnns=CNNS, batch_sizes=(2,), image_size=32))
     drain_agent_queue()
-    model = predictor.train(machine="local")
+    model = predictor.train(machine_type="local")
     sizes = [1, 2]
     job = submit(cnns=list(CNNS), batch_sizes=sizes)
     planning.plan_job(job["id"])
@@ -87,20 +87,20 @@ def test_vectorised_assembly_equals_each_point_alone(clean_db: None) -> None:
     stored = jobs.get(job_id=job["id"])
     assert stored["status"] == "succeeded", stored["error"]
     request = JobRequest.model_validate(stored["request"])
-    local = machines.get_by_name(name="local")
+    local = machine_types.get_by_name(name="local")
     by_point = {(p["cnn"], p["batch_size"]): p for p in stored["result"]["predictions"]}
     assert len(by_point) == len(CNNS) * len(sizes)
     tables, alone = [], []
     for cnn in CNNS:
         key = {"name": cnn, "image_size": 32, "num_classes": cnns.variant_classes(cnn, None)}
         members, work, op_members = layers.members(**key), layers.workload(**key), ops.members(**key)
-        rows = layers.newest(signature_ids=[m[0] for m in members], machines=["local"], batch_sizes=sizes,
+        rows = layers.newest(signature_ids=[m[0] for m in members], machine_types=["local"], batch_sizes=sizes,
                              precision="fp32")  # fmt: skip
-        op_rows = ops.newest(signature_ids=[m[0] for m in op_members], machines=["local"], batch_sizes=sizes,
+        op_rows = ops.newest(signature_ids=[m[0] for m in op_members], machine_types=["local"], batch_sizes=sizes,
                              config=request.training())  # fmt: skip
         x, usable = features.table(
             members=members, rows=rows, workload=work, batch_sizes=sizes, image_size=32,
-            optimizer=request.optimizer, machine=local, op_members=op_members, op_rows=op_rows,
+            optimizer=request.optimizer, machine_info=local, op_members=op_members, op_rows=op_rows,
         )  # fmt: skip
         for i, bs in enumerate(sizes):
             own = point_features(

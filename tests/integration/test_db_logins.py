@@ -88,12 +88,12 @@ def refused(url: str) -> bool:
     return False
 
 
-def register_agent(url: str, machine: str) -> None:
+def register_agent(url: str, machine_type: str) -> None:
     """What an agent does first, as url's login: store its environment, then its agents row for machine."""
     with transaction(url) as cur:
         cur.execute(INSERT_ENVIRONMENT, (f"logins-{uuid.uuid4()}", Json({})))
         env_id = cur.fetchone()["id"]
-        row = {"id": uuid.uuid4(), "machine": machine, "host": "logins-test", "pid": 1, "device": "cpu"}
+        row = {"id": uuid.uuid4(), "machine": machine_type, "host": "logins-test", "pid": 1, "device": "cpu"}
         cur.execute(UPSERT_AGENT, row | {"env": env_id, "started_at": datetime.now(UTC), "instance": None})
 
 

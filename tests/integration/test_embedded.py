@@ -115,9 +115,9 @@ def test_forced_embedded_servers_run_the_whole_path_and_down_stops_them(
         assert job["progress"]["layer_benchmarks"]["pending"] == 0
         assert job_rows(urls["DATABASE_URL"], job_id) == 1
         assert job_rows(service_env["DATABASE_URL"], job_id) == 0
-        machines = service_env["DATABASE_URL"].rsplit("/", 1)[0] + "/traincast"  # the machine's own stack, if any
-        if _exists(machines):
-            assert job_rows(machines, job_id) == 0
+        machine_types = service_env["DATABASE_URL"].rsplit("/", 1)[0] + "/traincast"  # the machine's own stack, if any
+        if _exists(machine_types):
+            assert job_rows(machine_types, job_id) == 0
 
         down = subprocess.run([str(ROOT / "scripts/down.sh")], env=env, capture_output=True, text=True, timeout=300)
         assert down.returncode == 0, down.stdout + down.stderr

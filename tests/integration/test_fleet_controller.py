@@ -19,9 +19,9 @@ from tests.support.jobflow import submit
 from worker import planning
 
 
-def waiting_job(machine: str = "g5.xlarge") -> str:
+def waiting_job(machine_type: str = "g5.xlarge") -> str:
     """A job whose benchmarks wait in bench.<machine>."""
-    job = submit(machines=[machine], wait_for_benchmarks=True)
+    job = submit(machine_types=[machine_type], wait_for_benchmarks=True)
     planning.plan_job(job["id"])
     return str(job["id"])
 

@@ -16,7 +16,7 @@ from fleet import store as fleet_store
 from fleet.ec2 import LiveInstance
 from gpu_agent import environment, store
 from gpu_agent.windows import Outcome
-from shared import agents, machines
+from shared import agents, machine_types
 from shared.core import logins
 from shared.core.db import Json, transaction
 from shared.core.settings import get_settings
@@ -44,7 +44,7 @@ VALUES (%s, %s, 16, 'fp32', %s, true)"""
 AGENT_ON_INSTANCE = """
 WITH e AS (INSERT INTO environments (hash, details) VALUES (%(hash)s, '{}') RETURNING id)
 INSERT INTO agents (id, machine_type, host, pid, device, environment_id, started_at, instance_id)
-SELECT gen_random_uuid(), %(machine)s, 'lp-host', 1, 'cuda', e.id, now(), %(instance)s FROM e"""
+SELECT gen_random_uuid(), %(machine_type)s, 'lp-host', 1, 'cuda', e.id, now(), %(instance)s FROM e"""
 ROWS_OF = "SELECT count(*) AS n FROM {table} WHERE machine_type = %s"
 RLS_TABLES = "SELECT relname, relforcerowsecurity FROM pg_class WHERE relrowsecurity AND relkind = 'r'"
 # Roles that can read api_keys' hashes, other than superusers, predefined roles and those reading all data.
@@ -94,7 +94,7 @@ def role_url(owner_url: str, kind: str) -> str:
 @pytest.fixture
 def local_agent(service_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """This process's agent code connects as an agent login mapped to `local` only; yields its URL."""
-    url = agent_url(service_env["DATABASE_URL"], machines=("local",), login=LOCAL_ONLY)
+    url = agent_url(service_env["DATABASE_URL"], machine_types=("local",), login=LOCAL_ONLY)
     monkeypatch.setenv("DATABASE_URL", url)
     get_settings.cache_clear()
     environment.environment_id.cache_clear()  # its cached id was stored as the owner
@@ -118,11 +118,18 @@ def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, servi
     step["environment_id"] = env_id
     host = f"lp-{uuid.uuid4().hex[:8]}"
 
-    def writes(machine: str) -> list[Any]:
-        layer = {"signature_id": sig_id, "machine": machine, "precision": "fp32", "environment_id": env_id}
-        agent_row = {"id": uuid.uuid4(), "machine": machine, "host": host, "pid": 1, "device": "cpu", "env": env_id}
+    def writes(machine_type: str) -> list[Any]:
+        layer = {"signature_id": sig_id, "machine_type": machine_type, "precision": "fp32", "environment_id": env_id}
+        agent_row = {
+            "id": uuid.uuid4(),
+            "machine_type": machine_type,
+            "host": host,
+            "pid": 1,
+            "device": "cpu",
+            "env": env_id,
+        }
         agent_row |= {"started_at": datetime.now(UTC), "instance": None}
-        op = {"signature_id": op_id, "machine": machine, "variant": "fp32", "environment_id": env_id}
+        op = {"signature_id": op_id, "machine_type": machine_type, "variant": "fp32", "environment_id": env_id}
         op_phases = {"forward": timing(0.2), "backward": timing(0.3)}
         return [
             lambda: store.save_layer(**layer, batch_size=2, outcome=Outcome(timings=phases)),
@@ -130,9 +137,9 @@ def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, servi
             lambda: store.save_layer_failure(**layer, batch_sizes=[8], error="RuntimeError: lp-test"),
             lambda: store.save_op_failure(**op, batch_sizes=[8], error="RuntimeError: lp-test"),
             lambda: store.save_step(
-                **step, machine=machine, batch_size=8, outcome=Outcome(timings={"step": timing(9)})
+                **step, machine_type=machine_type, batch_size=8, outcome=Outcome(timings={"step": timing(9)})
             ),
-            lambda: store.save_step(**step, machine=machine, batch_size=1, outcome=Outcome(reason="lp-test")),
+            lambda: store.save_step(**step, machine_type=machine_type, batch_size=1, outcome=Outcome(reason="lp-test")),
             lambda: _as_agent(agents.UPSERT_AGENT, agent_row),
         ]
 
@@ -164,11 +171,11 @@ def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, servi
         cur.execute(OWNER_LAYER, (sig_id, OTHER, env_id))  # another type's agent measured it
         cur.execute(OWNER_OP, (op_id, OTHER, env_id))
     layer = {"signature_id": sig_id, "precision": "fp32", "environment_id": env_id}
-    assert store.layer_batch_sizes_done(**layer, machine="local") == {2}
-    assert store.layer_batch_sizes_done(**layer, machine=OTHER) == set()  # another type's rows are not even read
+    assert store.layer_batch_sizes_done(**layer, machine_type="local") == {2}
+    assert store.layer_batch_sizes_done(**layer, machine_type=OTHER) == set()  # another type's rows are not even read
     op = {"signature_id": op_id, "variant": "fp32", "environment_id": env_id}
-    assert store.op_batch_sizes_done(**op, machine="local") == {2}
-    assert store.op_batch_sizes_done(**op, machine=OTHER) == set()
+    assert store.op_batch_sizes_done(**op, machine_type="local") == {2}
+    assert store.op_batch_sizes_done(**op, machine_type=OTHER) == set()
 
 
 def test_the_test_agent_login_is_mapped_to_the_types_the_tests_run(service_env: dict[str, str]) -> None:
@@ -203,9 +210,9 @@ def test_the_processes_run_as_their_roles(service_env: dict[str, str], clean_db:
         stacks["agent"].start("agent")
         api.wait_ready()
 
-        machine = f"lp-gpu-{uuid.uuid4().hex[:6]}"
-        assert http.post(f"{api.url}/v1/machines", json=OWN_GPU | {"name": machine}).status_code == 201
-        assert machine in {m["name"] for m in http.get(f"{api.url}/v1/machines").json()["machines"]}
+        machine_type = f"lp-gpu-{uuid.uuid4().hex[:6]}"
+        assert http.post(f"{api.url}/v1/machines", json=OWN_GPU | {"name": machine_type}).status_code == 201
+        assert machine_type in {m["name"] for m in http.get(f"{api.url}/v1/machines").json()["machines"]}
         cnn = f"lp-cnn-{uuid.uuid4().hex[:6]}"
         assert register(api, cnn, LAYERS, "layers.json").status_code == 201
         assert http.get(f"{api.url}/v1/cnns/{cnn}").status_code == 200
@@ -244,14 +251,16 @@ def test_the_fleet_controller_store_runs_as_its_role(
     launched_at = datetime.now(UTC) - timedelta(minutes=5)
     inst = LiveInstance(f"i-lp{uuid.uuid4().hex[:12]}", OTHER, launched_at, "spot", None)
     with transaction(owner) as cur:  # its agent, registered and beating
-        cur.execute(AGENT_ON_INSTANCE, {"hash": f"lp-{uuid.uuid4()}", "machine": OTHER, "instance": inst.instance_id})
+        cur.execute(
+            AGENT_ON_INSTANCE, {"hash": f"lp-{uuid.uuid4()}", "machine_type": OTHER, "instance": inst.instance_id}
+        )
     monkeypatch.setenv("DATABASE_URL", role_url(owner, "fleet"))
     get_settings.cache_clear()
     try:
         with transaction() as cur:
             cur.execute("SELECT current_user AS me")
             assert cur.fetchone()["me"] == LOGINS["fleet"]
-        assert OTHER in machines.aws_prices() and machines.vcpus(name=OTHER) == 4
+        assert OTHER in machine_types.aws_prices() and machine_types.vcpus(name=OTHER) == 4
         assert fleet_store.waiting_jobs() == {}
         assert fleet_store.adopt(inst, price=0.5) is not None
         assert inst.instance_id in fleet_store.running()

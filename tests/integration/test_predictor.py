@@ -22,10 +22,10 @@ def measure(plan: calibrate.Plan) -> None:
 def test_train_store_load_predict_and_version(clean_db: None) -> None:
     """A model is fitted from real measurements, stored with its rows and evaluation, reloaded and versioned."""
     with pytest.raises(InvalidRequest, match="at least 2 CNNs"):
-        predictor.train(machine="local")
-    assert predictor.latest(machine="local") is None
+        predictor.train(machine_type="local")
+    assert predictor.latest(machine_type="local") is None
     cnns = ("resnet18", "squeezenet1_1", "mobilenet_v2")
-    measure(calibrate.Plan(machine="local", cnns=cnns, batch_sizes=(2, 4), image_size=64))
+    measure(calibrate.Plan(machine_type="local", cnns=cnns, batch_sizes=(2, 4), image_size=64))
     points = predictor.dataset("local")
     assert len(points) == 6 and all(p.step_ms > 0 for p in points)
     # Each point's conv_ms is Σ count × (fwd + bwd data + bwd weight) of its CNN's stored layer rows.
@@ -33,7 +33,7 @@ def test_train_store_load_predict_and_version(clean_db: None) -> None:
     for p in points:
         convs, conv_ms = stored_conv_ms(p.cnn, 64)[int(p.x[at_bs])]
         assert convs == cnn_zoo.conv_layers(p.cnn, 64).total and p.conv_ms == pytest.approx(conv_ms, rel=1e-9)
-    first = predictor.train(machine="local")
+    first = predictor.train(machine_type="local")
     assert first["version"] == 1 and first["kind"] == predictor.KIND
     assert len(first["params"]["base"]) == len(models.BASE_TERMS) and min(first["params"]["base"]) >= 0
     assert first["params"]["choice"] in validation.CANDIDATES
@@ -48,15 +48,15 @@ def test_train_store_load_predict_and_version(clean_db: None) -> None:
     assert ev["sizes"] is None and set(ev["batches"]["model"]["groups"]) == {f"{c} @ batch > 2" for c in cnns}
     low, mid, high = predictor.predict_ms(first, points[0].x, points[0].conv_ms)
     assert 0 < low <= mid <= high
-    second = predictor.train(machine="local")
-    latest = predictor.latest(machine="local")
+    second = predictor.train(machine_type="local")
+    latest = predictor.latest(machine_type="local")
     assert second["version"] == 2 and latest is not None and latest["id"] == second["id"]
 
 
 def test_job_result_names_the_model_version(clean_db: None) -> None:
     """With a model stored, a job's predictions carry numbers, intervals and the model version."""
-    measure(calibrate.Plan(machine="local", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(2,), image_size=32))
-    model = predictor.train(machine="local")
+    measure(calibrate.Plan(machine_type="local", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(2,), image_size=32))
+    model = predictor.train(machine_type="local")
     job = submit(cnns=["resnet18"], batch_sizes=[2])
     planning.plan_job(job["id"])
     result = jobs.get(job_id=job["id"])["result"]
@@ -77,20 +77,20 @@ def test_job_result_names_the_model_version(clean_db: None) -> None:
 
 def test_a_type_with_few_steps_pools_every_types_steps(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """One CNN stepped on g4dn.xlarge: its model learns from local's steps too, and says so; --no-pool refuses."""
-    measure(calibrate.Plan(machine="local", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(2,), image_size=32))
+    measure(calibrate.Plan(machine_type="local", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(2,), image_size=32))
     # The same agent code, registered for another machine type (the rows carry this CPU's environment).
     monkeypatch.setenv("AGENT_MACHINE_TYPE", "g4dn.xlarge")
     get_settings.cache_clear()
     try:
-        plan = calibrate.Plan(machine="g4dn.xlarge", cnns=("mobilenet_v2",), batch_sizes=(2,), image_size=32)
+        plan = calibrate.Plan(machine_type="g4dn.xlarge", cnns=("mobilenet_v2",), batch_sizes=(2,), image_size=32)
         calibrate.send(plan)
         drain_agent_queue("g4dn.xlarge")
     finally:
         monkeypatch.delenv("AGENT_MACHINE_TYPE")
         get_settings.cache_clear()
     with pytest.raises(InvalidRequest, match="at least 2 CNNs on g4dn.xlarge"):
-        predictor.train(machine="g4dn.xlarge", pool=False)
-    model = predictor.train(machine="g4dn.xlarge")
+        predictor.train(machine_type="g4dn.xlarge", pool=False)
+    model = predictor.train(machine_type="g4dn.xlarge")
     ev = model["evaluation"]
     assert ev["pooled_from"] == ["g4dn.xlarge", "local"] and ev["own_rows"] == 1 and ev["cnns"] == 3
     local_ids = {p.id for p in predictor.dataset("local")}
@@ -98,4 +98,4 @@ def test_a_type_with_few_steps_pools_every_types_steps(clean_db: None, monkeypat
     [own] = predictor.dataset("g4dn.xlarge")
     low, mid, high = predictor.predict_ms(model, own.x, own.conv_ms)
     assert 0 < low <= mid <= high
-    assert predictor.train(machine="local", pool=False)["evaluation"]["pooled_from"] == ["local"]
+    assert predictor.train(machine_type="local", pool=False)["evaluation"]["pooled_from"] == ["local"]

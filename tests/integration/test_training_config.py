@@ -24,17 +24,17 @@ def test_door_refuses_bf16_without_bf16_and_momentum_with_adam(no_agent: Stack, 
     """amp_bf16 on a T4 or V100 type is a 422 naming them; momentum with adam/adamw is a 422; sgd's is fine."""
     t4, v100 = "g4dn.xlarge", type_with(gpu="V100-SXM2-16GB", provider="aws")["name"]
     a100 = type_with(gpu="A100-SXM4-40GB", provider="gcp")["name"]
-    bad = post_job(no_agent, machines=[t4, a100, v100], precision="amp_bf16")
+    bad = post_job(no_agent, machine_types=[t4, a100, v100], precision="amp_bf16")
     assert bad.status_code == 422 and bad.headers["content-type"].startswith("application/problem+json")
     detail = bad.json()["detail"]
     assert f"{t4} (T4)" in detail and v100 in detail and a100 not in detail
-    assert post_job(no_agent, machines=[a100, "local"], precision="amp_bf16").status_code == 202
+    assert post_job(no_agent, machine_types=[a100, "local"], precision="amp_bf16").status_code == 202
     for optimizer in ("adam", "adamw"):
-        refused = post_job(no_agent, machines=[a100], optimizer=optimizer, momentum=0.9)
+        refused = post_job(no_agent, machine_types=[a100], optimizer=optimizer, momentum=0.9)
         assert refused.status_code == 422 and "momentum applies to sgd only" in refused.text
     for field, value in (("precision", "fp8"), ("optimizer", "lamb"), ("weight_decay", -1), ("momentum", 1.5)):
-        assert post_job(no_agent, machines=[a100], **{field: value}).status_code == 422
-    ok = post_job(no_agent, machines=[a100], optimizer="sgd", momentum=0.9, weight_decay=5e-4)
+        assert post_job(no_agent, machine_types=[a100], **{field: value}).status_code == 422
+    ok = post_job(no_agent, machine_types=[a100], optimizer="sgd", momentum=0.9, weight_decay=5e-4)
     assert ok.status_code == 202, ok.text
 
 
@@ -47,9 +47,9 @@ def test_registered_gpu_says_bf16_or_gets_it_from_compute_capability(no_agent: S
     for body in (own, turing, unknown | {"name": "lab-unknown"}, said):
         created = http.post(f"{no_agent.url}/v1/machines", json={k: v for k, v in body.items() if v is not None})
         assert created.status_code == 201, created.text
-    refused = post_job(no_agent, machines=["lab-ampere", "lab-turing", "lab-unknown", "lab-turing-bf16"])
+    refused = post_job(no_agent, machine_types=["lab-ampere", "lab-turing", "lab-unknown", "lab-turing-bf16"])
     assert refused.status_code == 202  # fp32: every GPU
-    bf16 = post_job(no_agent, machines=["lab-ampere", "lab-turing", "lab-unknown", "lab-turing-bf16"],
+    bf16 = post_job(no_agent, machine_types=["lab-ampere", "lab-turing", "lab-unknown", "lab-turing-bf16"],
                     precision="amp_bf16")  # fmt: skip
     assert bf16.status_code == 422
     assert "lab-turing " in bf16.json()["detail"] + " " and "lab-unknown" in bf16.json()["detail"]
@@ -60,10 +60,10 @@ def test_resnet50_on_t4_and_a100_amp_faster_adamw_costlier(no_agent: Stack, clea
     """ResNet-50 at batch 32-512 on a T4 and an A100 type, over HTTP: AMP is faster than fp32 at every batch
     size on both, AdamW costlier than SGD, and the result echoes the settings it was asked with."""
     a100 = type_with(gpu="A100-SXM4-40GB", provider="gcp")["name"]
-    machines = ["g4dn.xlarge", a100]
+    machine_types = ["g4dn.xlarge", a100]
     times: dict[tuple[str, str], dict[tuple[str, int], float]] = {}
     for optimizer, precision in (("sgd", "fp32"), ("sgd", "amp_fp16"), ("adamw", "fp32"), ("adamw", "amp_fp16")):
-        body = {"machines": machines, "batch_sizes": {"min": 32, "max": 512, "step": 32}}
+        body = {"machines": machine_types, "batch_sizes": {"min": 32, "max": 512, "step": 32}}
         submitted = post_job(no_agent, optimizer=optimizer, precision=precision, **body)
         assert submitted.status_code == 202, submitted.text
         job = wait_for(no_agent, submitted.json()["id"], timeout=120)
@@ -81,7 +81,7 @@ def test_resnet50_on_t4_and_a100_amp_faster_adamw_costlier(no_agent: Stack, clea
         assert times[("adamw", "fp32")][key] > times[("sgd", "fp32")][key], key
         assert times[("adamw", "amp_fp16")][key] > times[("sgd", "amp_fp16")][key], key
     # Tensor cores: the T4 (65 FP16 vs 8.1 FP32 TFLOPS) gains more from AMP than the A100 (TF32 convs already).
-    gain = {m: times[("sgd", "fp32")][(m, 256)] / times[("sgd", "amp_fp16")][(m, 256)] for m in machines}
+    gain = {m: times[("sgd", "fp32")][(m, 256)] / times[("sgd", "amp_fp16")][(m, 256)] for m in machine_types}
     assert gain["g4dn.xlarge"] > gain[a100] > 1.2
 
 
@@ -106,10 +106,10 @@ def test_a_gpu_calibrated_for_another_config_gets_the_reference_with_the_reason(
 def test_local_calibrated_for_another_config_fails_fast_with_the_command(clean_db: None) -> None:
     """`local` with a model for SGD fp32 only: an AdamW (or amp_bf16) job fails at planning, naming the
     missing calibration and the command that makes it, and sends no benchmark work."""
-    plan = calibrate.Plan(machine="local", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(2,), image_size=32)
+    plan = calibrate.Plan(machine_type="local", cnns=("resnet18", "squeezenet1_1"), batch_sizes=(2,), image_size=32)
     calibrate.send(plan)
     drain_agent_queue()
-    predictor.train(machine="local")
+    predictor.train(machine_type="local")
     failed = run(optimizer="adamw")
     assert failed["status"] == "failed"
     assert "local has no model calibrated for adamw+wd/fp32 (only for sgd/fp32)" in failed["error"]

@@ -38,7 +38,7 @@ def calibrated(full_stack: Stack) -> Stack:
     """The stack, with a predictor model for local calibrated here with tiny settings (none left by others)."""
     from worker import predictor
 
-    before = predictor.latest(machine="local")
+    before = predictor.latest(machine_type="local")
     env = {**full_stack.env, "TRAINCAST_API_URL": full_stack.url}
     args = ["--cnns", ",".join(CNNS), "--batch-sizes", ",".join(map(str, SIZES)), "--image-size", "32"]
     cal = subprocess.run(
@@ -49,7 +49,7 @@ def calibrated(full_stack: Stack) -> Stack:
         timeout=400,
     )
     assert cal.returncode == 0, cal.stderr
-    model = predictor.latest(machine="local")
+    model = predictor.latest(machine_type="local")
     assert model is not None and (before is None or model["id"] != before["id"])
     return full_stack
 
@@ -144,16 +144,16 @@ def test_page_loads_offline(page: Page) -> None:
     assert all(u.startswith(page.url + "/") for u in fetched), fetched
     # The lists came from the API: every built-in and registered CNN, every machine type.
     cnns = http.get(f"{page.url}/v1/cnns").json()["cnns"]
-    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
+    machine_types = http.get(f"{page.url}/v1/machines").json()["machines"]
     assert page.js("return document.querySelectorAll('#cnn-picker li').length") == len(cnns)
-    assert page.js("return document.querySelectorAll('#machine-picker li[data-value]').length") == len(machines)
+    assert page.js("return document.querySelectorAll('#machine-picker li[data-value]').length") == len(machine_types)
 
 
 def test_machine_list_is_grouped_by_provider(page: Page) -> None:
     """Every machine type sits under its provider's heading with its GPU and price; "T4" and one click choose the
     T4 machine types of every cloud."""
-    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
-    assert {"aws", "gcp", "azure"} <= {m["provider"] for m in machines}
+    machine_types = http.get(f"{page.url}/v1/machines").json()["machines"]
+    assert {"aws", "gcp", "azure"} <= {m["provider"] for m in machine_types}
     page.open()
     # Each option with the heading above it, as the person sees the list.
     rows = page.js(
@@ -163,9 +163,9 @@ def test_machine_list_is_grouped_by_provider(page: Page) -> None:
         "  else out.push([li.dataset.value, group, li.querySelector('.meta').textContent]); }"
         "return out"
     )
-    assert [r[0] for r in rows] == [m["name"] for m in machines]
+    assert [r[0] for r in rows] == [m["name"] for m in machine_types]
     headings = {"aws": "AWS", "gcp": "Google Cloud", "azure": "Azure", "local": "This machine"}
-    for (name, group, meta), m in zip(rows, machines, strict=True):
+    for (name, group, meta), m in zip(rows, machine_types, strict=True):
         assert group == headings.get(m["provider"], group), (name, group, m["provider"])
         if m["gpu"]:
             assert m["gpu"] in meta and f"{hourly(m['price_usd_per_hour'])}/h" in meta, (name, meta)
@@ -173,8 +173,8 @@ def test_machine_list_is_grouped_by_provider(page: Page) -> None:
         page.js("return [...document.querySelectorAll('#machine-picker li.group')].map(g => g.textContent)")
     ) >= {"AWS", "Google Cloud", "Azure"}
 
-    t4s = [m["name"] for m in machines if m["gpu"] == "T4"]
-    assert {m["provider"] for m in machines if m["gpu"] == "T4"} >= {"aws", "gcp", "azure"}
+    t4s = [m["name"] for m in machine_types if m["gpu"] == "T4"]
+    assert {m["provider"] for m in machine_types if m["gpu"] == "T4"} >= {"aws", "gcp", "azure"}
     page.type_into("#machine-picker .picker-search", "t4")
     shown = page.js(
         "return [...document.querySelectorAll('#machine-picker li[data-value]')].filter(li => !li.hidden)"
@@ -186,14 +186,14 @@ def test_machine_list_is_grouped_by_provider(page: Page) -> None:
         "return [...document.querySelectorAll('#machine-picker li.group')].filter(g => !g.hidden)"
         ".map(g => g.textContent)"
     )
-    assert sorted(shown_groups) == sorted({headings[m["provider"]] for m in machines if m["gpu"] == "T4"})
+    assert sorted(shown_groups) == sorted({headings[m["provider"]] for m in machine_types if m["gpu"] == "T4"})
     choose_all = page.find("#machine-picker .picker-all")
     assert choose_all.is_displayed() and choose_all.text == f"choose all {len(t4s)} shown"
     choose_all.click()
     assert page.js("return window.traincast.machinePicker.values()") == t4s
 
     # The specs table: provider, GPU × count, both prices, and where the prices come from.
-    multi = next(m for m in machines if (m["gpu_count"] or 0) > 1 and m["spot_price_usd_per_hour"])
+    multi = next(m for m in machine_types if (m["gpu_count"] or 0) > 1 and m["spot_price_usd_per_hour"])
     row = page.find(f'#machine-table tr[data-machine="{multi["name"]}"]')
     cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
     assert cells[1].startswith(headings[multi["provider"]]) and cells[2] == f"{multi['gpu_count']}× {multi['gpu']}"
@@ -274,9 +274,9 @@ def test_search_draws_both_plots(calibrated: Stack, page: Page) -> None:
     squeeze.click()
     assert not hidden_cnns(page)
 
-    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
+    machine_types = http.get(f"{page.url}/v1/machines").json()["machines"]
     rows = page.js("return [...document.querySelectorAll('#machine-table tbody tr')].map(r => r.dataset.machine)")
-    assert rows == [m["name"] for m in machines]
+    assert rows == [m["name"] for m in machine_types]
     assert page.find('#machine-table tr[data-machine="local"]').get_attribute("class") == "chosen"
     assert "no hourly price" in page.find("#notes").text  # local is free: its $0 is explained
 
@@ -414,9 +414,9 @@ def test_gpu_types_without_an_agent_get_reference_predictions(full_stack: Stack,
     """g4dn.xlarge, a Google Cloud T4 type and a multi-GPU Azure type have no agent: the job is answered at once by
     the reference prediction, drawn dashed with open markers and labelled so in the hover labels, the key and the
     table; the note on multi-GPU machine types shows once."""
-    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
-    gcp_t4 = next(m for m in machines if m["provider"] == "gcp" and m["gpu"] == "T4")
-    multi = next(m for m in machines if m["provider"] == "azure" and (m["gpu_count"] or 0) > 1)
+    machine_types = http.get(f"{page.url}/v1/machines").json()["machines"]
+    gcp_t4 = next(m for m in machine_types if m["provider"] == "gcp" and m["gpu"] == "T4")
+    multi = next(m for m in machine_types if m["provider"] == "azure" and (m["gpu_count"] or 0) > 1)
     chosen = ["g4dn.xlarge", gcp_t4["name"], multi["name"]]
     page.open()
     page.choose("cnn-picker", "resnet18")
@@ -484,11 +484,11 @@ def test_gpu_types_without_an_agent_get_reference_predictions(full_stack: Stack,
 def test_measured_elsewhere_and_unknown_fit_are_drawn_as_such(page: Page) -> None:
     """A Google T4 type predicted from g4dn.xlarge's measurements says so; a point that does not fit is left out and
     named, one whose fit is unknown (null) is plotted."""
-    machines = http.get(f"{page.url}/v1/machines").json()["machines"]
-    gcp_t4 = next(m["name"] for m in machines if m["provider"] == "gcp" and m["gpu"] == "T4")
-    gcp_l4 = next(m["name"] for m in machines if m["provider"] == "gcp" and m["gpu"] == "L4")
+    machine_types = http.get(f"{page.url}/v1/machines").json()["machines"]
+    gcp_t4 = next(m["name"] for m in machine_types if m["provider"] == "gcp" and m["gpu"] == "T4")
+    gcp_l4 = next(m["name"] for m in machine_types if m["provider"] == "gcp" and m["gpu"] == "L4")
 
-    def point(machine: str, bs: int, source: str, fits: bool | None) -> dict[str, Any]:
+    def point(machine_type: str, bs: int, source: str, fits: bool | None) -> dict[str, Any]:
         seconds = 3600.0 * 64 / bs if fits is not False else None
         extra = (
             {"measured_on": ["g4dn.xlarge"]}
@@ -497,7 +497,7 @@ def test_measured_elsewhere_and_unknown_fit_are_drawn_as_such(page: Page) -> Non
         )
         return {
             "cnn": "resnet18",
-            "machine": machine,
+            "machine": machine_type,
             "batch_size": bs,
             "source": source,
             "fits_in_memory": fits,
@@ -514,7 +514,7 @@ def test_measured_elsewhere_and_unknown_fit_are_drawn_as_such(page: Page) -> Non
                    point(gcp_l4, 8, "reference", None), point(gcp_l4, 16, "reference", None),
                    point(gcp_l4, 32, "reference", None)]  # fmt: skip
 
-    def pick(machine: str, bs: int, source: str) -> dict[str, Any]:
+    def pick(machine_type: str, bs: int, source: str) -> dict[str, Any]:
         return {"batch_size": bs, "total_seconds": 3600.0 * 64 / bs, "cost_usd": 64 / bs, "source": source}
 
     result = {
@@ -665,7 +665,7 @@ def test_the_page_asks_for_a_key_and_keeps_it(page: Page) -> None:
 def test_training_settings_memory_plot_and_largest_batch(page: Page) -> None:
     """ResNet-50 on a T4 and an A100 type with AdamW under AMP: the form sends the settings, the memory plot draws each
     point's peak against each GPU's memory, and the best table shows the largest batch that fits and the energy."""
-    machines = {m["name"]: m for m in http.get(f"{page.url}/v1/machines").json()["machines"]}
+    machine_types = {m["name"]: m for m in http.get(f"{page.url}/v1/machines").json()["machines"]}
     chosen = ["g4dn.xlarge", "a2-highgpu-1g"]
     page.open()
     page.choose("cnn-picker", "resnet50")
@@ -693,7 +693,9 @@ def test_training_settings_memory_plot_and_largest_batch(page: Page) -> None:
         assert trace["x"] == [p["batch_size"] for p in expected] == [32, 128, 512]
         assert trace["y"] == pytest.approx([p["peak_memory_gib"] for p in expected], rel=1e-9)
     limits = {t["meta"]["machine"]: t["y"][0] for t in roles(page.traces("plot-memory"), "limit")}
-    assert limits == pytest.approx({n: machines[n]["gpu_memory_gib"] / machines[n]["gpu_count"] for n in chosen})
+    assert limits == pytest.approx(
+        {n: machine_types[n]["gpu_memory_gib"] / machine_types[n]["gpu_count"] for n in chosen}
+    )
     t4 = next(i for i, t in enumerate(page.traces("plot-memory")) if t["meta"].get("machine") == "g4dn.xlarge")
     big = next(p for p in result["predictions"] if p["machine"] == "g4dn.xlarge" and p["batch_size"] == 512)
     label = page.hover("plot-memory", t4, 2)

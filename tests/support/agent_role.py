@@ -36,9 +36,9 @@ def as_user(owner_url: str, login: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{login}@{host}"))
 
 
-def agent_url(owner_url: str, machines: Iterable[str] = TEST_MACHINES, login: str = AGENT_LOGIN) -> str:
+def agent_url(owner_url: str, machine_types: Iterable[str] = TEST_MACHINES, login: str = AGENT_LOGIN) -> str:
     """owner_url (a migrated database) as an agent login mapped to machines; creates and maps it if missing."""
     login_role(owner_url, login, "traincast_agent")
     with transaction(owner_url) as cur:
-        logins.map_agent(cur, login, machines)
+        logins.map_agent(cur, login, machine_types)
     return as_user(owner_url, login)

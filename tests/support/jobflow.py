@@ -26,9 +26,9 @@ def submit(**overrides: Any) -> dict[str, Any]:
     return job
 
 
-def take_queued(task: str, machine: str = "local") -> dict[str, Any]:
+def take_queued(task: str, machine_type: str = "local") -> dict[str, Any]:
     """Take a task's first queued message off the machine's queue (layer and op work share it); its kwargs."""
-    key = f"bench.{machine}"
+    key = f"bench.{machine_type}"
     for raw in broker().lrange(key, 0, -1):
         message = json.loads(raw)
         if message["headers"]["task"] == task:
@@ -38,10 +38,10 @@ def take_queued(task: str, machine: str = "local") -> dict[str, Any]:
     raise AssertionError(f"no {task} message in {key}")
 
 
-def drain_agent_queue(machine: str = "local") -> int:
+def drain_agent_queue(machine_type: str = "local") -> int:
     """Consume the machine's queued benchmark messages by running the agent's task on each."""
     count = 0
-    while (raw := broker().lpop(f"bench.{machine}")) is not None:
+    while (raw := broker().lpop(f"bench.{machine_type}")) is not None:
         message = json.loads(raw)
         task = {
             "gpu_agent.bench_layers": agent.bench_layers,
@@ -55,7 +55,7 @@ def drain_agent_queue(machine: str = "local") -> int:
 
 
 def calibrate_as(
-    machine: str, monkeypatch: Any, cnns: tuple[str, ...] = ("resnet18", "squeezenet1_1")
+    machine_type: str, monkeypatch: Any, cnns: tuple[str, ...] = ("resnet18", "squeezenet1_1")
 ) -> dict[str, Any]:
     """Calibrate a machine type in-process with this CPU standing in for its agent; the fitted model.
 
@@ -65,12 +65,12 @@ def calibrate_as(
     from shared.core.settings import get_settings
     from worker import predictor
 
-    monkeypatch.setenv("AGENT_MACHINE_TYPE", machine)
+    monkeypatch.setenv("AGENT_MACHINE_TYPE", machine_type)
     get_settings.cache_clear()
     try:
-        calibrate.send(calibrate.Plan(machine=machine, cnns=cnns, batch_sizes=(2,), image_size=32))
-        drain_agent_queue(machine)
-        return predictor.train(machine=machine)
+        calibrate.send(calibrate.Plan(machine_type=machine_type, cnns=cnns, batch_sizes=(2,), image_size=32))
+        drain_agent_queue(machine_type)
+        return predictor.train(machine_type=machine_type)
     finally:
         monkeypatch.delenv("AGENT_MACHINE_TYPE")
         get_settings.cache_clear()
@@ -83,8 +83,8 @@ def message_body(message: dict[str, Any]) -> str:
     return base64.b64decode(message["body"]).decode()
 
 
-def stored_conv_ms(cnn: str, image_size: int, machine: str = "local") -> dict[int, tuple[int, float]]:
+def stored_conv_ms(cnn: str, image_size: int, machine_type: str = "local") -> dict[int, tuple[int, float]]:
     """Per batch size: the convs counted and Σ count × (fwd + bwd data + bwd weight) of the stored rows."""
     with transaction() as cur:
-        cur.execute(STORED_CONV_MS, (cnn, image_size, machine))
+        cur.execute(STORED_CONV_MS, (cnn, image_size, machine_type))
         return {r["batch_size"]: (int(r["convs"]), float(r["conv_ms"])) for r in cur.fetchall()}

@@ -11,7 +11,7 @@ def test_a_plan_spans_image_sizes_batch_sizes_and_configurations() -> None:
     """Each (configuration, setting) is a unit of the plan; the CPU default spreads 64-160 px and batch 2-32."""
     sgd, adamw = TrainConfig(), calibrate.config_from_key("adamw")
     plan = calibrate.Plan(
-        machine="local", cnns=("resnet18",), settings=((64, (8, 32)), (112, (2, 4))), configs=(sgd, adamw, sgd)
+        machine_type="local", cnns=("resnet18",), settings=((64, (8, 32)), (112, (2, 4))), configs=(sgd, adamw, sgd)
     )
     units = {(u.image_size, u.batch_sizes, u.config.cost_key()) for u in plan.units()}
     assert units == {
@@ -19,7 +19,7 @@ def test_a_plan_spans_image_sizes_batch_sizes_and_configurations() -> None:
         (64, (8, 32), "adamw+wd/fp32"), (112, (2, 4), "adamw+wd/fp32"),
     }  # fmt: skip
     assert len(plan.units()) == 4 and all(u.units() == [u] for u in plan.units())
-    assert calibrate.Plan(machine="local", batch_sizes=(2,), image_size=32).grid() == ((32, (2,)),)
+    assert calibrate.Plan(machine_type="local", batch_sizes=(2,), image_size=32).grid() == ((32, (2,)),)
     sizes = [size for size, _ in calibrate.CPU_SETTINGS]
     batches = {b for _, bs in calibrate.CPU_SETTINGS for b in bs}
     assert sizes == [64, 112, 160] and min(batches) == 2 and max(batches) == 32

@@ -235,9 +235,9 @@ def machine_problems(compose: dict[str, Any], seed_sql: str = SEED_SQL) -> list[
     for name in ("agent", "gpu-agent"):
         value = env_of(compose["services"][name]).get("AGENT_MACHINE_TYPE", "")
         default = re.fullmatch(r"\$\{\w+:-([^}]+)\}", value)
-        machine = default.group(1) if default else value
-        if machine not in seeded_machine_types(seed_sql):
-            problems.append(f"{name}: machine type {machine!r} is not seeded")
+        machine_type = default.group(1) if default else value
+        if machine_type not in seeded_machine_types(seed_sql):
+            problems.append(f"{name}: machine type {machine_type!r} is not seeded")
     return problems
 
 

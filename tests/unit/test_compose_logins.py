@@ -47,9 +47,9 @@ def login_problems(compose: dict[str, Any]) -> list[str]:
     if settings.passwords() != wanted:
         problems.append("db-logins: does not get every kind's password from its own variable")
     for name in ("agent", "gpu-agent"):
-        machine = env_of(services[name]).get("AGENT_MACHINE_TYPE", "")
-        if machine not in settings.machine_types():
-            problems.append(f"{name}: machine type {machine!r} is not in db-logins' AGENT_DB_MACHINE_TYPES")
+        machine_type = env_of(services[name]).get("AGENT_MACHINE_TYPE", "")
+        if machine_type not in settings.machine_types():
+            problems.append(f"{name}: machine type {machine_type!r} is not in db-logins' AGENT_DB_MACHINE_TYPES")
     return problems
 
 

@@ -14,9 +14,9 @@ CFG = ec2.LaunchConfig(fleet="prod", ami="ami-0abc", subnets=("subnet-a", "subne
 ENCODED = "You are not authorized to perform this operation. Encoded authorization failure message: AbC123xyz"
 
 
-def attempt(subnet: str, *, spot: bool, machine: str = "g5.xlarge", price: float = 1.006) -> dict[str, Any]:
+def attempt(subnet: str, *, spot: bool, machine_type: str = "g5.xlarge", price: float = 1.006) -> dict[str, Any]:
     """The parameters of one RunInstances attempt (the request itself is pinned in test_fleet_launch.py)."""
-    req = ec2.request(machine, CFG, subnet=subnet, market="spot" if spot else "on-demand", max_price=price)
+    req = ec2.request(machine_type, CFG, subnet=subnet, market="spot" if spot else "on-demand", max_price=price)
     return req | {"ClientToken": ANY, "UserData": ANY}
 
 
@@ -82,9 +82,9 @@ def test_both_quotas_short_is_a_quota_error_naming_both_codes() -> None:
         stub.add_client_error(
             "run_instances",
             "MaxSpotInstanceCountExceeded",
-            expected_params=attempt("subnet-a", spot=True, machine="p4d.24xlarge", price=32.77),
+            expected_params=attempt("subnet-a", spot=True, machine_type="p4d.24xlarge", price=32.77),
         )
-        on_demand = attempt("subnet-a", spot=False, machine="p4d.24xlarge", price=32.77)
+        on_demand = attempt("subnet-a", spot=False, machine_type="p4d.24xlarge", price=32.77)
         stub.add_client_error("run_instances", "VcpuLimitExceeded", "You have requested more vCPU capacity",
                               expected_params=on_demand)  # fmt: skip
         with pytest.raises(QuotaShort) as short:

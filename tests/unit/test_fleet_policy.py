@@ -18,10 +18,10 @@ def inst(
     return Instance(iid, NOW - timedelta(seconds=age_s), 1.0, alive, busy, idle_since)
 
 
-def state(machine: str = "g5.xlarge", **kw: object) -> TypeState:
+def state(machine_type: str = "g5.xlarge", **kw: object) -> TypeState:
     """A type with no work and no instances unless given."""
     base: dict[str, object] = {"price": 1.0, "queued": 0, "waiting_jobs": 0, "instances": []}
-    return TypeState(machine_type=machine, **(base | kw))  # type: ignore[arg-type]
+    return TypeState(machine_type=machine_type, **(base | kw))  # type: ignore[arg-type]
 
 
 def test_wanted_follows_the_work() -> None:

@@ -127,15 +127,15 @@ def gpu_problems(objects: list[dict[str, Any]]) -> list[str]:
         ]
         if not tolerated:
             problems.append(f"{where}: does not tolerate the {GPU} NoSchedule taint of GPU nodes")
-        machine = c.literal_env().get("AGENT_MACHINE_TYPE", "")
-        if machine not in seeded_machine_types(SEED_SQL):
-            problems.append(f"{where}: machine type {machine!r} is not seeded")
-        if machine not in mapped.machine_types():
+        machine_type = c.literal_env().get("AGENT_MACHINE_TYPE", "")
+        if machine_type not in seeded_machine_types(SEED_SQL):
+            problems.append(f"{where}: machine type {machine_type!r} is not seeded")
+        if machine_type not in mapped.machine_types():
             problems.append(
-                f"{where}: {machine!r} is not in the Job's AGENT_DB_MACHINE_TYPES: its rows would be refused"
+                f"{where}: {machine_type!r} is not in the Job's AGENT_DB_MACHINE_TYPES: its rows would be refused"
             )
-        if (c.pod.get("nodeSelector") or {}).get("node.kubernetes.io/instance-type") != machine:
-            problems.append(f"{where}: not pinned to nodes of instance type {machine!r}")
+        if (c.pod.get("nodeSelector") or {}).get("node.kubernetes.io/instance-type") != machine_type:
+            problems.append(f"{where}: not pinned to nodes of instance type {machine_type!r}")
         if c.literal_env().get("AGENT_DEVICE") != "cuda":
             problems.append(f"{where}: AGENT_DEVICE is not cuda")
         grace = grace_seconds(COMPOSE["services"]["gpu-agent"]["stop_grace_period"])

@@ -25,7 +25,7 @@ OWNERS = {
     "step_measurements": "shared.measurements.steps",
     "step_failures": "shared.measurements.steps",
     "environments": "shared.measurements.environments",
-    "machine_types": "shared.machines",
+    "machine_types": "shared.machine_types",
     "fleet_targets": "fleet.store",
     "fleet_instances": "fleet.store",
     "fleet_events": "fleet.store",

@@ -101,7 +101,7 @@ def get_by_name(*, name: str) -> dict[str, Any]:
         cur.execute(SELECT_ONE, (name,))
         row = cur.fetchone()
     if row is None:
-        raise NotFound(f"unknown machine type {name!r}", machine=name)
+        raise NotFound(f"unknown machine type {name!r}", machine_type=name)
     return floats(row)
 
 
@@ -138,7 +138,7 @@ def create(*, figures: MachineCreate) -> dict[str, Any]:
             cur.execute(INSERT_REGISTERED, row)
             return floats(one(cur))
     except psycopg2.errors.UniqueViolation as exc:
-        raise Conflict(f"machine type {figures.name!r} exists already", machine=figures.name) from exc
+        raise Conflict(f"machine type {figures.name!r} exists already", machine_type=figures.name) from exc
 
 
 def seed_catalog(cur: psycopg2.extras.RealDictCursor) -> int:
@@ -150,32 +150,32 @@ def seed_catalog(cur: psycopg2.extras.RealDictCursor) -> int:
     return len(rows)
 
 
-def _seed_row(machine: dict[str, str], gpu: dict[str, str]) -> dict[str, Any]:
-    count = int(machine["gpu_count"])
+def _seed_row(csv_row: dict[str, str], gpu: dict[str, str]) -> dict[str, Any]:
+    count = int(csv_row["gpu_count"])
     figures: dict[str, Any] = {column: _value(gpu.get(key, "")) for key, column in GPU_COLUMNS.items()}
     figures["gpu_bf16"] = gpu["bf16"].lower() == "true" if gpu.get("bf16") else None
     figures["gpu_compute_capability"] = gpu.get("compute_capability") or None
     per_gpu = figures.pop("gpu_memory_gib")
-    total = _value(machine.get("gpu_memory_gib", "")) or (per_gpu * count if per_gpu else None)
-    region = machine.get("region") or None
-    price_source = machine.get("price_source") or "data/cloud_gpu_machines.csv"
+    total = _value(csv_row.get("gpu_memory_gib", "")) or (per_gpu * count if per_gpu else None)
+    region = csv_row.get("region") or None
+    price_source = csv_row.get("price_source") or "data/cloud_gpu_machines.csv"
     return {
         **figures,
-        "name": machine["name"],
-        "provider": machine["provider"],
-        "gpu": machine["gpu"],
+        "name": csv_row["name"],
+        "provider": csv_row["provider"],
+        "gpu": csv_row["gpu"],
         "gpu_count": count,
         "gpu_memory_gib_total": total,
-        "vcpus": _value(machine.get("vcpus", "")),
-        "memory_gib": _value(machine.get("memory_gib", "")),
-        "price": _value(machine["on_demand_usd_per_hour"]) or 0,
-        "spot_price": _value(machine.get("spot_usd_per_hour", "")),
+        "vcpus": _value(csv_row.get("vcpus", "")),
+        "memory_gib": _value(csv_row.get("memory_gib", "")),
+        "price": _value(csv_row["on_demand_usd_per_hour"]) or 0,
+        "spot_price": _value(csv_row.get("spot_usd_per_hour", "")),
         "region": region,
-        "source": f"data/cloud_gpu_machines.csv ({machine['provider']}{', ' + region if region else ''})",
+        "source": f"data/cloud_gpu_machines.csv ({csv_row['provider']}{', ' + region if region else ''})",
         "specs_source": f"data/gpus.csv: {gpu.get('source', '')}".strip(),
         "price_source": price_source,
-        "spot_price_source": price_source if machine.get("spot_usd_per_hour") else None,
-        "read_on": date.fromisoformat(machine["price_read_on"]) if machine.get("price_read_on") else None,
+        "spot_price_source": price_source if csv_row.get("spot_usd_per_hour") else None,
+        "read_on": date.fromisoformat(csv_row["price_read_on"]) if csv_row.get("price_read_on") else None,
     }
 
 
