@@ -188,7 +188,8 @@ def _store(*, readings: list[dict[str, Any]], region: str) -> list[dict[str, Any
             )
         known_power = machine_types.board_powers(cur)
         for reading in readings:
-            before = old.get(reading["name"], {})
+            # Read by column name built at run time (price_…, spot_price_…), so as a plain dict.
+            before: dict[str, Any] = dict(old.get(reading["name"]) or {})
             row = _merged(reading=reading, before=before, region=region, known_power=known_power)
             stored = machine_types.upsert_aws(cur, row=row)
             old_prices = {f"old_{k}": floats(before).get(k) for k in ("price_usd_per_hour", "spot_price_usd_per_hour")}

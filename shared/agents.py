@@ -2,7 +2,9 @@
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
+
+from typing_extensions import TypedDict  # pydantic reads typing's only from Python 3.12
 
 from shared.core.db import Cursor, Json, jsonable, transaction
 from shared.measurements import environments
@@ -36,13 +38,35 @@ SET_ERROR = "UPDATE agents SET last_error = %s, last_error_at = now() WHERE id =
 MARK_STOPPED = "UPDATE agents SET stopped_at = now(), current_work = NULL, stop_reason = %s WHERE id = %s"
 
 
+class AgentListed(TypedDict):
+    """An agent as GET /v1/agents lists it: times as ISO 8601 text, its environment's details inlined."""
+
+    id: str
+    machine_type: str
+    host: str
+    pid: int
+    device: str  # e.g. 'cuda:0 (NVIDIA A10G)' or 'cpu'
+    environment_id: int
+    environment: dict[str, Any] | None  # software, driver and device its timings are stored under
+    started_at: str
+    heartbeat_at: str
+    heartbeat_age_s: float
+    alive: bool  # beat within AGENT_ALIVE_AFTER_S and did not say it stopped
+    stopped_at: str | None
+    stop_reason: str | None
+    instance_id: str | None  # the EC2 instance of a fleet agent
+    current_work: dict[str, Any] | None  # what it measures now
+    last_error: str | None
+    last_error_at: str | None
+
+
 def alive_counts(cur: Cursor, *, alive_after_s: float) -> dict[str, int]:
     """Live agents per machine type (types with none are left out)."""
     cur.execute(SELECT_ALIVE_COUNTS, {"alive_after": alive_after_s})
     return {r["machine_type"]: int(r["n"]) for r in cur.fetchall()}
 
 
-def list_all(*, alive_after_s: float, machine_type: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+def list_all(*, alive_after_s: float, machine_type: str | None = None, limit: int = 100) -> list[AgentListed]:
     """Registered agents, alive first, with environment, heartbeat age and current work."""
     params = {"alive_after": alive_after_s, "machine_type": machine_type, "limit": limit}
     with transaction() as cur:
@@ -86,8 +110,8 @@ def mark_stopped(*, agent_id: uuid.UUID, reason: str) -> None:
         cur.execute(MARK_STOPPED, (reason, agent_id))
 
 
-def _plain(row: dict[str, Any]) -> dict[str, Any]:
+def _plain(row: dict[str, Any]) -> AgentListed:
     out = jsonable(row)
     out["id"] = str(row["id"])
     out["heartbeat_age_s"] = round(float(row["heartbeat_age_s"]), 1)
-    return out
+    return cast(AgentListed, out)

@@ -11,11 +11,14 @@ import math
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.core.db import transaction
 from shared.core.errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, Unauthorized
 from shared.core.settings import get_settings
+
+if TYPE_CHECKING:
+    from shared.jobs.store import KeyUsage
 
 SCOPES = ("read", "submit", "admin")  # each includes the ones before it
 PREFIX = "tc"
@@ -204,7 +207,7 @@ def require(principal: Principal, scope: str) -> None:
         )
 
 
-def check_submission(principal: Principal, usage: dict[str, Any]) -> None:
+def check_submission(principal: Principal, usage: "KeyUsage") -> None:
     """RateLimited when one more job would pass the key's unfinished jobs or its benchmark seconds of the day.
 
     `usage` is shared/jobs.py's key_usage(): unfinished jobs, benchmark seconds charged in the last 24 h and

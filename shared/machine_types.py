@@ -1,9 +1,9 @@
 """The machine type catalog: cloud GPU machine types from data/, and those users register by their specs."""
 
 import csv
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import psycopg2.errors
 import psycopg2.extras
@@ -21,6 +21,44 @@ GPU_COLUMNS = {
     "fp16_tflops": "gpu_fp16_tflops", "mem_bandwidth_gbs": "gpu_mem_bandwidth_gbs", "sm_count": "gpu_sm_count",
     "l2_mib": "gpu_l2_mib", "tdp_watts": "gpu_tdp_watts",
 }  # fmt: skip
+
+
+class MachineTypeInfo(TypedDict):
+    """A `machine_types` row: what a machine type is (GPU figures, memory, vCPUs) and costs; numerics as floats."""
+
+    name: str
+    provider: str  # 'local', 'aws', 'gcp', 'azure', 'own', …
+    gpu: str | None  # None: CPU only
+    gpu_count: int
+    gpu_memory_gib: float | None  # all the machine's GPUs together
+    vcpus: int | None
+    memory_gib: float | None
+    price_usd_per_hour: float
+    spot_price_usd_per_hour: float | None
+    gpu_fp32_tflops: float | None
+    gpu_tf32_tflops: float | None
+    gpu_fp16_tflops: float | None
+    gpu_mem_bandwidth_gbs: float | None
+    gpu_sm_count: int | None
+    gpu_l2_mib: float | None
+    gpu_compute_capability: str | None
+    gpu_bf16: bool | None
+    gpu_tdp_watts: float | None
+    region: str | None
+    source: str
+    specs_source: str | None
+    price_source: str | None
+    spot_price_source: str | None
+    figures_read_on: date | None
+    specs_read_at: datetime | None
+    price_read_at: datetime | None
+    spot_price_read_at: datetime | None
+    registered_at: datetime | None
+
+
+def _info(row: Any) -> MachineTypeInfo:
+    return cast(MachineTypeInfo, floats(row))
+
 
 SELECT_ALL = "SELECT * FROM machine_types ORDER BY provider = 'local' DESC, provider, price_usd_per_hour, name"
 SELECT_NAMES = "SELECT name FROM machine_types WHERE name = ANY(%s)"
@@ -75,18 +113,18 @@ VALUES (%(name)s, %(provider)s, %(gpu)s, %(gpu_count)s, %(gpu_memory_gib_total)s
 RETURNING *"""
 
 
-def list_all() -> list[dict[str, Any]]:
+def list_all() -> list[MachineTypeInfo]:
     """Every machine type with its specs and price."""
     with transaction() as cur:
         cur.execute(SELECT_ALL)
-        return [floats(r) for r in cur.fetchall()]
+        return [_info(r) for r in cur.fetchall()]
 
 
-def by_names(*, names: list[str]) -> dict[str, dict[str, Any]]:
+def by_names(*, names: list[str]) -> dict[str, MachineTypeInfo]:
     """These machine types (those in the catalog) by name, with their specs and price."""
     with transaction() as cur:
         cur.execute(SELECT_SOME, (names,))
-        return {r["name"]: floats(r) for r in cur.fetchall()}
+        return {r["name"]: _info(r) for r in cur.fetchall()}
 
 
 def names(cur: Cursor) -> list[str]:
@@ -95,14 +133,14 @@ def names(cur: Cursor) -> list[str]:
     return [r["name"] for r in cur.fetchall()]
 
 
-def get_by_name(*, name: str) -> dict[str, Any]:
+def get_by_name(*, name: str) -> MachineTypeInfo:
     """One machine type."""
     with transaction() as cur:
         cur.execute(SELECT_ONE, (name,))
         row = cur.fetchone()
     if row is None:
         raise NotFound(f"unknown machine type {name!r}", machine_type=name)
-    return floats(row)
+    return _info(row)
 
 
 def missing(*, names: list[str]) -> list[str]:
@@ -128,7 +166,7 @@ def peers_of(*, names: list[str]) -> dict[str, list[str]]:
     return {n: found.get(n) or [n] for n in names}
 
 
-def create(*, figures: MachineCreate) -> dict[str, Any]:
+def create(*, figures: MachineCreate) -> MachineTypeInfo:
     """Register a machine type from its GPU's figures (POST /v1/machines)."""
     row = figures.model_dump()
     row["gpu_memory_gib_total"] = figures.gpu_memory_gib * figures.gpu_count
@@ -136,7 +174,7 @@ def create(*, figures: MachineCreate) -> dict[str, Any]:
     try:
         with transaction() as cur:
             cur.execute(INSERT_REGISTERED, row)
-            return floats(one(cur))
+            return _info(one(cur))
     except psycopg2.errors.UniqueViolation as exc:
         raise Conflict(f"machine type {figures.name!r} exists already", machine_type=figures.name) from exc
 
@@ -237,10 +275,10 @@ def not_aws(*, names: list[str]) -> list[dict[str, Any]]:
         return [dict(r) for r in cur.fetchall()]
 
 
-def lock(cur: Cursor, *, names: list[str]) -> dict[str, dict[str, Any]]:
+def lock(cur: Cursor, *, names: list[str]) -> dict[str, MachineTypeInfo]:
     """The stored rows of these types by name, locked until the caller's transaction ends."""
     cur.execute(SELECT_FOR_UPDATE, (names,))
-    return {r["name"]: dict(r) for r in cur.fetchall()}
+    return {r["name"]: _info(r) for r in cur.fetchall()}
 
 
 def board_powers(cur: Cursor) -> list[tuple[str, Any]]:
@@ -249,7 +287,7 @@ def board_powers(cur: Cursor) -> list[tuple[str, Any]]:
     return [(r["gpu"], r["gpu_tdp_watts"]) for r in cur.fetchall()]
 
 
-def upsert_aws(cur: Cursor, *, row: dict[str, Any]) -> dict[str, Any]:
+def upsert_aws(cur: Cursor, *, row: dict[str, Any]) -> MachineTypeInfo:
     """Add or update an AWS type from its figures as read (never another provider's row); returns the stored row."""
     cur.execute(UPSERT_AWS, row)
-    return dict(one(cur))
+    return _info(one(cur))

@@ -19,7 +19,9 @@ from shared import machine_types
 from shared.cnn import registry as cnns
 from shared.core.errors import TraincastError
 from shared.jobs.request import JobRequest
+from shared.machine_types import MachineTypeInfo
 from shared.measurements import environments, layers, ops
+from shared.measurements.environments import Row
 from worker import features, memory, predictor, reference, reference_store
 
 ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPU count × time (GPUs rarely draw full power)"
@@ -107,7 +109,7 @@ def _measured(
     variants: dict[str, tuple[Members, dict[str, Any]]],
     op_members: dict[str, Members],
     model: dict[str, Any] | None,
-    info: dict[str, Any],
+    info: MachineTypeInfo,
     request: JobRequest,
     sizes: list[int],
 ) -> dict[str, list[dict[str, Any]]]:
@@ -151,7 +153,7 @@ def _measured(
     return out
 
 
-def _own(rows: list[dict[str, Any]], sigs: set[int], column: str) -> dict[tuple[int, int], dict[str, Any]]:
+def _own(rows: list[Row], sigs: set[int], column: str) -> dict[tuple[int, int], Row]:
     """(signature, batch size) → row, from newest-first rows of many CNNs narrowed to one CNN's signatures."""
     return environments.one_environment([r for r in rows if r[column] in sigs], column)
 
@@ -161,7 +163,7 @@ def _reference(
     machine_type: str,
     members: Members,
     work: dict[str, Any],
-    info: dict[str, Any],
+    info: MachineTypeInfo,
     request: JobRequest,
     sizes: list[int],
     cache: dict[tuple[Any, str], reference.StepArrays],
@@ -198,12 +200,19 @@ def _reference(
 
 
 def _blank(
-    cnn: str, machine_type: str, bs: int, info: dict[str, Any], *, source: str, fits: bool | None, conv_ms: float | None
+    cnn: str,
+    machine_type: str,
+    bs: int,
+    info: MachineTypeInfo,
+    *,
+    source: str,
+    fits: bool | None,
+    conv_ms: float | None,
 ) -> dict[str, Any]:
     return _blanks(cnn, machine_type, info, source)(bs, fits, conv_ms)
 
 
-def _blanks(cnn: str, machine_type: str, info: dict[str, Any], source: str) -> Any:
+def _blanks(cnn: str, machine_type: str, info: MachineTypeInfo, source: str) -> Any:
     """A maker of a (CNN, machine type)'s points without times: (batch size, fits, conv_ms) → point."""
     template: dict[str, Any] = {
         "cnn": cnn,
@@ -232,12 +241,12 @@ _SUFFIXES = ("_p10", "", "_p90")
 _NO_TIMES = {f"{name}{suffix}": None for name in TIMES for suffix in ("", "_p10", "_p90")}
 
 
-def fill(point: dict[str, Any], ms: tuple[float, float, float], info: dict[str, Any], request: JobRequest) -> None:
+def fill(point: dict[str, Any], ms: tuple[float, float, float], info: MachineTypeInfo, request: JobRequest) -> None:
     """Times, cost and energy of a point from its (P10, median, P90) iteration time in ms."""
     _fill_many([point], np.array([ms], dtype=float), info, request)
 
 
-def _fill_many(points: list[dict[str, Any]], ms: np.ndarray, info: dict[str, Any], request: JobRequest) -> None:
+def _fill_many(points: list[dict[str, Any]], ms: np.ndarray, info: MachineTypeInfo, request: JobRequest) -> None:
     """Times, cost and energy of points from their (P10, median, P90) iteration times in ms, (points × 3)."""
     if not points:
         return
@@ -323,7 +332,7 @@ def _model_summary(
 
 
 def _reference_summary(
-    machine_type: str, info: dict[str, Any], *, layers_measured: bool, request: JobRequest, other_keys: list[str]
+    machine_type: str, info: MachineTypeInfo, *, layers_measured: bool, request: JobRequest, other_keys: list[str]
 ) -> dict[str, Any]:
     model = reference.load()
     mape = model.accuracy["whole_step_mape"]

@@ -94,12 +94,12 @@ def waited_for(gaps: Missing, plan: Plan) -> Missing:
     return gaps if waits_on is None else {m: g for m, g in gaps.items() if m in waits_on}
 
 
-def listed_agents() -> list[dict[str, Any]]:
+def listed_agents() -> list[agents.AgentListed]:
     """The agents as routing and progress read them (alive within AGENT_ALIVE_AFTER_S)."""
     return agents.list_all(alive_after_s=get_settings().agent_alive_after_s, limit=500)
 
 
-def routed(plan: Plan, *gap_sets: Missing, listed: list[dict[str, Any]] | None = None) -> list[Missing]:
+def routed(plan: Plan, *gap_sets: Missing, listed: list[agents.AgentListed] | None = None) -> list[Missing]:
     """Where each gap of each set (layer gaps, op gaps) is sent: its own type's queue if the job waits on it; for a
     type answered by the reference, the queue of a type with its GPU model that a live agent or the AWS fleet
     serves, or none. Who serves what is read once for all the sets (or given: `listed`), only if a gap needs it."""

@@ -11,9 +11,12 @@ the machine in question.
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from shared.machine_types import MachineTypeInfo
 
 FAMILIES = (
     ("wide_resnet", "resnet"), ("resnext", "resnet"), ("resnet", "resnet"), ("vgg", "vgg"),
@@ -60,14 +63,14 @@ def layer_kind(spec: Mapping[str, Any]) -> str:
 def vector(
     *,
     members: list[tuple[int, dict[str, Any], int]],
-    rows: dict[int, dict[str, Any]],
+    rows: Mapping[int, Mapping[str, Any]],
     workload: dict[str, Any],
     batch_size: int,
     image_size: int,
     optimizer: str,
-    machine_info: dict[str, Any],
+    machine_info: "MachineTypeInfo",
     op_members: OpMembers = (),  # type: ignore[assignment]
-    op_rows: dict[int, dict[str, Any]] | None = None,
+    op_rows: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> list[float] | None:
     """The feature vector in NAMES order; None when a layer or op ran out of memory at this batch size.
 

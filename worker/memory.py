@@ -13,6 +13,7 @@ from typing import Any
 from shared.cnn import memory
 from shared.core.settings import get_settings
 from shared.jobs.request import JobRequest
+from shared.machine_types import MachineTypeInfo
 
 
 def training(request: JobRequest) -> dict[str, Any]:
@@ -26,14 +27,14 @@ def training(request: JobRequest) -> dict[str, Any]:
     }
 
 
-def capacity_bytes(info: dict[str, Any]) -> float | None:
+def capacity_bytes(info: MachineTypeInfo) -> float | None:
     """Memory one point may use: one GPU's memory, else the machine's RAM; None if unknown."""
-    if info.get("gpu"):
-        total, count = info.get("gpu_memory_gib"), info.get("gpu_count") or 1
+    if info["gpu"]:
+        total, count = info["gpu_memory_gib"], info["gpu_count"] or 1
         return float(total) / count * memory.GIB if total else None  # the catalog stores all GPUs' memory
-    if info.get("memory_gib"):
-        return float(info["memory_gib"]) * memory.GIB
-    return host_ram_bytes() if info.get("provider") == "local" else None
+    if ram := info["memory_gib"]:
+        return float(ram) * memory.GIB
+    return host_ram_bytes() if info["provider"] == "local" else None
 
 
 def host_ram_bytes() -> float | None:
@@ -54,7 +55,7 @@ def host_ram_bytes() -> float | None:
 def annotate(
     points: list[dict[str, Any]],
     work: dict[str, Any],
-    info: dict[str, Any],
+    info: MachineTypeInfo,
     request: JobRequest,
     peaks: dict[tuple[int, bool], Any] | None = None,
 ) -> None:
@@ -79,7 +80,7 @@ def annotate(
 
 
 def max_batch_size(
-    work: dict[str, Any], info: dict[str, Any], request: JobRequest, *, measured_oom: list[int]
+    work: dict[str, Any], info: MachineTypeInfo, request: JobRequest, *, measured_oom: list[int]
 ) -> int | None:
     """The largest batch size whose modelled peak fits (up to the largest a request may ask); None if unknown.
 

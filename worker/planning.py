@@ -236,10 +236,10 @@ def resend_missing(job_id: uuid.UUID) -> int:
 
 
 def _failed_too_often(
-    job: dict[str, Any], request: JobRequest, waited: coverage.Missing, ops_waited: coverage.Missing
+    job: jobs.JobRow, request: JobRequest, waited: coverage.Missing, ops_waited: coverage.Missing
 ) -> str | None:
     """The failure reason when a missing layer or op benchmark raised BENCH_MAX_FAILURES times since the job started."""
-    since, limit = job["started_at"], get_settings().bench_max_failures
+    since, limit = job["started_at"] or job["created_at"], get_settings().bench_max_failures
     training = request.training()
     layer = layers.failed_too_often(
         signature_ids=_sigs(waited), machine_types=sorted(waited), precision=training.layer_precision, since=since,

@@ -1,9 +1,9 @@
 """A job's progress: how many of the benchmarks it needs are stored, and whether it waits for an agent."""
 
 from datetime import UTC, datetime
-from typing import Any
 
 from fleet import service as fleet
+from shared import agents
 from shared.core.settings import get_settings
 from shared.jobs import Plan, Progress
 from shared.jobs.models import Counts, MachineProgress
@@ -17,7 +17,7 @@ def of(
     gaps: coverage.Missing,
     op_gaps: coverage.Missing,
     previous: Progress | None = None,
-    listed: list[dict[str, Any]] | None = None,
+    listed: list[agents.AgentListed] | None = None,
 ) -> Progress:
     """A job's progress: conv layer and op benchmarks needed, done and pending, in all and per machine type.
 

@@ -8,6 +8,7 @@ but not acknowledged are not in these lists, so withdrawing never touches work i
 import base64
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -73,7 +74,9 @@ def withdraw(machine_type: str, unwanted: dict[int, set[int]], task: str = tasks
     return removed
 
 
-def busy(agents: list[dict[str, Any]], stuck_after_s: float, task: str = tasks.BENCH_LAYERS) -> set[tuple[str, int]]:
+def busy(
+    agents: Sequence[Mapping[str, Any]], stuck_after_s: float, task: str = tasks.BENCH_LAYERS
+) -> set[tuple[str, int]]:
     """(machine type, signature id) pairs live agents are measuring now in tasks of this name, from their current_work.
 
     Work begun over stuck_after_s ago does not count: that agent is hung, and the work goes to another.
@@ -88,7 +91,7 @@ def busy(agents: list[dict[str, Any]], stuck_after_s: float, task: str = tasks.B
     return out
 
 
-def stuck(agent: dict[str, Any], stuck_after_s: float) -> bool:
+def stuck(agent: Mapping[str, Any], stuck_after_s: float) -> bool:
     """Whether an agent has been on its current work longer than stuck_after_s (it is hung)."""
     since = (agent.get("current_work") or {}).get("since")
     if not isinstance(since, str):

@@ -2,7 +2,7 @@
 
 import logging
 from collections import defaultdict
-from typing import Any
+from collections.abc import Sequence
 
 from shared import agents, jobs
 from shared.core import tasks
@@ -14,7 +14,7 @@ from worker import coverage, queued
 log = logging.getLogger(__name__)
 
 
-def _targets(job: dict[str, Any]) -> dict[tuple[str, str], dict[int, set[int]]]:
+def _targets(job: jobs.PlannedJob) -> dict[tuple[str, str], dict[int, set[int]]]:
     """(task, queue) → signature → batch sizes a planned job may have sent there (conv layers and ops)."""
     plan, request = Plan.model_validate(job["plan"]), JobRequest.stored(job["request"])
     peers = plan.peers_of(request.machines)
@@ -29,7 +29,7 @@ def _targets(job: dict[str, Any]) -> dict[tuple[str, str], dict[int, set[int]]]:
     return out
 
 
-def withdraw_jobs(ended: list[dict[str, Any]]) -> int:
+def withdraw_jobs(ended: Sequence[jobs.PlannedJob]) -> int:
     """Remove the queued benchmark tasks of ended jobs that no running job also needs; returns how many."""
     unwanted: dict[tuple[str, str], dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
     for job in ended:

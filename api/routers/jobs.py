@@ -5,6 +5,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Response
@@ -52,7 +53,7 @@ SUMMARY = ("id", "status", "progress", "created_at", "started_at", "finished_at"
 MAX_PAGE = 100_000
 
 
-def job_view(job: dict[str, Any], *, full: bool = True) -> dict[str, Any]:
+def job_view(job: Mapping[str, Any], *, full: bool = True) -> dict[str, Any]:
     """The public fields of a job row (Job's shape; without request, result and error unless `full`)."""
     view = {k: job[k] for k in SUMMARY}
     if full:
@@ -81,7 +82,7 @@ def _validate_names(request: JobRequest, owner: str | None) -> None:
         cnns.check_runs(name=name, image_size=request.image_size, num_classes=request.num_classes)
 
 
-def _set_poll_header(response: Response, job: dict[str, Any]) -> None:
+def _set_poll_header(response: Response, job: Mapping[str, Any]) -> None:
     if job["status"] not in jobs.TERMINAL:
         response.headers["Retry-After"] = str(POLL_AFTER_S)
 
@@ -158,7 +159,7 @@ async def get_job(
         jobs.view, job_id=job_id, owner=principal.visible_owner, offset=predictions_offset, limit=predictions_limit
     )
 
-    async def read() -> dict[str, Any]:
+    async def read() -> jobs.JobView:
         return await run_in_threadpool(view)
 
     if wait > 0:
@@ -177,7 +178,7 @@ async def get_job(
     return response
 
 
-def _render(row: dict[str, Any], offset: int | None, limit: int | None) -> bytes:
+def _render(row: jobs.JobView, offset: int | None, limit: int | None) -> bytes:
     """The job's JSON: the stored result spliced in as PostgreSQL's text, never parsed and re-encoded.
 
     It was checked against Result before it was stored (worker/planning.py); the rest of the job is encoded as

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends, Response
 from api.auth import require
 from shared import machine_types
 from shared.jobs.request import MachineCreate
+from shared.machine_types import MachineTypeInfo
 
 router = APIRouter(prefix="/v1/machines", tags=["machines"], dependencies=[Depends(require("read"))])
 
@@ -31,7 +32,7 @@ def get_machine(name: str) -> dict[str, Any]:
     return _view(machine_types.get_by_name(name=name))
 
 
-def _view(row: dict[str, Any]) -> dict[str, Any]:
+def _view(row: MachineTypeInfo) -> dict[str, Any]:
     view = {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items()}
     view["registered"] = row.get("registered_at") is not None
     return view

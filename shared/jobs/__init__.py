@@ -21,6 +21,14 @@ from shared.jobs.models import (
     Result,
 )
 from shared.jobs.store import (
+    FinishedJob,
+    JobListRow,
+    JobPosition,
+    JobRow,
+    JobView,
+    KeyUsage,
+    PlannedJob,
+    StaleJob,
     cancel,
     create,
     finish,
@@ -45,6 +53,14 @@ from shared.jobs.store import (
 )
 
 __all__ = [
+    "FinishedJob",
+    "JobListRow",
+    "JobPosition",
+    "JobRow",
+    "JobView",
+    "KeyUsage",
+    "PlannedJob",
+    "StaleJob",
     "DURATION_BUCKETS_S",
     "OPEN",
     "TERMINAL",

@@ -5,7 +5,8 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from datetime import datetime
+from typing import Any, TypedDict, cast
 
 from shared.core.db import Cursor, Json, pool, transaction
 from shared.core.errors import Conflict, NotFound
@@ -14,6 +15,80 @@ from shared.jobs.models import OPEN, JobStatus, Plan, Progress
 from shared.jobs.request import JobRequest
 
 S = JobStatus
+
+
+class PlannedJob(TypedDict):
+    """A job as the worker's passes over many jobs read it (live_plans, recently_ended)."""
+
+    id: uuid.UUID
+    request: dict[str, Any]  # JobRequest's JSON, validated at the door
+    plan: dict[str, Any] | None  # Plan's JSON once planned
+
+
+class FinishedJob(PlannedJob):
+    """What finish() returns of the job it ended."""
+
+    status: str  # a JobStatus value
+
+
+class JobRow(FinishedJob):
+    """A `jobs` row whole (SELECT *): request, plan, progress and result as their JSON documents."""
+
+    idempotency_key: str | None
+    request_hash: str
+    progress: dict[str, Any]  # Progress's JSON; {} until planned
+    result: dict[str, Any] | None  # Result's JSON without its predictions (get() puts them back)
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    owner_key_id: str | None
+
+
+class JobListRow(TypedDict):
+    """A job as a list page shows it: no plan, no result."""
+
+    id: uuid.UUID
+    status: str
+    request: dict[str, Any]
+    progress: dict[str, Any]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class JobView(JobListRow):
+    """A job for GET /v1/jobs/{id}: its result as JSON text, the page's predictions spliced in."""
+
+    error: str | None
+    result_text: str | None
+    predictions_total: int | None  # set when a page of predictions was asked for
+
+
+class JobPosition(TypedDict):
+    """Where a job sits in the list: a page cursor."""
+
+    id: uuid.UUID
+    created_at: datetime
+
+
+class StaleJob(TypedDict):
+    """An open job nobody updated for a while."""
+
+    id: uuid.UUID
+    status: str
+
+
+class KeyUsage(TypedDict):
+    """What one API key has running and has spent, for its limits (shared/keys.py check_submission)."""
+
+    unfinished: int
+    bench_seconds_day: float
+    bench_frees_in_s: float | None
+    retry: bool
+
+
 # SQL names statuses by the enum's values: `status IN {_OPEN}`.
 _OPEN = "(" + ", ".join(f"'{s}'" for s in OPEN) + ")"
 
@@ -78,8 +153,8 @@ def create(
     request: JobRequest,
     idempotency_key: str | None = None,
     owner_key_id: str | None = None,
-    admit: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[dict[str, Any], bool]:
+    admit: Callable[[KeyUsage], None] | None = None,
+) -> tuple[JobRow, bool]:
     """Store a new queued job of an owner; with an idempotency key it used before, that job. (job, created).
 
     `admit` (shared/keys.check_submission) sees the owner's usage (key_usage's shape) under the owner's lock, in the
@@ -97,13 +172,13 @@ def create(
         if admit is not None and owner_key_id is not None:
             cur.execute(LOCK_OWNER, (OWNER_LOCK_CLASS, owner_key_id))
             cur.execute(SELECT_KEY_USAGE, {"owner": owner_key_id, "key": idempotency_key})
-            usage = dict(cur.fetchone() or {})
+            usage = cast(KeyUsage, cur.fetchone())
             if not usage["retry"]:
                 admit(usage)
         cur.execute(INSERT_JOB, params)
         row = cur.fetchone()
         if row is not None:
-            return dict(row), True
+            return cast(JobRow, row), True
         cur.execute(SELECT_BY_KEY, (idempotency_key, owner_key_id))
         existing = cur.fetchone()
     if existing is None:  # pragma: no cover - the conflicting row vanished between statements
@@ -113,12 +188,12 @@ def create(
             f"Idempotency-Key {idempotency_key!r} was already used for a different request",
             job_id=str(existing["id"]),
         )
-    return dict(existing), False
+    return cast(JobRow, existing), False
 
 
-def get(*, job_id: uuid.UUID, owner: str | None = None) -> dict[str, Any]:
+def get(*, job_id: uuid.UUID, owner: str | None = None) -> JobRow:
     """One job by id; a succeeded one's result whole (its points read back). With `owner`, only if that key owns it."""
-    row = _one(SELECT_JOB, {"id": job_id, "owner": owner}, job_id)
+    row = cast(JobRow, _one(SELECT_JOB, {"id": job_id, "owner": owner}, job_id))
     if row["status"] == S.SUCCEEDED and row["result"] is not None and "predictions" not in row["result"]:
         row["result"] = {"predictions": predictions.points(job_id=job_id), **row["result"]}
     return row
@@ -126,12 +201,12 @@ def get(*, job_id: uuid.UUID, owner: str | None = None) -> dict[str, Any]:
 
 def view(
     *, job_id: uuid.UUID, owner: str | None = None, offset: int | None = None, limit: int | None = None
-) -> dict[str, Any]:
+) -> JobView:
     """One job for GET: its result as JSON text (`result_text`), only predictions[offset:offset+limit] if paged.
 
     `predictions_total` is set when a page was asked for.
     """
-    row = _one(SELECT_VIEW, {"id": job_id, "owner": owner}, job_id)
+    row = cast(JobView, _one(SELECT_VIEW, {"id": job_id, "owner": owner}, job_id))
     row["predictions_total"] = None
     if row["result_text"] is not None:
         points, total = predictions.text(job_id=job_id, offset=offset or 0, limit=limit)
@@ -143,9 +218,9 @@ def view(
     return row
 
 
-def position(*, job_id: uuid.UUID, owner: str | None = None) -> dict[str, Any]:
+def position(*, job_id: uuid.UUID, owner: str | None = None) -> JobPosition:
     """A job's place in the list (id, created_at): a page cursor; with `owner`, only if that key owns it."""
-    return _one(SELECT_POSITION, {"id": job_id, "owner": owner}, job_id)
+    return cast(JobPosition, _one(SELECT_POSITION, {"id": job_id, "owner": owner}, job_id))
 
 
 def _one(sql: str, params: dict[str, Any], job_id: uuid.UUID) -> dict[str, Any]:
@@ -158,7 +233,7 @@ def _one(sql: str, params: dict[str, Any], job_id: uuid.UUID) -> dict[str, Any]:
     return dict(row)
 
 
-def list_page(*, limit: int, before: dict[str, Any] | None = None, owner: str | None = None) -> list[dict[str, Any]]:
+def list_page(*, limit: int, before: JobPosition | None = None, owner: str | None = None) -> list[JobListRow]:
     """Newest jobs first (with `owner`, that key's only), `limit` at a time, strictly older than `before`."""
     params = {
         "owner": owner,
@@ -168,16 +243,16 @@ def list_page(*, limit: int, before: dict[str, Any] | None = None, owner: str | 
     }
     with transaction() as cur:
         cur.execute(SELECT_PAGE, params)
-        return [dict(r) for r in cur.fetchall()]
+        return cast(list[JobListRow], cur.fetchall())
 
 
-def cancel(*, job_id: uuid.UUID, owner: str | None = None) -> dict[str, Any]:
+def cancel(*, job_id: uuid.UUID, owner: str | None = None) -> JobRow:
     """Cancel a job that has not finished (with `owner`, only that key's); a finished job is a conflict."""
     with transaction() as cur:
         cur.execute(CANCEL_JOB, {"id": job_id, "owner": owner})
         row = cur.fetchone()
     if row is not None:
-        return dict(row)
+        return cast(JobRow, row)
     job = get(job_id=job_id, owner=owner)
     raise Conflict(f"job {job_id} is already {job['status']}", job_id=str(job_id), job_status=job["status"])
 
@@ -189,11 +264,11 @@ def open_using_cnn(*, name: str) -> list[str]:
         return [str(r["id"]) for r in cur.fetchall()]
 
 
-def key_usage(*, owner_key_id: str, idempotency_key: str | None = None) -> dict[str, Any]:
+def key_usage(*, owner_key_id: str, idempotency_key: str | None = None) -> KeyUsage:
     """A key's unfinished jobs, benchmark seconds of the last 24 h, and whether `idempotency_key` is a retry."""
     with transaction() as cur:
         cur.execute(SELECT_KEY_USAGE, {"owner": owner_key_id, "key": idempotency_key})
-        return dict(cur.fetchone() or {})
+        return cast(KeyUsage, cur.fetchone())
 
 
 # The worker's statements (worker/planning.py, reconcile.py, withdrawal.py). Every write is conditional on the job
@@ -234,12 +309,11 @@ WHERE status IN ('{S.CANCELED}', '{S.FAILED}') AND plan IS NOT NULL
 
 
 @contextmanager
-def locked_open(*, job_id: uuid.UUID) -> Iterator[tuple[Cursor, dict[str, Any] | None]]:
+def locked_open(*, job_id: uuid.UUID) -> Iterator[tuple[Cursor, JobRow | None]]:
     """An open job's row (None if it ended) locked for the transaction: concurrent callers take turns."""
     with transaction() as cur:
         cur.execute(LOCK_OPEN_JOB, (job_id,))
-        row = cur.fetchone()
-        yield cur, dict(row) if row is not None else None
+        yield cur, cast(JobRow | None, cur.fetchone())
 
 
 @contextmanager
@@ -268,7 +342,7 @@ def planning_claim(*, job_id: uuid.UUID) -> Iterator[bool]:
         owner.give_back(conn)  # closed ones are dropped
 
 
-def open_job(*, job_id: uuid.UUID) -> dict[str, Any] | None:
+def open_job(*, job_id: uuid.UUID) -> JobRow | None:
     """A job's row if it is still open (queued or running), else None."""
     with locked_open(job_id=job_id) as (_cur, row):
         return row
@@ -295,7 +369,7 @@ def finish(
     error: str | None = None,
     progress: Progress | None = None,
     cur: Cursor | None = None,
-) -> dict[str, Any] | None:
+) -> FinishedJob | None:
     """End an open job (result: a Result-checked document); its id, status, request and plan, or None if it had ended.
 
     With `cur`, in the caller's transaction (under locked_open).
@@ -315,22 +389,21 @@ def finish(
         return _finish(own, params, result)
 
 
-def _finish(cur: Cursor, params: dict[str, Any], result: dict[str, Any] | None) -> dict[str, Any] | None:
+def _finish(cur: Cursor, params: dict[str, Any], result: dict[str, Any] | None) -> FinishedJob | None:
     cur.execute(FINISH_JOB, params)
     row = cur.fetchone()
     if row is None:
         return None  # it had ended: its result is not stored
     if result is not None:
         predictions.store(cur=cur, job_id=params["id"], points=result.get("predictions", []))
-    return dict(row)
+    return cast(FinishedJob, row)
 
 
-def running(*, job_id: uuid.UUID) -> dict[str, Any] | None:
+def running(*, job_id: uuid.UUID) -> JobRow | None:
     """A job's row if it is running, else None."""
     with transaction() as cur:
         cur.execute(SELECT_RUNNING_JOB, (job_id,))
-        row = cur.fetchone()
-    return dict(row) if row is not None else None
+        return cast(JobRow | None, cur.fetchone())
 
 
 def running_on(*, machine_types: list[str]) -> list[uuid.UUID]:
@@ -340,11 +413,11 @@ def running_on(*, machine_types: list[str]) -> list[uuid.UUID]:
         return [r["id"] for r in cur.fetchall()]
 
 
-def stale(*, after_s: float) -> list[dict[str, Any]]:
+def stale(*, after_s: float) -> list[StaleJob]:
     """Open jobs (id, status) not updated for `after_s` seconds, oldest first."""
     with transaction() as cur:
         cur.execute(SELECT_STALE, (after_s,))
-        return [dict(r) for r in cur.fetchall()]
+        return cast(list[StaleJob], cur.fetchall())
 
 
 def touch(*, job_id: uuid.UUID) -> None:
@@ -353,18 +426,18 @@ def touch(*, job_id: uuid.UUID) -> None:
         cur.execute(TOUCH, (job_id,))
 
 
-def live_plans() -> list[dict[str, Any]]:
+def live_plans() -> list[PlannedJob]:
     """Running jobs' id, request and plan."""
     with transaction() as cur:
         cur.execute(SELECT_LIVE_PLANS)
-        return [dict(r) for r in cur.fetchall()]
+        return cast(list[PlannedJob], cur.fetchall())
 
 
-def recently_ended(*, within_s: float) -> list[dict[str, Any]]:
+def recently_ended(*, within_s: float) -> list[PlannedJob]:
     """Id, request and plan of planned jobs canceled or failed within the last `within_s` seconds."""
     with transaction() as cur:
         cur.execute(SELECT_RECENTLY_ENDED, (within_s,))
-        return [dict(r) for r in cur.fetchall()]
+        return cast(list[PlannedJob], cur.fetchall())
 
 
 def _doc(model: Plan | Progress) -> dict[str, Any]:

@@ -1,9 +1,12 @@
 """Measurement environments (software, driver and device a timing ran in): their rows and the one-environment rule."""
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from shared.core.db import Cursor, Json, one, transaction
+
+# A timing row (layers.LayerTiming, ops.OpTiming): it names its signature, batch size and environment.
+Row = TypeVar("Row", bound=Mapping[str, Any])
 
 # DO NOTHING, not an upsert: the agent's role may insert environments but never rewrite one.
 INSERT_ENVIRONMENT = """
@@ -32,7 +35,7 @@ def details(cur: Cursor, *, ids: list[int]) -> dict[int, dict[str, Any]]:
     return {r["id"]: r["details"] for r in cur.fetchall()}
 
 
-def one_environment(rows: list[dict[str, Any]], sig_column: str) -> dict[tuple[int, int], dict[str, Any]]:
+def one_environment(rows: list[Row], sig_column: str) -> dict[tuple[int, int], Row]:
     """Rows (newest first) keyed by (signature, batch size): the environment holding most keys supplies all it has.
 
     Only keys it lacks come from another environment, newest first, so a CNN's timings come from one
@@ -43,7 +46,7 @@ def one_environment(rows: list[dict[str, Any]], sig_column: str) -> dict[tuple[i
         cover.setdefault(r["environment_id"], set()).add((r[sig_column], r["batch_size"]))
     # dicts keep insertion order, which is newest first: max() keeps the first of equals.
     preferred = max(cover, key=lambda env: len(cover[env]), default=None)
-    out: dict[tuple[int, int], dict[str, Any]] = {}
+    out: dict[tuple[int, int], Row] = {}
     for r in rows:
         key = (r[sig_column], r["batch_size"])
         if key not in out or (r["environment_id"] == preferred and out[key]["environment_id"] != preferred):

@@ -6,11 +6,30 @@ import importlib.metadata
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from shared.cnn import registry as cnns
 from shared.core.db import Cursor, Json, one, transaction
 from shared.measurements import environments, ops
+
+
+class LayerPhases(TypedDict):
+    """One conv layer's stored timing at one batch size: its three phases in ms, or none when it ran out of memory."""
+
+    signature_id: int
+    oom: bool
+    forward_ms: float | None
+    backward_data_ms: float | None
+    backward_weight_ms: float | None
+
+
+class LayerTiming(LayerPhases):
+    """A `layer_benchmarks` row as the worker reads it: the phases, where and in which environment measured."""
+
+    batch_size: int
+    environment_id: int
+    machine_type: str
+
 
 # DO UPDATE (a no-op) rather than DO NOTHING so RETURNING also yields rows that existed.
 UPSERT_SIGNATURE = """
@@ -145,7 +164,7 @@ def measured(
 def newest(
     *, signature_ids: list[int], machine_types: list[str], batch_sizes: list[int], precision: str,
     channels_last: bool = False,
-) -> dict[tuple[int, int], dict[str, Any]]:  # fmt: skip
+) -> dict[tuple[int, int], LayerTiming]:  # fmt: skip
     """(signature, batch size) → its benchmark row on machine types of one GPU, from one environment where possible.
 
     machines: the machine type and those with the same GPU model (machines.peers_of); an environment
@@ -165,13 +184,13 @@ def newest(
 def newest_first(
     *, signature_ids: list[int], machine_types: list[str], batch_sizes: list[int], precision: str,
     channels_last: bool = False,
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[LayerTiming]:  # fmt: skip
     """The benchmark rows of these signatures, newest first: one query for many CNNs, each then picking its
     rows' environment with environments.one_environment over its own signatures' rows (as newest() does)."""
     params = {"sigs": signature_ids, "machine_types": machine_types, "batch_sizes": batch_sizes, "precision": precision}
     with transaction() as cur:
         cur.execute(SELECT_BENCHMARKS, params | {"channels_last": channels_last})
-        return [dict(r) for r in cur.fetchall()]
+        return cast(list[LayerTiming], cur.fetchall())
 
 
 SELECT_MEMBERS = """
@@ -313,13 +332,13 @@ def in_environment(
     channels_last: bool,
     environment_id: int,
     signature_ids: list[int],
-) -> dict[int, dict[str, Any]]:
+) -> dict[int, LayerPhases]:
     """Signature id → its row at one batch size measured in one environment (a whole step's own)."""
     with transaction() as cur:
         cur.execute(
             SELECT_IN_ENVIRONMENT, (machine_type, batch_size, precision, channels_last, environment_id, signature_ids)
         )
-        return {r["signature_id"]: dict(r) for r in cur.fetchall()}
+        return {r["signature_id"]: cast(LayerPhases, r) for r in cur.fetchall()}
 
 
 def count_by_environment(

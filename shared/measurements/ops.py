@@ -1,7 +1,7 @@
 """CNNs' non-conv op signatures (and optimizer steps) and the op benchmarks stored for them."""
 
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from shared.cnn.op_signatures import OPTIMIZER, OpSignature
 from shared.core.db import Json, one, transaction
@@ -9,6 +9,25 @@ from shared.measurements import environments
 from shared.training import TrainConfig
 
 # DO UPDATE (a no-op) rather than DO NOTHING so RETURNING also yields rows that existed.
+
+
+class OpPhases(TypedDict):
+    """One op's stored timing at one batch size (the optimizer's at batch size 0); none when it ran out of memory."""
+
+    op_signature_id: int
+    batch_size: int
+    oom: bool
+    forward_ms: float | None  # the optimizer: the whole step
+    backward_ms: float | None  # the optimizer: 0
+
+
+class OpTiming(OpPhases):
+    """An `op_benchmarks` row as the worker reads it: the phases, where and in which environment they were measured."""
+
+    environment_id: int
+    machine_type: str
+
+
 UPSERT_SIGNATURE = """
 INSERT INTO op_signatures (hash, op, spec) VALUES (%s, %s, %s)
 ON CONFLICT (hash) DO UPDATE SET hash = EXCLUDED.hash
@@ -103,7 +122,7 @@ def measured(
 
 def newest(
     *, signature_ids: list[int], machine_types: list[str], batch_sizes: list[int], config: TrainConfig
-) -> dict[tuple[int, int], dict[str, Any]]:
+) -> dict[tuple[int, int], OpTiming]:
     """(op signature, batch size) → its row, from one environment where possible (as shared/layers.newest)."""
     rows = newest_first(
         signature_ids=signature_ids, machine_types=machine_types, batch_sizes=batch_sizes, config=config
@@ -113,16 +132,16 @@ def newest(
 
 def newest_first(
     *, signature_ids: list[int], machine_types: list[str], batch_sizes: list[int], config: TrainConfig
-) -> list[dict[str, Any]]:
+) -> list[OpTiming]:
     """The op benchmark rows of these signatures, newest first (one query for many CNNs; see layers.newest_first)."""
     with transaction() as cur:
         cur.execute(SELECT_BENCHMARKS, _params(signature_ids, machine_types, batch_sizes, config))
-        return [dict(r) for r in cur.fetchall()]
+        return cast(list[OpTiming], cur.fetchall())
 
 
 def in_environment(
     *, machine_type: str, environment_id: int, signature_ids: list[int], batch_size: int, config: TrainConfig
-) -> dict[tuple[int, int], dict[str, Any]]:
+) -> dict[tuple[int, int], OpPhases]:
     """(op signature, batch size) → its row measured in one environment (a whole step's own)."""
     params = _params(signature_ids, [machine_type], [batch_size], config)
     with transaction() as cur:
@@ -130,7 +149,7 @@ def in_environment(
             SELECT_IN_ENVIRONMENT,
             params | {"machine_type": machine_type, "env": environment_id, "batch_size": batch_size},
         )
-        return {(r["op_signature_id"], r["batch_size"]): dict(r) for r in cur.fetchall()}
+        return {(r["op_signature_id"], r["batch_size"]): cast(OpPhases, r) for r in cur.fetchall()}
 
 
 def signature(spec: dict[str, Any]) -> OpSignature:

@@ -1,0 +1,92 @@
+"""Typed rows: each owning module's TypedDict names exactly the keys its statements return, read from real rows."""
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, get_type_hints
+
+from shared import agents, jobs, machine_types
+from shared.core.db import transaction
+from shared.jobs.request import JobRequest
+from shared.measurements import environments, layers, ops
+from shared.training import TrainConfig
+
+
+def keys_of(typed: Any) -> set[str]:
+    """The keys a TypedDict declares, its bases' included."""
+    return set(get_type_hints(typed))
+
+
+def test_machine_type_info_is_the_whole_catalog_row(clean_db: None) -> None:
+    """MachineTypeInfo declares every machine_types column, no more; the readers return those keys."""
+    with transaction() as cur:
+        cur.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'machine_types'")
+        columns = {r["column_name"] for r in cur.fetchall()}
+    assert keys_of(machine_types.MachineTypeInfo) == columns
+    assert set(machine_types.get_by_name(name="local")) == columns
+    assert all(set(row) == columns for row in machine_types.list_all())
+
+
+def test_job_rows_have_their_declared_keys(clean_db: None) -> None:
+    """Each jobs reader returns exactly its TypedDict's keys (a column added to or dropped from a SELECT fails)."""
+    request = JobRequest.model_validate({"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [2]})
+    row, created = jobs.create(request=request, owner_key_id=None)
+    assert created
+    with transaction() as cur:
+        cur.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs'")
+        columns = {r["column_name"] for r in cur.fetchall()}
+    assert set(row) == keys_of(jobs.JobRow) == columns
+    assert set(jobs.get(job_id=row["id"])) == keys_of(jobs.JobRow)
+    assert set(jobs.view(job_id=row["id"])) == keys_of(jobs.JobView)
+    assert set(jobs.position(job_id=row["id"])) == keys_of(jobs.JobPosition)
+    assert [set(r) for r in jobs.list_page(limit=5)] == [keys_of(jobs.JobListRow)]
+    assert [set(r) for r in jobs.stale(after_s=-60)] == [keys_of(jobs.StaleJob)]
+    with transaction() as cur:
+        cur.execute("UPDATE jobs SET status = 'running', plan = '{}' WHERE id = %s", (row["id"],))
+    assert [set(r) for r in jobs.live_plans()] == [keys_of(jobs.PlannedJob)]
+    ended = jobs.finish(job_id=row["id"], status=jobs.JobStatus.FAILED, error="typed rows test")
+    assert ended is not None and set(ended) == keys_of(jobs.FinishedJob)
+    assert [set(r) for r in jobs.recently_ended(within_s=60)] == [keys_of(jobs.PlannedJob)]
+
+
+def test_key_usage_has_its_declared_keys(clean_db: None) -> None:
+    """KeyUsage is what SELECT_KEY_USAGE returns, for a key with no jobs too."""
+    from shared import keys
+
+    key, _secret = keys.create(name=f"typed-{uuid.uuid4().hex[:6]}", scope="submit")
+    assert set(jobs.key_usage(owner_key_id=key["id"])) == keys_of(jobs.KeyUsage)
+
+
+def test_agent_and_timing_rows_have_their_declared_keys(clean_db: None) -> None:
+    """AgentListed, LayerTiming / LayerPhases and OpTiming / OpPhases match what their readers return."""
+    env = environments.store(digest=f"typed-{uuid.uuid4()}", details={"device": "cpu"})
+    agents.beat(
+        agent_id=uuid.uuid4(), machine_type="local", host="h", pid=1, device="cpu", environment_id=env,
+        started_at=datetime.now(UTC), instance_id=None,
+    )  # fmt: skip
+    assert [set(a) for a in agents.list_all(alive_after_s=60)] == [keys_of(agents.AgentListed)]
+
+    sig, _count = layers.register_builtin(name="resnet18", image_size=32)[0]
+    layers.save(
+        signature_id=sig, machine_type="local", batch_size=2, precision="fp32", channels_last=False,
+        environment_id=env, oom=False, ms=(1.0, 2.0, 3.0), stats={},
+    )  # fmt: skip
+    rows = layers.newest_first(signature_ids=[sig], machine_types=["local"], batch_sizes=[2], precision="fp32")
+    assert [set(r) for r in rows] == [keys_of(layers.LayerTiming)]
+    phases = layers.in_environment(
+        machine_type="local", batch_size=2, precision="fp32", channels_last=False, environment_id=env,
+        signature_ids=[sig],
+    )  # fmt: skip
+    assert set(phases[sig]) == keys_of(layers.LayerPhases)
+
+    config = TrainConfig()
+    op_sig, _spec, _n = ops.members(name="resnet18", image_size=32, num_classes=1000)[0]
+    ops.save(
+        signature_id=op_sig, machine_type="local", batch_size=2, variant=config.op_variant, environment_id=env,
+        oom=False, ms=(1.0, 1.0), stats={},
+    )  # fmt: skip
+    op_rows = ops.newest_first(signature_ids=[op_sig], machine_types=["local"], batch_sizes=[2], config=config)
+    assert [set(r) for r in op_rows] == [keys_of(ops.OpTiming)]
+    in_env = ops.in_environment(
+        machine_type="local", environment_id=env, signature_ids=[op_sig], batch_size=2, config=config
+    )
+    assert [set(r) for r in in_env.values()] == [keys_of(ops.OpPhases)]
