@@ -35,9 +35,11 @@ FROM predictor_models WHERE machine_type = %(machine_type)s
 RETURNING *"""
 
 
-def _config(step: dict[str, Any]) -> TrainConfig:
-    keys = ("optimizer", "momentum", "weight_decay", "precision", "channels_last")
-    return TrainConfig.model_validate({k: step[k] for k in keys})
+def _config(step: whole_steps.MeasuredStep) -> TrainConfig:
+    return TrainConfig(
+        optimizer=step["optimizer"], momentum=step["momentum"], weight_decay=step["weight_decay"],
+        precision=step["precision"], channels_last=step["channels_last"],
+    )  # fmt: skip
 
 
 def dataset(machine_type: str, cost_key: str = DEFAULT_KEY) -> list[models.Point]:
@@ -47,7 +49,7 @@ def dataset(machine_type: str, cost_key: str = DEFAULT_KEY) -> list[models.Point
     steps = [s for s in steps if _config(s).cost_key() == cost_key]
     points = []
     for s in steps:
-        key = {"name": s["cnn_name"], "image_size": s["image_size"], "num_classes": BUILTIN_CLASSES}
+        key: dict[str, Any] = {"name": s["cnn_name"], "image_size": s["image_size"], "num_classes": BUILTIN_CLASSES}
         members = layers.members(**key)
         if not members:
             continue

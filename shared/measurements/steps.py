@@ -1,9 +1,9 @@
 """Whole training steps measured by agents (`step_measurements`) and the steps a CNN cannot take (`step_failures`)."""
 
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from shared.core.db import Json, transaction
-from shared.training import TrainConfig
+from shared.training import Optimizer, Precision, TrainConfig
 
 # Infeasible steps count as done: measuring them again would fail the same way.
 _STEP_KEY = """cnn_name = %(cnn)s AND machine_type = %(machine_type)s AND image_size = %(image_size)s
@@ -53,6 +53,30 @@ SELECT id, cnn_name, batch_size, image_size, optimizer, momentum, weight_decay, 
 FROM step_measurements WHERE machine_type = %s AND NOT oom
 ORDER BY id"""
 SELECT_MEASURED_TYPES = "SELECT DISTINCT machine_type FROM step_measurements WHERE NOT oom AND machine_type <> %s"
+
+
+class StepFailure(TypedDict):
+    """A whole step found infeasible (torch raised other than out of memory), with torch's reason."""
+
+    cnn_name: str
+    batch_size: int
+    reason: str
+
+
+class MeasuredStep(TypedDict):
+    """A whole training step that ran (not out of memory): its setting, environment and time, for model fitting."""
+
+    id: int
+    cnn_name: str
+    batch_size: int
+    image_size: int
+    optimizer: Optimizer
+    momentum: float
+    weight_decay: float
+    precision: Precision
+    channels_last: bool
+    environment_id: int
+    step_ms: float
 
 
 def _key(cnn: str, machine_type: str, image_size: int, config: TrainConfig, env: int) -> dict[str, Any]:
@@ -115,18 +139,18 @@ def count_by_environment(
 
 def failures(
     *, machine_type: str, image_size: int, config: TrainConfig, cnns: list[str], batch_sizes: list[int]
-) -> list[dict[str, Any]]:
+) -> list[StepFailure]:
     """The (CNN, batch size) steps found infeasible, with torch's reason."""
     with transaction() as cur:
         cur.execute(SELECT_FAILURES, _unit(machine_type, image_size, config, cnns, batch_sizes))
-        return [dict(r) for r in cur.fetchall()]
+        return cast(list[StepFailure], cur.fetchall())
 
 
-def measured(*, machine_type: str) -> list[dict[str, Any]]:
+def measured(*, machine_type: str) -> list[MeasuredStep]:
     """A machine type's whole steps that ran (not out of memory), oldest first."""
     with transaction() as cur:
         cur.execute(SELECT_MEASURED, (machine_type,))
-        return [dict(r) for r in cur.fetchall()]
+        return cast(list[MeasuredStep], cur.fetchall())
 
 
 def measured_types(*, other_than: str) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Any, get_type_hints
 from shared import agents, jobs, machine_types
 from shared.core.db import transaction
 from shared.jobs.request import JobRequest
-from shared.measurements import environments, layers, ops
+from shared.measurements import environments, layers, ops, steps
 from shared.training import TrainConfig
 
 
@@ -90,3 +90,16 @@ def test_agent_and_timing_rows_have_their_declared_keys(clean_db: None) -> None:
         machine_type="local", environment_id=env, signature_ids=[op_sig], batch_size=2, config=config
     )
     assert [set(r) for r in in_env.values()] == [keys_of(ops.OpPhases)]
+
+
+def test_step_rows_have_their_declared_keys(clean_db: None) -> None:
+    """MeasuredStep and StepFailure are what steps.measured and steps.failures return."""
+    env = environments.store(digest=f"typed-{uuid.uuid4()}", details={"device": "cpu"})
+    layers.register_builtin(name="resnet18", image_size=32)  # a step names a registered CNN
+    config = TrainConfig()
+    unit: dict[str, Any] = {"cnn": "resnet18", "machine_type": "local", "image_size": 32, "config": config}
+    steps.save(**unit, batch_size=2, environment_id=env, oom=False, step_ms=12.5, stats={})
+    steps.save_failure(**unit, batch_size=4, environment_id=env, reason="typed rows test")
+    assert [set(r) for r in steps.measured(machine_type="local")] == [keys_of(steps.MeasuredStep)]
+    failed = steps.failures(machine_type="local", image_size=32, config=config, cnns=["resnet18"], batch_sizes=[4])
+    assert [set(r) for r in failed] == [keys_of(steps.StepFailure)]
