@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _limits(row: dict[str, Any]) -> list[str]:
+def _limits(row: keys.KeyRow) -> list[str]:
     # A key without its own limit follows the setting, which may change: say "default", not today's number.
     values = (row["max_unfinished_jobs"], row["max_points_per_job"], row["bench_seconds_per_day"])
     return [f"{v:g}" if v is not None else "default" for v in values]

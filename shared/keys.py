@@ -11,7 +11,10 @@ import math
 import re
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal, cast
+
+from typing_extensions import TypedDict  # pydantic reads typing's only from Python 3.12
 
 from shared.core.db import transaction
 from shared.core.errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, Unauthorized
@@ -20,7 +23,8 @@ from shared.core.settings import get_settings
 if TYPE_CHECKING:
     from shared.jobs.store import KeyUsage
 
-SCOPES = ("read", "submit", "admin")  # each includes the ones before it
+Scope = Literal["read", "submit", "admin"]
+SCOPES: tuple[Scope, ...] = ("read", "submit", "admin")  # each includes the ones before it
 PREFIX = "tc"
 KEY = re.compile(r"^tc_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 # No control characters, nor lone surrogates (JSON can carry them; PostgreSQL's UTF-8 cannot store them).
@@ -45,6 +49,21 @@ SELECT_KEY = f"SELECT {SHOWN} FROM api_keys WHERE id = %s"
 # Row locks on every active admin key: of two concurrent revocations of the last two, the second sees one left.
 LOCK_ACTIVE_ADMINS = "SELECT id FROM api_keys WHERE scope = 'admin' AND revoked_at IS NULL ORDER BY id FOR UPDATE"
 REVOKE_KEY = f"UPDATE api_keys SET revoked_at = now() WHERE id = %s AND revoked_at IS NULL RETURNING {SHOWN}"
+
+
+class KeyRow(TypedDict):
+    """An `api_keys` row as shown (SHOWN): never the secret nor its hash. Limits None: the setting's default."""
+
+    id: str
+    name: str
+    scope: Scope
+    rate_per_s: float | None
+    max_unfinished_jobs: int | None
+    max_points_per_job: int | None
+    bench_seconds_per_day: float | None
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -87,7 +106,7 @@ def create(
     max_unfinished_jobs: int | None = None,
     max_points_per_job: int | None = None,
     bench_seconds_per_day: float | None = None,
-) -> tuple[dict[str, Any], str]:
+) -> tuple[KeyRow, str]:
     """Store a new key; returns its row (no secret) and the key itself, which is never shown again."""
     if scope not in SCOPES:
         raise InvalidRequest(f"scope {scope!r}: use one of {', '.join(SCOPES)}")
@@ -104,28 +123,28 @@ def create(
     with transaction() as cur:
         limits = (max_unfinished_jobs, max_points_per_job, bench_seconds_per_day)
         cur.execute(INSERT_KEY, (key_id, name, scope, digest(secret), rate_per_s, *limits))
-        row: dict[str, Any] = dict(cur.fetchone() or {})
+        row = cast(KeyRow, cur.fetchone())
     return row, f"{PREFIX}_{key_id}_{secret}"
 
 
-def list_all() -> list[dict[str, Any]]:
+def list_all() -> list[KeyRow]:
     """Every key, oldest first, revoked ones included; never a secret or its hash."""
     with transaction() as cur:
         cur.execute(SELECT_KEYS)
-        return [dict(r) for r in cur.fetchall()]
+        return cast(list[KeyRow], cur.fetchall())
 
 
-def get(*, key_id: str) -> dict[str, Any]:
+def get(*, key_id: str) -> KeyRow:
     """One key by id (revoked or not); never its secret or hash."""
     with transaction() as cur:
         cur.execute(SELECT_KEY, (key_id,))
         row = cur.fetchone()
     if row is None:
         raise NotFound(f"no API key with id {key_id}", key_id=key_id)
-    return dict(row)
+    return cast(KeyRow, row)
 
 
-def revoke_id(*, key_id: str) -> dict[str, Any]:
+def revoke_id(*, key_id: str) -> KeyRow:
     """Revoke a key by id, as `DELETE /v1/keys/{id}` does: a revoked one stays as it is; never the last active admin.
 
     Keeping one admin key means nobody locks the API's administration out over HTTP; `traincast keys` (straight in
@@ -137,7 +156,7 @@ def revoke_id(*, key_id: str) -> dict[str, Any]:
         if row is None:
             raise NotFound(f"no API key with id {key_id}", key_id=key_id)
         if row["revoked_at"] is not None:
-            return dict(row)
+            return cast(KeyRow, row)
         if row["scope"] == "admin":
             cur.execute(LOCK_ACTIVE_ADMINS)
             if [r["id"] for r in cur.fetchall()] == [key_id]:
@@ -147,14 +166,14 @@ def revoke_id(*, key_id: str) -> dict[str, Any]:
                     key_id=key_id,
                 )
         cur.execute(REVOKE_KEY, (key_id,))
-        return dict(cur.fetchone() or row)
+        return cast(KeyRow, cur.fetchone() or row)
 
 
-def revoke(*, ref: str) -> dict[str, Any]:
+def revoke(*, ref: str) -> KeyRow:
     """Revoke the key with this id, or the one unrevoked key with this name (the CLI: any key, even the last admin)."""
     with transaction() as cur:
         cur.execute(SELECT_BY_REF, {"ref": ref})
-        rows = [dict(r) for r in cur.fetchall()]
+        rows = cast(list[KeyRow], cur.fetchall())
         by_id = [r for r in rows if r["id"] == ref]
         if not by_id and len(rows) > 1:
             ids = ", ".join(r["id"] for r in rows)
@@ -165,7 +184,7 @@ def revoke(*, ref: str) -> dict[str, Any]:
         if target["revoked_at"] is not None:
             return target
         cur.execute(REVOKE_KEY, (target["id"],))
-        return dict(cur.fetchone() or target)
+        return cast(KeyRow, cur.fetchone() or target)
 
 
 def authenticate(*, token: str | None) -> Principal:

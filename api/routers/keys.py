@@ -2,7 +2,7 @@
 
 import logging
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,7 +13,7 @@ from shared import keys
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/keys", tags=["keys"], dependencies=[Depends(require("admin"))])
 KeyId = Annotated[str, Path(pattern=r"^[0-9a-f]{12}$", description="the key's public id: 12 hex digits")]
-Scope = Literal["read", "submit", "admin"]
+Scope = keys.Scope
 MAX_INT = 2**31 - 1
 
 

@@ -4,7 +4,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, get_type_hints
 
-from shared import agents, jobs, machine_types
+from shared import agents, jobs, keys, machine_types
 from shared.core.db import transaction
 from shared.jobs.request import JobRequest
 from shared.measurements import environments, layers, ops, steps
@@ -48,12 +48,14 @@ def test_job_rows_have_their_declared_keys(clean_db: None) -> None:
     assert [set(r) for r in jobs.recently_ended(within_s=60)] == [keys_of(jobs.PlannedJob)]
 
 
-def test_key_usage_has_its_declared_keys(clean_db: None) -> None:
-    """KeyUsage is what SELECT_KEY_USAGE returns, for a key with no jobs too."""
-    from shared import keys
-
+def test_key_rows_have_their_declared_keys(clean_db: None) -> None:
+    """KeyRow is what every api_keys reader returns (never the secret's hash); KeyUsage what SELECT_KEY_USAGE does."""
     key, _secret = keys.create(name=f"typed-{uuid.uuid4().hex[:6]}", scope="submit")
+    assert set(key) == keys_of(keys.KeyRow) and "secret_sha256" not in key
+    assert set(keys.get(key_id=key["id"])) == keys_of(keys.KeyRow)
+    assert {frozenset(r) for r in keys.list_all()} == {frozenset(keys_of(keys.KeyRow))}
     assert set(jobs.key_usage(owner_key_id=key["id"])) == keys_of(jobs.KeyUsage)
+    assert set(keys.revoke_id(key_id=key["id"])) == keys_of(keys.KeyRow)
 
 
 def test_agent_and_timing_rows_have_their_declared_keys(clean_db: None) -> None:
