@@ -113,7 +113,7 @@ def test_the_agent_stores_measurements_and_keeps_its_row(
     # Status writes swallow their errors (a heartbeat must not fail a measurement): look for them.
     assert not [r for r in caplog.records if "status write failed" in r.getMessage()]
 
-    layer = {"signature_id": sig_id, "machine": "local", "precision": "fp32", "environment_id": env_id}
+    layer = {"signature_id": sig_id, "machine_type": "local", "precision": "fp32", "environment_id": env_id}
     phases = {p: timing(1.5) for p in ("forward", "backward_data", "backward_weight")}
     store.save_layer(**layer, batch_size=2, outcome=Outcome(timings=phases, window=(2, 4)))
     store.save_layer(**layer, batch_size=4, outcome=Outcome(oom=True, reason="out of memory"))
@@ -124,7 +124,7 @@ def test_the_agent_stores_measurements_and_keeps_its_row(
         cur.execute("SELECT error FROM layer_failures WHERE signature_id = %s", (sig_id,))
         assert cur.fetchone()["error"] == "RuntimeError: role-test"
 
-    step: dict[str, Any] = {"cnn": "role-test-cnn", "machine": "local", "image_size": 32, "config": TrainConfig()}
+    step: dict[str, Any] = {"cnn": "role-test-cnn", "machine_type": "local", "image_size": 32, "config": TrainConfig()}
     step |= {"environment_id": env_id}
     measured = Outcome(timings={"step": timing(9.0)}, info={"peak_memory_bytes": 2**20})
     store.save_step(**step, batch_size=8, outcome=measured)

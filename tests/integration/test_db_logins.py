@@ -93,7 +93,7 @@ def register_agent(url: str, machine_type: str) -> None:
     with transaction(url) as cur:
         cur.execute(INSERT_ENVIRONMENT, (f"logins-{uuid.uuid4()}", Json({})))
         env_id = cur.fetchone()["id"]
-        row = {"id": uuid.uuid4(), "machine": machine_type, "host": "logins-test", "pid": 1, "device": "cpu"}
+        row = {"id": uuid.uuid4(), "machine_type": machine_type, "host": "logins-test", "pid": 1, "device": "cpu"}
         cur.execute(UPSERT_AGENT, row | {"env": env_id, "started_at": datetime.now(UTC), "instance": None})
 
 

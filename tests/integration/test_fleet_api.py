@@ -69,7 +69,7 @@ def test_cli_fleet(api_only: Stack, clean_db: None, capsys: pytest.CaptureFixtur
 
 def test_a_job_waiting_too_long_for_an_agent_fails_with_the_reason(clean_db: None) -> None:
     """No agent on g5.xlarge: the job waits (the clock kept across updates), then fails saying why."""
-    job = submit(machine_types=["g5.xlarge"], wait_for_benchmarks=True)
+    job = submit(machines=["g5.xlarge"], wait_for_benchmarks=True)
     planning.plan_job(job["id"])
     first = jobs.get(job_id=job["id"])["progress"]
     since = first["machines"]["g5.xlarge"]["waiting_since"]

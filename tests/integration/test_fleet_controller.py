@@ -21,7 +21,7 @@ from worker import planning
 
 def waiting_job(machine_type: str = "g5.xlarge") -> str:
     """A job whose benchmarks wait in bench.<machine>."""
-    job = submit(machine_types=[machine_type], wait_for_benchmarks=True)
+    job = submit(machines=[machine_type], wait_for_benchmarks=True)
     planning.plan_job(job["id"])
     return str(job["id"])
 

@@ -200,7 +200,7 @@ def test_unreadable_cnn_fails_the_job_with_the_reason(clean_db: None) -> None:
 
 def test_job_says_which_machine_has_no_agent(clean_db: None) -> None:
     """Asked to wait for benchmarks, pending work for a machine type no agent serves is named in the progress."""
-    job = submit(machine_types=["g5.xlarge"], wait_for_benchmarks=True)
+    job = submit(machines=["g5.xlarge"], wait_for_benchmarks=True)
     planning.plan_job(job["id"])
     progress = jobs.get(job_id=job["id"])["progress"]["machines"]["g5.xlarge"]
     assert progress["pending"] > 0 and progress["agent_alive"] is False

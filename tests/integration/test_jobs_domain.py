@@ -73,7 +73,7 @@ def test_models_describe_real_results(clean_db: None, monkeypatch: pytest.Monkey
     no_model = check_typed(run_job(batch_sizes=[1, 2]))
     assert no_model.models["local"].status == "no_model" and no_model.predictions[0].peak_memory_gib
 
-    answered = check_typed(run_job(machine_types=["g5.xlarge"], batch_sizes=[2, 4]))
+    answered = check_typed(run_job(machines=["g5.xlarge"], batch_sizes=[2, 4]))
     assert {p.source for p in answered.predictions} == {"reference"}
     assert all(p.reference_error_pct is not None for p in answered.predictions)
 
@@ -99,7 +99,7 @@ def test_openapi_documents_the_job_its_progress_and_result(api_only: Stack) -> N
 
 def test_get_pages_predictions_and_compresses(api_only: Stack, clean_db: None) -> None:
     """A page of predictions is that slice of the whole result; a client that accepts gzip gets it gzipped."""
-    job = run_job(machine_types=["g5.xlarge"], batch_sizes=[1, 2, 4, 8, 16])
+    job = run_job(machines=["g5.xlarge"], batch_sizes=[1, 2, 4, 8, 16])
     url = f"{api_only.url}/v1/jobs/{job['id']}"
     whole = http.get(url, headers={"Accept-Encoding": "identity"})
     assert whole.status_code == 200 and "content-encoding" not in whole.headers

@@ -18,7 +18,7 @@ def run(**overrides: Any) -> dict[str, Any]:
 
 def test_resnet50_at_batch_512_does_not_fit_a_t4(clean_db: None) -> None:
     """A T4 has 16 GB: ResNet-50 at batch 32 in fp32 fits, at 512 it does not and is never the best choice."""
-    result = run(cnns=["resnet50"], machine_types=["g4dn.xlarge"], batch_sizes=[32, 128, 512], image_size=224)
+    result = run(cnns=["resnet50"], machines=["g4dn.xlarge"], batch_sizes=[32, 128, 512], image_size=224)
     points = {p["batch_size"]: p for p in result["predictions"]}
     assert all(p["source"] == "reference" and p["peak_memory_gib"] > 0 for p in points.values())
     assert points[32]["fits_in_memory"] is True and points[512]["fits_in_memory"] is False
@@ -29,9 +29,9 @@ def test_resnet50_at_batch_512_does_not_fit_a_t4(clean_db: None) -> None:
     assert best["min_time"]["batch_size"] != 512 and best["min_cost"]["batch_size"] != 512
     # The largest batch is the model's boundary, whatever sizes were asked: one above it does not fit.
     edge = best["max_batch_size"]
-    around = run(cnns=["resnet50"], machine_types=["g4dn.xlarge"], batch_sizes=[edge, edge + 1], image_size=224)
+    around = run(cnns=["resnet50"], machines=["g4dn.xlarge"], batch_sizes=[edge, edge + 1], image_size=224)
     assert [p["fits_in_memory"] for p in around["predictions"]] == [True, False]
 
-    adam = run(cnns=["resnet50"], machine_types=["g4dn.xlarge"], batch_sizes=[32], image_size=224, optimizer="adam")
+    adam = run(cnns=["resnet50"], machines=["g4dn.xlarge"], batch_sizes=[32], image_size=224, optimizer="adam")
     assert adam["predictions"][0]["peak_memory_gib"] > points[32]["peak_memory_gib"]
     assert adam["best"][0]["max_batch_size"] < edge

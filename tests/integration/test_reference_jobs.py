@@ -40,7 +40,7 @@ def test_gpu_types_with_no_agent_are_answered_at_once_and_labelled(clean_db: Non
     """No agent, no fleet: the job succeeds when planned, every GPU point says reference and its error."""
     multi = type_with(gpu="A100-SXM4-40GB", provider="aws", count=8)
     names = ["g5.xlarge", type_with(gpu="L4", provider="gcp")["name"], multi["name"]]
-    job = run(cnns=["resnet18", "mobilenet_v3_large"], machine_types=names, batch_sizes=[1, 8, 64], image_size=224)
+    job = run(cnns=["resnet18", "mobilenet_v3_large"], machines=names, batch_sizes=[1, 8, 64], image_size=224)
     assert job["status"] == "succeeded", job["error"]
     result = job["result"]
     assert len(result["predictions"]) == 2 * 3 * 3
@@ -57,7 +57,7 @@ def test_gpu_types_with_no_agent_are_answered_at_once_and_labelled(clean_db: Non
     assert all(b["min_time"]["source"] == "reference" for b in result["best"])
     # One GPU of an 8-GPU machine is no faster than one GPU of a 1-GPU machine with the same GPU model.
     single = type_with(gpu="A100-SXM4-40GB", provider="gcp")["name"]
-    pair = run(cnns=["resnet18"], machine_types=[single, multi["name"]], batch_sizes=[64], image_size=224)["result"]
+    pair = run(cnns=["resnet18"], machines=[single, multi["name"]], batch_sizes=[64], image_size=224)["result"]
     one, eight = (p["iteration_seconds"] for p in pair["predictions"])
     assert one == pytest.approx(eight)
     # Nobody would measure them: no agent and no fleet, so nothing is queued.
@@ -71,7 +71,7 @@ def test_fleet_gets_the_work_of_a_reference_answer(clean_db: None, monkeypatch: 
     get_settings.cache_clear()
     try:
         gcp_t4 = type_with(gpu="T4", provider="gcp")["name"]
-        job = run(machine_types=[gcp_t4])
+        job = run(machines=[gcp_t4])
     finally:
         monkeypatch.delenv("FLEET_ENABLED")
         get_settings.cache_clear()
@@ -103,7 +103,7 @@ def test_a_gpu_registered_by_its_specs_is_predicted_at_once(clean_db: None) -> N
     slower = OWN_GPU | {"name": "lab-slow", "gpu": "slow-gpu", "gpu_fp32_tflops": 9.1, "gpu_tf32_tflops": 18.2}
     slower |= {"gpu_fp16_tflops": 36.4, "gpu_mem_bandwidth_gbs": 96, "provider": "lab"}
     machine_types.create(figures=MachineCreate(**slower))
-    job = run(cnns=["resnet50"], machine_types=["lab-rtx-box", "lab-slow"], batch_sizes=[128], image_size=224)
+    job = run(cnns=["resnet50"], machines=["lab-rtx-box", "lab-slow"], batch_sizes=[128], image_size=224)
     fast, slow = job["result"]["predictions"]
     assert fast["source"] == slow["source"] == "reference"
     assert fast["iteration_seconds"] < slow["iteration_seconds"]

@@ -24,17 +24,17 @@ def test_door_refuses_bf16_without_bf16_and_momentum_with_adam(no_agent: Stack, 
     """amp_bf16 on a T4 or V100 type is a 422 naming them; momentum with adam/adamw is a 422; sgd's is fine."""
     t4, v100 = "g4dn.xlarge", type_with(gpu="V100-SXM2-16GB", provider="aws")["name"]
     a100 = type_with(gpu="A100-SXM4-40GB", provider="gcp")["name"]
-    bad = post_job(no_agent, machine_types=[t4, a100, v100], precision="amp_bf16")
+    bad = post_job(no_agent, machines=[t4, a100, v100], precision="amp_bf16")
     assert bad.status_code == 422 and bad.headers["content-type"].startswith("application/problem+json")
     detail = bad.json()["detail"]
     assert f"{t4} (T4)" in detail and v100 in detail and a100 not in detail
-    assert post_job(no_agent, machine_types=[a100, "local"], precision="amp_bf16").status_code == 202
+    assert post_job(no_agent, machines=[a100, "local"], precision="amp_bf16").status_code == 202
     for optimizer in ("adam", "adamw"):
-        refused = post_job(no_agent, machine_types=[a100], optimizer=optimizer, momentum=0.9)
+        refused = post_job(no_agent, machines=[a100], optimizer=optimizer, momentum=0.9)
         assert refused.status_code == 422 and "momentum applies to sgd only" in refused.text
     for field, value in (("precision", "fp8"), ("optimizer", "lamb"), ("weight_decay", -1), ("momentum", 1.5)):
-        assert post_job(no_agent, machine_types=[a100], **{field: value}).status_code == 422
-    ok = post_job(no_agent, machine_types=[a100], optimizer="sgd", momentum=0.9, weight_decay=5e-4)
+        assert post_job(no_agent, machines=[a100], **{field: value}).status_code == 422
+    ok = post_job(no_agent, machines=[a100], optimizer="sgd", momentum=0.9, weight_decay=5e-4)
     assert ok.status_code == 202, ok.text
 
 
@@ -47,9 +47,9 @@ def test_registered_gpu_says_bf16_or_gets_it_from_compute_capability(no_agent: S
     for body in (own, turing, unknown | {"name": "lab-unknown"}, said):
         created = http.post(f"{no_agent.url}/v1/machines", json={k: v for k, v in body.items() if v is not None})
         assert created.status_code == 201, created.text
-    refused = post_job(no_agent, machine_types=["lab-ampere", "lab-turing", "lab-unknown", "lab-turing-bf16"])
+    refused = post_job(no_agent, machines=["lab-ampere", "lab-turing", "lab-unknown", "lab-turing-bf16"])
     assert refused.status_code == 202  # fp32: every GPU
-    bf16 = post_job(no_agent, machine_types=["lab-ampere", "lab-turing", "lab-unknown", "lab-turing-bf16"],
+    bf16 = post_job(no_agent, machines=["lab-ampere", "lab-turing", "lab-unknown", "lab-turing-bf16"],
                     precision="amp_bf16")  # fmt: skip
     assert bf16.status_code == 422
     assert "lab-turing " in bf16.json()["detail"] + " " and "lab-unknown" in bf16.json()["detail"]
