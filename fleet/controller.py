@@ -56,7 +56,7 @@ class Controller:
         return decisions
 
     def _act(
-        self, machine_type: str, d: Decision, rows: dict[str, dict[str, Any]], prices: dict[str, float],
+        self, machine_type: str, d: Decision, rows: dict[str, store.FleetInstance], prices: dict[str, float],
         st: TypeState, now: datetime,
     ) -> None:  # fmt: skip
         """Terminate and launch what one type's decision says, and record the decision."""
@@ -72,7 +72,7 @@ class Controller:
 
     def _sync(
         self, live: dict[str, ec2.LiveInstance], prices: dict[str, float], now: datetime
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, store.FleetInstance]:
         """Make the database agree with EC2; returns the running instances' rows after that."""
         known = store.running()
         changed = False
@@ -96,7 +96,7 @@ class Controller:
                 changed = True
         return store.running() if changed else known
 
-    def _gone(self, iid: str, row: dict[str, Any], now: datetime) -> bool:
+    def _gone(self, iid: str, row: store.FleetInstance, now: datetime) -> bool:
         """Mark an instance the tag listing missed as gone, if EC2 asked by its id agrees it is."""
         age = (now - row["launched_at"]).total_seconds()
         if age <= self.limits.gone_grace_s:
@@ -119,7 +119,7 @@ class Controller:
 
     def _observe(
         self,
-        rows: dict[str, dict[str, Any]],
+        rows: dict[str, store.FleetInstance],
         live: dict[str, ec2.LiveInstance],
         prices: dict[str, float],
         now: datetime,
@@ -146,13 +146,13 @@ class Controller:
                         idle_since=(row["idle_since"] or now) if idle else None,
                     )
                 )
-            target = targets.get(machine_type, {})
-            early = target.get("early_deaths") or target.get("pause_kind") == "early_deaths"
+            target = targets.get(machine_type)  # None: no row yet, nothing held, paused or counted
+            early = target is not None and (target["early_deaths"] or target["pause_kind"] == "early_deaths")
             if early and any(i.agent_alive for i in instances):
                 store.agent_seen(machine_type)
-                target = store.targets().get(machine_type, {})
-            until = target.get("retry_after")
-            paused = until is not None and until > now
+                target = store.targets().get(machine_type)
+            until = target["retry_after"] if target else None
+            paused = target is not None and until is not None and until > now
             states.append(
                 TypeState(
                     machine_type=machine_type,
@@ -160,16 +160,16 @@ class Controller:
                     queued=store.queued(self.broker, machine_type),
                     waiting_jobs=waiting.get(machine_type, 0),
                     instances=instances,
-                    held=target.get("held"),
-                    drain=bool(target.get("drain")),
+                    held=target["held"] if target else None,
+                    drain=bool(target and target["drain"]),
                     launchable=self.cfg.can_launch(machine_type),
                     paused=paused,
-                    pause_note=health.pause_note(target) if paused else "",
+                    pause_note=health.pause_note(target) if target and paused else "",
                 )
             )
         return states
 
-    def _terminate(self, machine_type: str, d: Decision, rows: dict[str, dict[str, Any]], now: datetime) -> bool:
+    def _terminate(self, machine_type: str, d: Decision, rows: dict[str, store.FleetInstance], now: datetime) -> bool:
         """Terminate what the decision says; True if its early deaths paused the type just now."""
         if not d.terminate:
             return False

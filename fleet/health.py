@@ -46,8 +46,8 @@ def died(limits: Limits, machine_type: str, instance_id: str, *, age_s: float, n
     return True
 
 
-def pause_note(target: dict[str, Any]) -> str:
+def pause_note(target: store.FleetTarget) -> str:
     """The decision note of a paused type: until when, and which kind of failure."""
     until = target["retry_after"]
-    kind = KIND_NAMES.get(target.get("pause_kind") or "", "a launch failure")
+    kind = KIND_NAMES.get(target["pause_kind"] or "", "a launch failure")
     return f"launches paused until {until:%H:%M:%S} UTC ({kind})"

@@ -1,7 +1,8 @@
 """What the controller reads and records: work waiting, agents, its instances, targets, events."""
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import redis
 
@@ -11,6 +12,48 @@ from shared.core.db import Cursor, jsonable, one, transaction
 
 if TYPE_CHECKING:  # the API reads the fleet through this module and must not need boto3
     from fleet.ec2 import LiveInstance
+
+
+class FleetInstance(TypedDict):
+    """A `fleet_instances` row: an EC2 instance the fleet launched or adopted, and what became of it."""
+
+    instance_id: str
+    machine_type: str
+    market: str  # 'spot' or 'on-demand'
+    subnet_id: str | None
+    price_usd_per_hour: Decimal  # the most it can cost: the on-demand price
+    launched_at: datetime
+    idle_since: datetime | None  # set while its type has no work
+    state: str  # 'running' or 'terminated'
+    terminated_at: datetime | None
+    reason: str | None  # why it was terminated
+
+
+class FleetTarget(TypedDict):
+    """A `fleet_targets` row: a type's held count and drain, the controller's last decision, its launch pause."""
+
+    machine_type: str
+    held: int | None  # None: follow the work waiting
+    drain: bool
+    wanted: int
+    queued_tasks: int
+    waiting_jobs: int
+    retry_after: datetime | None
+    note: str | None
+    decided_at: datetime | None
+    updated_at: datetime
+    pause_kind: str | None  # capacity, quota, refused or early_deaths
+    pause_reason: str | None
+    failures: int  # refused launches in a row
+    early_deaths: int  # instances dead soon after launch, in a row
+
+
+class Adopted(TypedDict):
+    """What adopt() changed: the row's state and reason before (None for a new row)."""
+
+    old_state: str | None
+    old_reason: str | None
+
 
 # kombu's Redis transport: a message of priority > 0 waits in "<queue>\x06\x16<step>".
 PRIORITY_SEP = "\x06\x16"
@@ -86,21 +129,21 @@ def agents_by_instance(instance_ids: list[str], *, alive_after_s: float) -> dict
         return agents.by_instance(cur, instance_ids=instance_ids, alive_after_s=alive_after_s)
 
 
-def running() -> dict[str, dict[str, Any]]:
+def running() -> dict[str, FleetInstance]:
     """The instances the fleet believes are running, by id."""
     with transaction() as cur:
         cur.execute(SELECT_RUNNING)
-        return {r["instance_id"]: dict(r) for r in cur.fetchall()}
+        return {r["instance_id"]: cast(FleetInstance, r) for r in cur.fetchall()}
 
 
-def targets() -> dict[str, dict[str, Any]]:
+def targets() -> dict[str, FleetTarget]:
     """Held counts, drains and launch pauses, by machine type."""
     with transaction() as cur:
         cur.execute(SELECT_TARGETS)
-        return {r["machine_type"]: dict(r) for r in cur.fetchall()}
+        return {r["machine_type"]: cast(FleetTarget, r) for r in cur.fetchall()}
 
 
-def adopt(inst: "LiveInstance", *, price: float, revive_before: datetime | None = None) -> dict[str, Any] | None:
+def adopt(inst: "LiveInstance", *, price: float, revive_before: datetime | None = None) -> Adopted | None:
     """Record an instance (one just launched, one the database lost, or one it wrongly had terminated).
 
     Returns None if nothing changed, else the row's old state and reason (None for a new row).
@@ -116,8 +159,7 @@ def adopt(inst: "LiveInstance", *, price: float, revive_before: datetime | None 
     }
     with transaction() as cur:
         cur.execute(ADOPT, params)
-        row = cur.fetchone()
-    return dict(row) if row else None
+        return cast(Adopted | None, cur.fetchone())
 
 
 def terminated(instance_id: str, *, reason: str) -> None:

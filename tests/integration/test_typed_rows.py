@@ -105,3 +105,21 @@ def test_step_rows_have_their_declared_keys(clean_db: None) -> None:
     assert [set(r) for r in steps.measured(machine_type="local")] == [keys_of(steps.MeasuredStep)]
     failed = steps.failures(machine_type="local", image_size=32, config=config, cnns=["resnet18"], batch_sizes=[4])
     assert [set(r) for r in failed] == [keys_of(steps.StepFailure)]
+
+
+def test_fleet_rows_have_their_declared_keys(clean_db: None) -> None:
+    """FleetInstance, FleetTarget and Adopted are what the controller's readers return (whole rows: SELECT *)."""
+    from fleet import store as fleet_store
+    from fleet.ec2 import LiveInstance
+
+    inst = LiveInstance("i-typed", "g4dn.xlarge", datetime.now(UTC), "spot", "subnet-a")
+    adopted = fleet_store.adopt(inst, price=0.5)
+    assert adopted is not None and set(adopted) == keys_of(fleet_store.Adopted)
+    with transaction() as cur:
+        cur.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'fleet_instances'")
+        assert {r["column_name"] for r in cur.fetchall()} == keys_of(fleet_store.FleetInstance)
+        cur.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'fleet_targets'")
+        assert {r["column_name"] for r in cur.fetchall()} == keys_of(fleet_store.FleetTarget)
+    assert [set(r) for r in fleet_store.running().values()] == [keys_of(fleet_store.FleetInstance)]
+    fleet_store.pause("g4dn.xlarge", until=datetime.now(UTC), kind="capacity", reason="typed rows test")
+    assert [set(r) for r in fleet_store.targets().values()] == [keys_of(fleet_store.FleetTarget)]
