@@ -65,7 +65,8 @@ def test_agent_and_timing_rows_have_their_declared_keys(clean_db: None) -> None:
         agent_id=uuid.uuid4(), machine_type="local", host="h", pid=1, device="cpu", environment_id=env,
         started_at=datetime.now(UTC), instance_id=None,
     )  # fmt: skip
-    assert [set(a) for a in agents.list_all(alive_after_s=60)] == [keys_of(agents.AgentListed)]
+    listed = agents.list_all(alive_after_s=60)  # other tests' agents stay in the table: every row is checked
+    assert listed and all(set(a) == keys_of(agents.AgentListed) for a in listed)
 
     sig, _count = layers.register_builtin(name="resnet18", image_size=32)[0]
     layers.save(
@@ -120,6 +121,8 @@ def test_fleet_rows_have_their_declared_keys(clean_db: None) -> None:
         assert {r["column_name"] for r in cur.fetchall()} == keys_of(fleet_store.FleetInstance)
         cur.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'fleet_targets'")
         assert {r["column_name"] for r in cur.fetchall()} == keys_of(fleet_store.FleetTarget)
-    assert [set(r) for r in fleet_store.running().values()] == [keys_of(fleet_store.FleetInstance)]
+    running = fleet_store.running()
+    assert "i-typed" in running and all(set(r) == keys_of(fleet_store.FleetInstance) for r in running.values())
     fleet_store.pause("g4dn.xlarge", until=datetime.now(UTC), kind="capacity", reason="typed rows test")
-    assert [set(r) for r in fleet_store.targets().values()] == [keys_of(fleet_store.FleetTarget)]
+    targets = fleet_store.targets()
+    assert "g4dn.xlarge" in targets and all(set(r) == keys_of(fleet_store.FleetTarget) for r in targets.values())
