@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,7 +182,8 @@ def run_job(client: httpx.Client, body: dict[str, Any], poll_s: float, timeout: 
     job_id = answer.json()["id"]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        job = client.get(f"/v1/jobs/{job_id}", params={"wait": WAIT["s"]} if WAIT["s"] else None).json()
+        got = client.get(f"/v1/jobs/{job_id}", params={"wait": WAIT["s"]} if WAIT["s"] else None)
+        job = orjson.loads(got.content)  # as the CLI parses an answer (cli/client.py)
         if job["status"] in TERMINAL:
             elapsed = time.perf_counter() - started
             assert job["status"] == "succeeded", job.get("error")

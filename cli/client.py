@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 
 # Written by `make up` (scripts/up.sh); used when TRAINCAST_API_KEY is not set.
 LOCAL_KEY_FILE = Path(".run/admin.key")
@@ -65,5 +66,5 @@ class Api:
             elif response.status_code == 403:
                 message += f" (sent {self.key_label}; use a key with a wider scope in TRAINCAST_API_KEY)"
             raise CliError(message)
-        data: dict[str, Any] = response.json()
+        data: dict[str, Any] = orjson.loads(response.content)  # a large result parses ~3x faster than json's
         return data

@@ -22,7 +22,7 @@ from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
 from shared.measurements import environments, layers, ops
 from shared.measurements.environments import Row
-from worker import features, memory, predictor, reference, reference_store
+from worker import features, memory, predictor, reference, reference_store, step_cache
 
 ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPU count × time (GPUs rarely draw full power)"
 GPU_NOTE = (
@@ -37,14 +37,14 @@ TIMES = ("iteration_seconds", "epoch_seconds", "total_seconds", "cost_usd", "ene
 
 
 def result(
-    *, request: JobRequest, plan: dict[str, Any] | None = None, incomplete: Collection[str] = ()
+    *, request: JobRequest, peers: dict[str, list[str]] | None = None, incomplete: Collection[str] = ()
 ) -> dict[str, Any]:
     """The result document of a job: every machine type it names, by its best source.
 
     incomplete: machine types some of whose layer benchmarks are missing (they get reference answers).
     """
     sizes = request.batch_size_list()
-    peers: dict[str, list[str]] = (plan or {}).get("peers") or {m: [m] for m in request.machines}
+    peers = peers or {m: [m] for m in request.machines}
     infos = machine_types.by_names(names=list(request.machines))
     classes = {cnn: cnns.variant_classes(cnn, request.num_classes) for cnn in request.cnns}
     variants = layers.variants(classes=classes, image_size=request.image_size)
@@ -53,9 +53,8 @@ def result(
     # Only a model fitted for this training configuration's work answers it (shared/training.py).
     models = predictor.latest_of(machine_types=everyone, cost_key=training.cost_key())
     other_keys = predictor.keys_of(machine_types=everyone)
-    # Machine types with the same GPU figures get the same reference answer: computed once per CNN.
-    reference_cache: dict[tuple[Any, str], reference.StepArrays] = {}
-    peaks: dict[str, dict[tuple[int, bool], Any]] = {cnn: {} for cnn in request.cnns}  # by CNN: no machine in it
+    # By CNN (no machine type in a peak): (GiB shown, bytes) by (batch size, on a GPU).
+    peaks: dict[str, dict[tuple[int, bool], tuple[float | None, float | None]]] = {cnn: {} for cnn in request.cnns}
     op_members: dict[str, list[tuple[int, dict[str, Any], int]]] | None = None
     predictions: list[dict[str, Any]] = []
     best: list[dict[str, Any]] = []
@@ -77,10 +76,7 @@ def result(
             )
         for cnn in request.cnns:  # request order: the plan is jsonb, whose keys PostgreSQL reorders
             members, work = variants[cnn]
-            if measured:
-                points = by_cnn[cnn]
-            else:
-                points = _reference(cnn, machine_type, members, work, info, request, sizes, reference_cache)
+            points = by_cnn[cnn] if measured else _reference(cnn, machine_type, members, work, info, request, sizes)
             oom = [p["batch_size"] for p in points if p["fits_in_memory"] is False]  # measured: before the model
             memory.annotate(points, work, info, request, peaks=peaks[cnn])
             predictions.extend(points)
@@ -166,16 +162,13 @@ def _reference(
     info: MachineTypeInfo,
     request: JobRequest,
     sizes: list[int],
-    cache: dict[tuple[Any, str], reference.StepArrays],
 ) -> list[dict[str, Any]]:
     model = reference_store.attached(reference.load())
     gpu = reference.GpuSpecs.from_row(info)
-    if (gpu, cnn) not in cache:
-        cache[(gpu, cnn)] = model.step_arrays(
-            convs=[(layer, count) for _sig, layer, count in members], workload=work, batch_sizes=sizes,
-            gpu=gpu, training=request.training(),
-        )  # fmt: skip
-    steps = cache[(gpu, cnn)]
+    # Types with the same GPU figures, and later jobs, read the same answer (worker/step_cache.py).
+    steps = step_cache.steps(
+        model, members=members, workload=work, batch_sizes=sizes, gpu=gpu, training=request.training()
+    )
     low = math.exp(model.accuracy["whole_step_log_ratio_p10"])
     high = math.exp(model.accuracy["whole_step_log_ratio_p90"])
     conv = steps.conv_ms[:, 0] + steps.conv_ms[:, 1] + steps.conv_ms[:, 2]

@@ -6,6 +6,7 @@ A machine type's benchmarks count as present when any machine type with its GPU 
 
 from collections import defaultdict
 from collections.abc import Callable
+from itertools import product
 from typing import Any
 
 from fleet import service as fleet
@@ -20,6 +21,7 @@ from worker import predictor
 
 # Machine type → the (signature id, batch size) pairs it has no benchmark for; types lacking none are left out.
 # Conv signatures and op signatures (the optimizer at batch size 0) are ids of two tables: kept in two Missings.
+# Types with nothing measured share one set (a large job's is ~10^6 pairs): gaps are read, never changed.
 Missing = dict[str, set[tuple[int, int]]]
 
 
@@ -36,7 +38,9 @@ def op_ids(plan: Plan) -> list[int]:
 def op_points(plan: Plan, sizes: list[int]) -> set[tuple[int, int]]:
     """The (op signature, batch size) pairs a plan needs: each op at every size, each optimizer step at 0."""
     optimizers = set(plan.optimizers)
-    return {(s, b) for s in op_ids(plan) for b in ([0] if s in optimizers else sizes)}
+    ids = op_ids(plan)
+    # Built by product() in C: a large job's is ~10^6 pairs.
+    return set(product([s for s in ids if s not in optimizers], sizes)) | {(s, 0) for s in ids if s in optimizers}
 
 
 def op_point_count(plan: Plan, sizes: list[int]) -> int:
@@ -55,7 +59,7 @@ def missing(plan: Plan, request: JobRequest) -> Missing:
         signature_ids=sigs, machine_types=everyone, batch_sizes=sizes, precision=training.layer_precision,
         channels_last=training.channels_last,
     )  # fmt: skip
-    return _gaps(plan, request, done, {(s, b) for s in sigs for b in sizes})
+    return _gaps(plan, request, done, set(product(sigs, sizes)))
 
 
 def missing_ops(plan: Plan, request: JobRequest) -> Missing:
@@ -82,7 +86,9 @@ def _gaps(plan: Plan, request: JobRequest, done: set[tuple[int, str, int]], want
         by_type[machine_type].add((sig, bs))
     out: Missing = {}
     for m in request.machines:
-        gap = wanted.difference(*(by_type[p] for p in peers[m] if p in by_type))
+        measured = [by_type[p] for p in peers[m] if p in by_type]
+        # Nothing measured on its GPU: the gap is every wanted pair, shared (gaps are read, never changed).
+        gap = wanted.difference(*measured) if measured else wanted
         if gap:
             out[m] = gap
     return out

@@ -57,26 +57,29 @@ def annotate(
     work: dict[str, Any],
     info: MachineTypeInfo,
     request: JobRequest,
-    peaks: dict[tuple[int, bool], Any] | None = None,
+    peaks: dict[tuple[int, bool], tuple[float | None, float | None]] | None = None,
 ) -> None:
     """Give each point its modelled peak_memory_gib and fits_in_memory (a measured OOM stays False).
 
-    peaks: the caller's memo of this CNN's peaks by (batch size, on a GPU), shared by its machine types.
+    peaks: the caller's memo of this CNN's (peak GiB shown, peak bytes) by (batch size, on a GPU), shared by its
+    machine types.
     """
     capacity = capacity_bytes(info)
     how = training(request)
-    memo: dict[tuple[int, bool], Any] = {} if peaks is None else peaks
+    memo: dict[tuple[int, bool], tuple[float | None, float | None]] = {} if peaks is None else peaks
     gpu = bool(info.get("gpu"))
     for point in points:
         key = (point["batch_size"], gpu)
         if key not in memo:
-            memo[key] = memory.step_peak(work, point["batch_size"], gpu=gpu, **how)
-        peak = memo[key]
-        point["peak_memory_gib"] = round(peak.gib, 3) if peak is not None else None
+            peak = memory.step_peak(work, point["batch_size"], gpu=gpu, **how)
+            # (GiB shown, bytes compared): each summed once per batch size, not once per point.
+            memo[key] = (round(peak.gib, 3), peak.total) if peak is not None else (None, None)
+        shown, total = memo[key]
+        point["peak_memory_gib"] = shown
         if point["fits_in_memory"] is False:
             continue  # measured out of memory: data beats the model
-        if peak is not None and capacity is not None:
-            point["fits_in_memory"] = peak.total <= capacity
+        if total is not None and capacity is not None:
+            point["fits_in_memory"] = total <= capacity
 
 
 def max_batch_size(

@@ -70,10 +70,9 @@ def _plan(job_id: uuid.UUID) -> None:
 def _plan_queued(job_id: uuid.UUID, request: JobRequest) -> None:
     """Resolve signatures, send what is missing to the agents; finish at once if nothing is waited for."""
     try:
-        cnn_signatures = {
-            name: layers.register(name=name, image_size=request.image_size, num_classes=request.num_classes)
-            for name in request.cnns
-        }
+        cnn_signatures = layers.register_all(
+            names=list(request.cnns), image_size=request.image_size, num_classes=request.num_classes
+        )
         op_signatures, optimizers = _op_plan(request)
     except TraincastError as exc:
         if is_transient(exc):
@@ -110,27 +109,22 @@ def _plan_queued(job_id: uuid.UUID, request: JobRequest) -> None:
         sum(map(len, sent.values())),
         sum(map(len, sent_ops.values())),
     )
-    job = jobs.get(job_id=job_id)
-    if job["status"] != JobStatus.RUNNING:
-        # Canceled while its work was being sent: take it back (later cancels: the reconciler).
-        withdrawal.withdraw_jobs([job])
-    elif not (coverage.waited_for(gaps, plan) or coverage.waited_for(op_gaps, plan)):
-        # Nothing to wait for: finish with the counts just made rather than recounting every point.
+    if sent or sent_ops:
+        job = jobs.get(job_id=job_id)
+        if job["status"] != JobStatus.RUNNING:
+            # Canceled while its work was being sent: take it back (later cancels: the reconciler).
+            withdrawal.withdraw_jobs([job])
+            return
+    if not (coverage.waited_for(gaps, plan) or coverage.waited_for(op_gaps, plan)):
+        # Nothing to wait for: finish with the counts just made rather than recounting every point (a job
+        # canceled meanwhile is no longer running, and finish_if_complete leaves it as it is).
         finish_if_complete(job_id, counted=(gaps, op_gaps, counts))
 
 
 def _op_plan(request: JobRequest) -> tuple[dict[str, list[tuple[int, int]]], list[int]]:
     """The plan's op signatures per CNN (stored by layers.register) and which of them are optimizer steps."""
-    per_cnn = {
-        name: ops.members(
-            name=name, image_size=request.image_size, num_classes=cnns.variant_classes(name, request.num_classes)
-        )
-        for name in request.cnns
-    }
-    return (
-        {name: [(sig, count) for sig, _spec, count in members] for name, members in per_cnn.items()},
-        sorted({sig for members in per_cnn.values() for sig, spec, _c in members if ops.is_optimizer(spec)}),
-    )
+    classes = {name: cnns.variant_classes(name, request.num_classes) for name in request.cnns}
+    return ops.counts_of(classes=classes, image_size=request.image_size)
 
 
 def _send(gaps: coverage.Missing, op_gaps: coverage.Missing, request: JobRequest, job_id: uuid.UUID) -> None:
@@ -163,6 +157,13 @@ def finish_if_complete(
 
     counted: (gaps, op gaps, progress) the planner has just counted, used instead of a recount.
     """
+    # The result is built, checked, stored and committed with the cyclic collector paused, and freed after the
+    # commit (a large one's ~10^6 objects take a while to free, which the job's readers need not wait for).
+    with no_cyclic_gc():
+        return _finish_if_complete(job_id, counted)
+
+
+def _finish_if_complete(job_id: uuid.UUID, counted: tuple[coverage.Missing, coverage.Missing, Progress] | None) -> bool:
     # The row lock makes concurrent callers assemble a job once.
     with jobs.locked_open(job_id=job_id) as (cur, job):
         if job is None or job["status"] != JobStatus.RUNNING:
@@ -183,21 +184,19 @@ def finish_if_complete(
             return False
         result: dict[str, Any] | None = None
         status, error = JobStatus.FAILED, expired
-        # The result is built, checked, stored and freed with the cyclic collector paused.
-        with no_cyclic_gc():
-            if not expired:
-                try:
-                    # Checked against Result before it is stored, so every reader may trust its shape.
-                    result = check_result(
-                        assemble.result(request=request, plan=plan.model_dump(), incomplete=set(gaps) | set(op_gaps))
-                    )
-                    status = JobStatus.SUCCEEDED
-                except TraincastError as exc:
-                    if is_transient(exc):
-                        raise  # an outage, not this job's fault
-                    error = exc.detail
-            finished = jobs.finish(cur=cur, job_id=job_id, status=status, result=result, error=error, progress=counts)
-            del result
+        if not expired:
+            try:
+                # Checked against Result before it is stored, so every reader may trust its shape.
+                peers = plan.peers_of(request.machines)
+                result = check_result(
+                    assemble.result(request=request, peers=peers, incomplete=set(gaps) | set(op_gaps))
+                )
+                status = JobStatus.SUCCEEDED
+            except TraincastError as exc:
+                if is_transient(exc):
+                    raise  # an outage, not this job's fault
+                error = exc.detail
+        finished = jobs.finish(cur=cur, job_id=job_id, status=status, result=result, error=error, progress=counts)
     log.info("job %s %s", job_id, status)
     if status == JobStatus.FAILED and finished is not None:
         withdrawal.withdraw_jobs([finished])

@@ -190,8 +190,8 @@ def _render(row: jobs.JobView, offset: int | None, limit: int | None) -> bytes:
         total = row["predictions_total"]
         head["predictions_page"] = {"offset": start, "limit": limit or max(0, total - start), "total": total}
     body = Job.model_validate(head).model_dump_json(exclude_unset=True).encode()
-    if row["result_text"] is not None:
-        body = b"".join((body[:-1], b',"result":', row["result_text"].encode(), b"}"))
+    if row["result_json"] is not None:
+        body = b"".join((body[:-1], b',"result":', *row["result_json"], b"}"))  # one copy of a large result
     return body
 
 

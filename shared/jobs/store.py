@@ -59,10 +59,10 @@ class JobListRow(TypedDict):
 
 
 class JobView(JobListRow):
-    """A job for GET /v1/jobs/{id}: its result as JSON text, the page's predictions spliced in."""
+    """A job for GET /v1/jobs/{id}: its result as JSON bytes in chunks, the page's predictions spliced in."""
 
     error: str | None
-    result_text: str | None
+    result_json: list[bytes] | None  # chunks whose concatenation is the result's JSON
     predictions_total: int | None  # set when a page of predictions was asked for
 
 
@@ -202,17 +202,18 @@ def get(*, job_id: uuid.UUID, owner: str | None = None) -> JobRow:
 def view(
     *, job_id: uuid.UUID, owner: str | None = None, offset: int | None = None, limit: int | None = None
 ) -> JobView:
-    """One job for GET: its result as JSON text (`result_text`), only predictions[offset:offset+limit] if paged.
+    """One job for GET: its result as JSON bytes (`result_json`), only predictions[offset:offset+limit] if paged.
 
     `predictions_total` is set when a page was asked for.
     """
-    row = cast(JobView, _one(SELECT_VIEW, {"id": job_id, "owner": owner}, job_id))
-    row["predictions_total"] = None
-    if row["result_text"] is not None:
-        points, total = predictions.text(job_id=job_id, offset=offset or 0, limit=limit)
+    found = _one(SELECT_VIEW, {"id": job_id, "owner": owner}, job_id)
+    text: str | None = found.pop("result_text")
+    row = cast(JobView, found | {"result_json": None, "predictions_total": None})
+    if text is not None:
+        points, total = predictions.chunks(job_id=job_id, offset=offset or 0, limit=limit)
         # jsonb prints an object as "{...}": the points go in as its first member.
-        rest = row["result_text"][1:].lstrip()
-        row["result_text"] = '{"predictions": ' + points + (", " + rest if rest != "}" else "}")
+        rest = text[1:].lstrip().encode()
+        row["result_json"] = [b'{"predictions": ', *points, b", " + rest if rest != b"}" else b"}"]
         if offset is not None or limit is not None:
             row["predictions_total"] = total
     return row
@@ -275,13 +276,13 @@ def key_usage(*, owner_key_id: str, idempotency_key: str | None = None) -> KeyUs
 # being open: a cancel is never undone.
 LOCK_OPEN_JOB = f"SELECT * FROM jobs WHERE id = %s AND status IN {_OPEN} FOR UPDATE"
 START_JOB = f"""
-UPDATE jobs SET status = '{S.RUNNING}', plan = %(plan)s, progress = %(progress)s,
+UPDATE jobs SET status = '{S.RUNNING}', plan = %(plan)s::jsonb, progress = %(progress)s::jsonb,
        started_at = COALESCE(started_at, now()), updated_at = now()
 WHERE id = %(id)s AND status IN {_OPEN}
 RETURNING id"""
 SET_PROGRESS = f"""
-UPDATE jobs SET progress = %(progress)s, updated_at = now()
-WHERE id = %(id)s AND status = '{S.RUNNING}' AND progress IS DISTINCT FROM %(progress)s"""
+UPDATE jobs SET progress = %(progress)s::jsonb, updated_at = now()
+WHERE id = %(id)s AND status = '{S.RUNNING}' AND progress IS DISTINCT FROM %(progress)s::jsonb"""
 FINISH_JOB = f"""
 UPDATE jobs SET status = %(status)s, result = %(result)s, error = %(error)s,
        progress = COALESCE(%(progress)s::jsonb, progress),
@@ -350,7 +351,7 @@ def open_job(*, job_id: uuid.UUID) -> JobRow | None:
 
 def start(*, job_id: uuid.UUID, plan: Plan, progress: Progress) -> bool:
     """Mark an open job running with its plan and progress; False if it ended meanwhile."""
-    params = {"id": job_id, "plan": Json(_doc(plan)), "progress": Json(_doc(progress))}
+    params = {"id": job_id, "plan": _doc(plan), "progress": _doc(progress)}
     with transaction() as cur:
         cur.execute(START_JOB, params)
         return cur.fetchone() is not None
@@ -358,7 +359,7 @@ def start(*, job_id: uuid.UUID, plan: Plan, progress: Progress) -> bool:
 
 def set_progress(*, cur: Cursor, job_id: uuid.UUID, progress: Progress) -> None:
     """Store a running job's new progress (in the caller's transaction, under locked_open)."""
-    cur.execute(SET_PROGRESS, {"id": job_id, "progress": Json(_doc(progress))})
+    cur.execute(SET_PROGRESS, {"id": job_id, "progress": _doc(progress)})
 
 
 def finish(
@@ -381,7 +382,7 @@ def finish(
         "status": str(status),
         "result": Json(rest) if rest is not None else None,
         "error": error,
-        "progress": Json(_doc(progress)) if progress is not None else None,
+        "progress": _doc(progress) if progress is not None else None,
     }
     if cur is not None:
         return _finish(cur, params, result)
@@ -440,6 +441,7 @@ def recently_ended(*, within_s: float) -> list[PlannedJob]:
         return cast(list[PlannedJob], cur.fetchall())
 
 
-def _doc(model: Plan | Progress) -> dict[str, Any]:
+def _doc(model: Plan | Progress) -> str:
+    # JSON text for a jsonb parameter, rendered by pydantic in one pass (a large plan holds ~10^4 pairs).
     # Unset optional fields stay absent, as the worker always wrote them.
-    return model.model_dump(mode="json", exclude_none=True)
+    return model.model_dump_json(exclude_none=True)

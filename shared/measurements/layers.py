@@ -69,12 +69,13 @@ def benchmark_totals(cur: Cursor) -> list[dict[str, Any]]:
     return [dict(r) for r in cur.fetchall()]
 
 
-# A variant stored by this extractor: its conv layers (LEFT JOIN: a CNN may have none).
-SELECT_REGISTERED = """
-SELECT m.signature_id, m.count FROM cnn_workloads w
+# Variants stored by this extractor: their conv layers (LEFT JOIN: a CNN may have none).
+SELECT_REGISTERED_OF = """
+SELECT w.cnn_name, m.signature_id, m.count FROM cnn_workloads w
 LEFT JOIN cnn_layers m USING (cnn_name, image_size, num_classes)
-WHERE w.cnn_name = %s AND w.image_size = %s AND w.num_classes = %s AND w.workload->>'extractor' = %s
-ORDER BY m.signature_id"""
+WHERE w.image_size = %(image_size)s AND w.workload->>'extractor' = %(extractor)s
+  AND (w.cnn_name, w.num_classes) IN (SELECT * FROM unnest(%(names)s::text[], %(classes)s::int[]))
+ORDER BY w.cnn_name, m.signature_id"""
 # The modules whose code decides what an extraction stores (with torch's and torchvision's versions).
 EXTRACTOR_MODULES = tuple(
     f"shared.cnn.{m}"
@@ -100,28 +101,48 @@ def extractor_version() -> str:
     return digest.hexdigest()[:16]
 
 
-def registered(*, name: str, image_size: int, num_classes: int) -> list[tuple[int, int]] | None:
-    """A variant's [(conv signature_id, count), …] if this extractor stored it already, else None."""
-    with transaction() as cur:
-        cur.execute(SELECT_REGISTERED, (name, image_size, num_classes, extractor_version()))
-        rows = cur.fetchall()
-    if not rows:
-        return None
-    return [(r["signature_id"], r["count"]) for r in rows if r["signature_id"] is not None]
-
-
 def register(*, name: str, image_size: int, num_classes: int | None = None) -> list[tuple[int, int]]:
     """A CNN's [(conv signature_id, count), …]: read and stored (with its other ops and workload) unless this
     extractor stored that variant already."""
+    return register_all(names=[name], image_size=image_size, num_classes=num_classes)[name]
+
+
+def register_all(
+    *, names: list[str], image_size: int, num_classes: int | None = None
+) -> dict[str, list[tuple[int, int]]]:
+    """register() for several CNNs: those this extractor stored already are read in one query, the rest stored."""
+    # num_classes on an uploaded CNN is refused by its reader (_store says so): only built-ins are looked up.
+    lookup = {n: cnns.variant_classes(n, num_classes) for n in names if num_classes is None or cnns.is_builtin(n)}
+    found = _stored(lookup, image_size) if lookup else {}
+    return {n: found[n] if n in found else _store(n, image_size, num_classes) for n in names}
+
+
+def registered(*, name: str, image_size: int, num_classes: int) -> list[tuple[int, int]] | None:
+    """A variant's [(conv signature_id, count), …] if this extractor stored it already, else None."""
+    return _stored({name: num_classes}, image_size).get(name)
+
+
+def _stored(classes: dict[str, int], image_size: int) -> dict[str, list[tuple[int, int]]]:
+    """The variants (CNN name → num_classes) this extractor stored: their [(conv signature_id, count), …]."""
+    params = {
+        "names": list(classes),
+        "classes": list(classes.values()),
+        "image_size": image_size,
+        "extractor": extractor_version(),
+    }
+    found: dict[str, list[tuple[int, int]]] = {}
+    with transaction() as cur:
+        cur.execute(SELECT_REGISTERED_OF, params)
+        for r in cur.fetchall():
+            pairs = found.setdefault(r["cnn_name"], [])  # a CNN may have no conv: LEFT JOIN
+            if r["signature_id"] is not None:
+                pairs.append((r["signature_id"], r["count"]))
+    return found
+
+
+def _store(name: str, image_size: int, num_classes: int | None) -> list[tuple[int, int]]:
+    """Read a CNN variant and store its conv signatures, ops and workload."""
     classes = cnns.variant_classes(name, num_classes)
-    # num_classes on an uploaded CNN is refused by the reader: it must be asked.
-    stored = (
-        None
-        if num_classes is not None and not cnns.is_builtin(name)
-        else registered(name=name, image_size=image_size, num_classes=classes)
-    )
-    if stored is not None:
-        return stored
     layers = cnns.read(name=name, image_size=image_size, num_classes=num_classes)
     out: list[tuple[int, int]] = []
     with transaction() as cur:

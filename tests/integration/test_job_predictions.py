@@ -24,10 +24,12 @@ VALUES (%s, 'succeeded', '{"cnns": ["resnet18"], "machines": ["local"]}', 'h', %
 
 
 def points(n: int) -> list[dict[str, Any]]:
-    """n distinct points with the kinds of values a result holds (floats, nulls, lists, text)."""
+    """n distinct points with the kinds of values a result holds (floats, nulls, lists, text); some text needs
+    JSON's escapes (a backslash, a quote, a tab, a newline), which COPY must carry through unchanged."""
     return [
         {"cnn": f"net-{i // 7}", "batch_size": i + 1, "total_seconds": i / 3 if i % 5 else None,
-         "layer_environments": [i, i + 1], "source": "référence", "fits_in_memory": bool(i % 2)}
+         "layer_environments": [i, i + 1], "source": "référence", "fits_in_memory": bool(i % 2),
+         "note": 'C:\\runs\\"x"\tcol\nrow \\N' if i % 3 == 0 else None}
         for i in range(n)
     ]  # fmt: skip
 
@@ -65,14 +67,16 @@ def test_points_are_stored_in_parts_and_read_back_whole_or_by_page(clean_db: Non
         (600, 5),
         (3, None),
     ]:
-        text, total = predictions.text(job_id=job_id, offset=offset, limit=limit)
+        chunks, total = predictions.chunks(job_id=job_id, offset=offset, limit=limit)
         assert total == 600
-        assert json.loads(text) == everything[offset : None if limit is None else offset + limit], (offset, limit)
+        page = everything[offset : None if limit is None else offset + limit]
+        assert json.loads(b"".join(chunks)) == page, (offset, limit)
     assert jobs.get(job_id=job_id)["result"] == result
     view = jobs.view(job_id=job_id, offset=250, limit=10)
-    assert json.loads(view["result_text"]) == {**result, "predictions": everything[250:260]}
+    assert view["result_json"] is not None
+    assert json.loads(b"".join(view["result_json"])) == {**result, "predictions": everything[250:260]}
     assert view["predictions_total"] == 600
-    assert json.loads(jobs.view(job_id=job_id)["result_text"]) == result
+    assert json.loads(b"".join(jobs.view(job_id=job_id)["result_json"] or [])) == result
 
 
 def test_a_job_that_had_ended_gets_no_points(clean_db: None) -> None:
@@ -108,7 +112,8 @@ def test_results_stored_before_the_migration_keep_their_points(tmp_path: Path, m
         get_settings.cache_clear()
         try:
             assert jobs.get(job_id=job_id)["result"] == old
-            assert json.loads(predictions.text(job_id=job_id, offset=1, limit=2)[0]) == old["predictions"][1:3]
+            page = b"".join(predictions.chunks(job_id=job_id, offset=1, limit=2)[0])
+            assert json.loads(page) == old["predictions"][1:3]
         finally:
             monkeypatch.undo()
             get_settings.cache_clear()
