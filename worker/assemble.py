@@ -34,6 +34,9 @@ CHANNELS_LAST_NOTE = (
     "those of the default NCHW layout; benchmarked answers come from steps measured in channels_last"
 )
 TIMES = ("iteration_seconds", "epoch_seconds", "total_seconds", "cost_usd", "energy_kwh")
+# Times, costs, energies and conv_ms are given to 6 significant digits: predictions err by several per cent, and
+# the 17 digits of a double made a large result ~20% longer to send and to read.
+SIGNIFICANT_DIGITS = 6
 
 
 def result(
@@ -131,7 +134,7 @@ def _measured(
         )  # fmt: skip
         points = []
         for i, bs in enumerate(sizes):
-            conv = float(x["conv_ms"][i]) if usable[i] else None
+            conv = float(significant(x["conv_ms"][i : i + 1])[0]) if usable[i] else None
             point = _blank(cnn, machine_type, bs, info, source="benchmarked", fits=bool(usable[i]), conv_ms=conv)
             used = [rows[(sig, bs)] for sig, _, _ in members]
             # Where this point's layer timings were measured (one environment unless some were missing).
@@ -171,7 +174,7 @@ def _reference(
     )
     low = math.exp(model.accuracy["whole_step_log_ratio_p10"])
     high = math.exp(model.accuracy["whole_step_log_ratio_p90"])
-    conv = steps.conv_ms[:, 0] + steps.conv_ms[:, 1] + steps.conv_ms[:, 2]
+    conv = significant(steps.conv_ms[:, 0] + steps.conv_ms[:, 1] + steps.conv_ms[:, 2])
     # GPU figures far outside what the model learnt from: no number, never NaN in a result.
     finite = np.isfinite(steps.step_ms) & np.isfinite(conv)
     points, answered = [], []
@@ -239,6 +242,17 @@ def fill(point: dict[str, Any], ms: tuple[float, float, float], info: MachineTyp
     _fill_many([point], np.array([ms], dtype=float), info, request)
 
 
+def significant(x: np.ndarray, digits: int = SIGNIFICANT_DIGITS) -> np.ndarray:
+    """x rounded to `digits` significant digits, each the double nearest its decimal (so JSON prints it short)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        magnitude = np.floor(np.log10(np.abs(x)))
+    shift = digits - 1 - np.where(np.isfinite(magnitude), magnitude, 0.0)
+    exact = np.abs(shift) <= 22  # powers of ten a double holds exactly; anything further out is left as it is
+    power = 10.0 ** np.where(exact, np.abs(shift), 0.0)
+    rounded = np.where(shift >= 0, np.round(x * power) / power, np.round(x / power) * power)
+    return np.where(exact, rounded, x)
+
+
 def _fill_many(points: list[dict[str, Any]], ms: np.ndarray, info: MachineTypeInfo, request: JobRequest) -> None:
     """Times, cost and energy of points from their (P10, median, P90) iteration times in ms, (points × 3)."""
     if not points:
@@ -254,17 +268,17 @@ def _fill_many(points: list[dict[str, Any]], ms: np.ndarray, info: MachineTypeIn
         total = value / 1000 * iterations
         cost = price * total / 3600
         columns = {
-            f"iteration_seconds{suffix}": (value / 1000).tolist(),
-            f"epoch_seconds{suffix}": (total / request.epochs).tolist(),
-            f"total_seconds{suffix}": total.tolist(),
-            f"cost_usd{suffix}": cost.tolist(),
-            f"energy_kwh{suffix}": (power_kw * total / 3600).tolist() if power_kw else [None] * len(points),
+            f"iteration_seconds{suffix}": significant(value / 1000).tolist(),
+            f"epoch_seconds{suffix}": significant(total / request.epochs).tolist(),
+            f"total_seconds{suffix}": significant(total).tolist(),
+            f"cost_usd{suffix}": significant(cost).tolist(),
+            f"energy_kwh{suffix}": significant(power_kw * total / 3600).tolist() if power_kw else [None] * len(points),
         }
         for key, values in columns.items():
             for point, v in zip(points, values, strict=True):
                 point[key] = v
         if gpus and not suffix:
-            for point, c in zip(points, (cost / gpus).tolist(), strict=True):
+            for point, c in zip(points, significant(cost / gpus).tolist(), strict=True):
                 point["cost_per_gpu_usd"] = c
 
 

@@ -84,7 +84,10 @@ Source = Literal["benchmarked", "reference"]
 
 
 class Prediction(BaseModel):
-    """One point: a CNN on a machine type at a batch size; times, cost and energy with their P10–P90."""
+    """One point: a CNN on a machine type at a batch size; times, cost and energy with their P10–P90.
+
+    Times, costs, energies and conv_ms are given to 6 significant digits (worker/assemble.py `significant`).
+    """
 
     model_config = _Stored
     cnn: str

@@ -3,10 +3,17 @@
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 
 from shared.jobs.request import JobRequest
 from worker import assemble
+
+
+def approx6(expected: float) -> Any:
+    """Equal within the rounding to 6 significant digits (assemble.SIGNIFICANT_DIGITS)."""
+    return pytest.approx(expected, rel=1e-5)
+
 
 G5 = {"price_usd_per_hour": 1.006, "gpu_count": 1, "gpu_tdp_watts": 300}
 FOUR_GPUS = {"price_usd_per_hour": 5.672, "gpu_count": 4, "gpu_tdp_watts": 300}
@@ -24,13 +31,13 @@ def test_times_cost_and_energy_use_ceil_iterations_price_and_board_power() -> No
     p = {"batch_size": 8}
     assemble.fill(p, (40.0, 50.0, 70.0), G5, request)
     iterations = math.ceil(100 / 8) * 3  # 13 per epoch, not 12.5
-    assert p["iteration_seconds"] == pytest.approx(0.05) and p["iteration_seconds_p10"] == pytest.approx(0.04)
-    assert p["total_seconds"] == pytest.approx(0.05 * iterations) and iterations == 39
-    assert p["total_seconds_p90"] == pytest.approx(0.07 * iterations)
-    assert p["epoch_seconds"] == pytest.approx(p["total_seconds"] / 3)
-    assert p["cost_usd"] == pytest.approx(1.006 * 0.05 * iterations / 3600)
-    assert p["energy_kwh"] == pytest.approx(300 * 0.05 * iterations / 3.6e6)
-    assert p["cost_per_gpu_usd"] == pytest.approx(p["cost_usd"])
+    assert p["iteration_seconds"] == approx6(0.05) and p["iteration_seconds_p10"] == approx6(0.04)
+    assert p["total_seconds"] == approx6(0.05 * iterations) and iterations == 39
+    assert p["total_seconds_p90"] == approx6(0.07 * iterations)
+    assert p["epoch_seconds"] == approx6(p["total_seconds"] / 3)
+    assert p["cost_usd"] == approx6(1.006 * 0.05 * iterations / 3600)
+    assert p["energy_kwh"] == approx6(300 * 0.05 * iterations / 3.6e6)
+    assert p["cost_per_gpu_usd"] == approx6(p["cost_usd"])
 
 
 def test_a_machine_with_several_gpus_shares_its_cost_and_one_without_has_no_energy() -> None:
@@ -39,8 +46,8 @@ def test_a_machine_with_several_gpus_shares_its_cost_and_one_without_has_no_ener
     many, cpu = {"batch_size": 10}, {"batch_size": 10}
     assemble.fill(many, (100.0, 100.0, 100.0), FOUR_GPUS, request)
     assemble.fill(cpu, (100.0, 100.0, 100.0), LOCAL, request)
-    assert many["cost_per_gpu_usd"] == pytest.approx(many["cost_usd"] / 4)
-    assert many["energy_kwh"] == pytest.approx(4 * 300 * 1.0 / 3.6e6)
+    assert many["cost_per_gpu_usd"] == approx6(many["cost_usd"] / 4)
+    assert many["energy_kwh"] == approx6(4 * 300 * 1.0 / 3.6e6)
     assert cpu["energy_kwh"] is None and cpu["cost_usd"] == 0.0 and "cost_per_gpu_usd" not in cpu
 
 
@@ -75,3 +82,16 @@ def test_no_usable_point_has_no_best() -> None:
     points = [point(8, 10.0, 0.1, fits=False), point(16, None, None)]
     best = assemble.best_of("resnet18", "g5.xlarge", points, 4)
     assert best["min_time"] is None and best["min_cost"] is None
+
+
+def test_significant_digits_print_short_and_stay_close() -> None:
+    """Rounded to 6 significant digits: within 5e-6 of the value, printed in at most 6 digits; 0, NaN and values
+    whose powers of ten a double cannot hold exactly are left as they are."""
+    rng = np.random.default_rng(7)
+    x = rng.lognormal(0, 8, 20_000) * rng.choice([-1, 1], 20_000)
+    rounded = assemble.significant(x)
+    assert np.all(np.abs(rounded / x - 1) <= 5e-6)
+    assert all(len(repr(v).lstrip("-").split("e")[0].replace(".", "").strip("0")) <= 6 for v in rounded.tolist())
+    edge = np.array([0.0, np.nan, 5e-324, 1.7e300])
+    np.testing.assert_array_equal(assemble.significant(edge), edge)
+    assert assemble.significant(np.array([0.12345678901234567, 923412.3456])).tolist() == [0.123457, 923412.0]
