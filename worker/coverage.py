@@ -168,12 +168,13 @@ def send_op_work(gaps: Missing, training: TrainConfig, job_ids: list[str] | None
     _send(tasks.BENCH_OPS, gaps, ops.specs, job_ids, config=training.model_dump())
 
 
-def uncalibrated(request: JobRequest) -> str | None:
+def uncalibrated(request: JobRequest, infos: dict[str, machine_types.MachineTypeInfo]) -> str | None:
     """Why the job cannot be answered: a CPU type (no reference) calibrated, but not for this training config.
 
-    A CPU type with no model at all keeps the `no_model` answer (its layer benchmarks are still measured).
+    infos: the request's machine types' catalog rows. A CPU type with no model at all keeps the `no_model` answer
+    (its layer benchmarks are still measured).
     """
-    cpus = [m["name"] for m in machine_types.list_all() if m["name"] in request.machines and m["gpu"] is None]
+    cpus = [m for m in request.machines if m in infos and infos[m]["gpu"] is None]
     if not cpus:
         return None
     training = request.training()

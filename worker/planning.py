@@ -17,6 +17,7 @@ from shared.core.transient import is_transient
 from shared.jobs import JobStatus, Plan, Progress
 from shared.jobs.models import check_result
 from shared.jobs.request import JobRequest
+from shared.machine_types import MachineTypeInfo
 from shared.measurements import layers, ops
 from worker import assemble, coverage, progress, withdrawal
 
@@ -79,7 +80,8 @@ def _plan_queued(job_id: uuid.UUID, request: JobRequest) -> None:
             raise
         jobs.finish(job_id=job_id, status=JobStatus.FAILED, error=exc.detail)
         return
-    uncalibrated = coverage.uncalibrated(request)
+    infos = machine_types.by_names(names=list(request.machines))  # read once for the checks below
+    uncalibrated = coverage.uncalibrated(request, infos)
     if uncalibrated:
         jobs.finish(job_id=job_id, status=JobStatus.FAILED, error=uncalibrated)
         return
@@ -89,7 +91,7 @@ def _plan_queued(job_id: uuid.UUID, request: JobRequest) -> None:
         ops=op_signatures,
         optimizers=optimizers,
         peers=machine_types.peers_of(names=request.machines),
-        waits_on=_waits_on(request),
+        waits_on=_waits_on(request, infos),
     )
     gaps, op_gaps = coverage.missing(plan, request), coverage.missing_ops(plan, request)
     listed = coverage.listed_agents() if gaps or op_gaps else []  # read once for progress and routing
@@ -134,12 +136,11 @@ def _send(gaps: coverage.Missing, op_gaps: coverage.Missing, request: JobRequest
     coverage.send_op_work(op_gaps, training, job_ids=ids)
 
 
-def _waits_on(request: JobRequest) -> list[str]:
+def _waits_on(request: JobRequest, infos: dict[str, MachineTypeInfo]) -> list[str]:
     """Machine types the job waits for benchmarks on: all if asked, else those the reference cannot answer."""
     if request.wait_for_benchmarks:
         return list(request.machines)
-    gpu = {name: m["gpu"] for name, m in machine_types.by_names(names=list(request.machines)).items()}
-    return [m for m in request.machines if gpu.get(m) is None]
+    return [m for m in request.machines if m not in infos or infos[m]["gpu"] is None]
 
 
 def advance_jobs(machine_type: str) -> None:

@@ -42,8 +42,9 @@ def of(
         before = previous.machines if previous is not None else {}
         # Asked only when some machine type waits: this runs after every stored signature.
         left = {m: pending[m] + ops_pending[m] for m in request.machines}
-        booting = fleet.booting() if any(left[m] and m not in alive for m in counts_by_type) else {}
         waits_on = plan.waits_on if plan.waits_on is not None else request.machines
+        # Read only when a type the job waits on has no agent (the reference answers the others).
+        booting = fleet.booting() if any(left[m] and m not in alive and m in waits_on for m in counts_by_type) else {}
         for m, counts in counts_by_type.items():
             counts.agent_alive = m in alive
             if left[m] and m not in waits_on:
