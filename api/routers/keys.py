@@ -1,11 +1,11 @@
 """API keys over HTTP (admin scope): create, list, show, revoke. `traincast keys` does the same in the database."""
 
 import logging
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
 
 from api.auth import Admin, require
 from shared import keys
@@ -35,31 +35,17 @@ class NewKey(BaseModel):
     )
 
 
-class KeyView(BaseModel):
-    """A key as the API shows it: never its secret nor the secret's hash."""
-
-    id: str
-    name: str
-    scope: Scope
-    rate_per_s: float | None
-    max_unfinished_jobs: int | None
-    max_points_per_job: int | None
-    bench_seconds_per_day: float | None
-    created_at: datetime
-    last_used_at: datetime | None
-    revoked_at: datetime | None
-
-
-class CreatedKey(KeyView):
+# A key as the API shows it is shared/keys.py's KeyRow: never its secret nor the secret's hash.
+class CreatedKey(keys.KeyRow):
     """A new key's metadata and the key itself, shown in this response only."""
 
-    key: str = Field(description="Authorization: Bearer <key>; only its hash is stored, so it is never shown again")
+    key: Annotated[str, Field(description="Authorization: Bearer <key>; only its hash is stored, never shown again")]
 
 
-class KeyList(BaseModel):
+class KeyList(TypedDict):
     """Every key, oldest first, revoked ones included."""
 
-    keys: list[KeyView]
+    keys: list[keys.KeyRow]
 
 
 @router.post("", status_code=201, response_model=CreatedKey)
@@ -75,13 +61,13 @@ def create_key(body: NewKey, response: Response, principal: Admin) -> CreatedKey
 @router.get("", response_model=KeyList)
 def list_keys() -> KeyList:
     """Every key with its scope, limits, when it was created, last used and revoked."""
-    return KeyList(keys=[KeyView(**row) for row in keys.list_all()])
+    return KeyList(keys=keys.list_all())
 
 
-@router.get("/{key_id}", response_model=KeyView)
-def get_key(key_id: KeyId) -> KeyView:
+@router.get("/{key_id}", response_model=keys.KeyRow)
+def get_key(key_id: KeyId) -> keys.KeyRow:
     """One key by id (revoked ones too)."""
-    return KeyView(**keys.get(key_id=key_id))
+    return keys.get(key_id=key_id)
 
 
 @router.delete("/{key_id}", status_code=204, response_class=Response)

@@ -6,9 +6,8 @@ from shared.cnn import registry as cnns
 from shared.measurements import layers, ops
 
 
-def test_a_stored_variant_is_not_read_again(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The second registration answers from the database; another extractor version reads the CNN again."""
-    first = layers.register(name="resnet18", image_size=32)
+def counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the CNNs read (traced) from now on; the reader itself still runs."""
     reads: list[str] = []
     real_read = cnns.read
 
@@ -17,6 +16,13 @@ def test_a_stored_variant_is_not_read_again(clean_db: None, monkeypatch: pytest.
         return real_read(**kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(cnns, "read", counting_read)
+    return reads
+
+
+def test_a_stored_variant_is_not_read_again(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second registration answers from the database; another extractor version reads the CNN again."""
+    first = layers.register(name="resnet18", image_size=32)
+    reads = counted_reads(monkeypatch)
     again = layers.register(name="resnet18", image_size=32)
     assert sorted(again) == sorted(first) and reads == []
     assert layers.registered(name="resnet18", image_size=32, num_classes=1000) is not None
@@ -30,14 +36,7 @@ def test_a_stored_variant_is_not_read_again(clean_db: None, monkeypatch: pytest.
 def test_register_all_reads_only_the_variants_not_stored(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Several CNNs at once: stored ones come from one query, only the others are read; answers as register's."""
     stored = layers.register(name="resnet18", image_size=32)
-    reads: list[str] = []
-    real_read = cnns.read
-
-    def counting_read(**kwargs: object) -> object:
-        reads.append(str(kwargs["name"]))
-        return real_read(**kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(cnns, "read", counting_read)
+    reads = counted_reads(monkeypatch)
     both = layers.register_all(names=["squeezenet1_1", "resnet18"], image_size=32)
     assert reads == ["squeezenet1_1"] and list(both) == ["squeezenet1_1", "resnet18"]
     assert sorted(both["resnet18"]) == sorted(stored)
