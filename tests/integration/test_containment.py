@@ -103,10 +103,10 @@ def test_a_soft_time_limit_fails_the_job_with_the_reason(clean_db: None, monkeyp
     """Planning past the task's soft time limit ends the job as failed, naming the limit."""
     job = submit()
 
-    def slow(**_: Any) -> list[tuple[int, int]]:
+    def slow(**_: Any) -> dict[str, list[tuple[int, int]]]:
         raise SoftTimeLimitExceeded()
 
-    monkeypatch.setattr(layers, "register", slow)
+    monkeypatch.setattr(layers, "register_all", slow)
     planning.plan_job(job["id"])
     assert status(job)["status"] == "failed" and "SoftTimeLimitExceeded" in status(job)["error"]
 
@@ -156,13 +156,13 @@ def test_failure_withdraws_queued_work(clean_db: None, monkeypatch: pytest.Monke
 def test_a_cancel_during_planning_is_never_undone(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Canceled while its CNNs are read, or while its work is sent: the job stays canceled and its work goes."""
     job = submit(batch_sizes=[1])
-    real_register = layers.register
+    real_register = layers.register_all
 
-    def register_then_cancel(**kwargs: Any) -> list[tuple[int, int]]:
+    def register_then_cancel(**kwargs: Any) -> dict[str, list[tuple[int, int]]]:
         jobs.cancel(job_id=job["id"])
         return real_register(**kwargs)
 
-    monkeypatch.setattr(layers, "register", register_then_cancel)
+    monkeypatch.setattr(layers, "register_all", register_then_cancel)
     planning.plan_job(job["id"])
     assert status(job)["status"] == "canceled" and status(job)["plan"] is None
     assert queued_signatures() == []

@@ -71,7 +71,7 @@ def test_plan_measure_assemble_then_reuse(clean_db: None) -> None:
     stored = stored_conv_ms("resnet18", 32)
     assert {bs: convs for bs, (convs, _) in stored.items()} == {1: read.total, 2: read.total}
     for p in result["predictions"]:
-        assert p["conv_ms"] == pytest.approx(stored[p["batch_size"]][1], rel=1e-9)
+        assert p["conv_ms"] == pytest.approx(stored[p["batch_size"]][1], rel=1e-5)
     assert result["models"]["local"]["status"] == "no_model"
     # Memory needs no model: each point has its modelled peak, and resnet18 at 32 px fits this host's RAM.
     assert all(p["peak_memory_gib"] > 0 and p["fits_in_memory"] is True for p in result["predictions"])

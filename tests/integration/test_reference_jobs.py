@@ -50,9 +50,9 @@ def test_gpu_types_with_no_agent_are_answered_at_once_and_labelled(clean_db: Non
         assert 0 < point["iteration_seconds_p10"] <= point["iteration_seconds"] <= point["iteration_seconds_p90"]
         # Memory is modelled for reference points too: these small CNNs fit on every one of these GPUs.
         assert point["gpus_used"] == 1 and point["fits_in_memory"] is True and point["peak_memory_gib"] > 0
-        spec = machine_types.get_by_name(name=point["machine"])
-        assert point["cost_usd"] == pytest.approx(spec["price_usd_per_hour"] * point["total_seconds"] / 3600)
-        assert point["cost_per_gpu_usd"] == pytest.approx(point["cost_usd"] / spec["gpu_count"])
+        info = machine_types.get_by_name(name=point["machine"])
+        assert point["cost_usd"] == pytest.approx(info["price_usd_per_hour"] * point["total_seconds"] / 3600, rel=1e-5)
+        assert point["cost_per_gpu_usd"] == pytest.approx(point["cost_usd"] / info["gpu_count"], rel=1e-5)
     assert {m["status"] for m in result["models"].values()} == {"reference"}
     assert all(b["min_time"]["source"] == "reference" for b in result["best"])
     # One GPU of an 8-GPU machine is no faster than one GPU of a 1-GPU machine with the same GPU model.
@@ -93,7 +93,7 @@ def test_benchmarks_of_a_gpu_model_win_for_every_type_that_carries_it(
     assert job["status"] == "succeeded", job["error"]
     [point] = job["result"]["predictions"]
     assert point["source"] == "benchmarked" and point["measured_on"] == ["g4dn.xlarge"]
-    assert point["cost_usd"] == pytest.approx(gcp_t4["price_usd_per_hour"] * point["total_seconds"] / 3600)
+    assert point["cost_usd"] == pytest.approx(gcp_t4["price_usd_per_hour"] * point["total_seconds"] / 3600, rel=1e-5)
     assert job["result"]["models"][gcp_t4["name"]]["measured_on"] == "g4dn.xlarge"
 
 
