@@ -246,7 +246,9 @@ def failures(plan: Plan) -> list[dict[str, Any]]:
     return found
 
 
-def run(plan: Plan, *, timeout_s: float, on_progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+def run(
+    plan: Plan, *, timeout_s: float, on_progress: Callable[[int, int], None] | None = None
+) -> list[predictor.PredictorModel]:
     """Send the work, wait until it is stored, then train and store a model version per configuration."""
     sent = send_units(plan)
     deadline = time.monotonic() + timeout_s

@@ -5,7 +5,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -14,6 +14,9 @@ from cli.client import Api, CliError
 from shared.core.errors import InvalidRequest
 from shared.jobs.models import JobStatus
 from shared.training import OPTIMIZERS, PRECISIONS, TrainConfig, config_of
+
+if TYPE_CHECKING:  # the CLI loads the worker only for the commands that train
+    from worker.predictor import PredictorModel
 
 DEFAULT_API = "http://127.0.0.1:8000"
 
@@ -237,7 +240,7 @@ def cmd_db_logins(args: argparse.Namespace) -> int:
     return logins.main()
 
 
-def _print_model(model: dict[str, Any]) -> None:
+def _print_model(model: "PredictorModel") -> None:
     ev = model["evaluation"]
     pooled = ev.get("pooled_from", [])
     print(

@@ -107,7 +107,7 @@ def _measured(
     peers: list[str],
     variants: dict[str, tuple[Members, dict[str, Any]]],
     op_members: dict[str, Members],
-    model: dict[str, Any] | None,
+    model: predictor.PredictorModel | None,
     info: MachineTypeInfo,
     request: JobRequest,
     sizes: list[int],
@@ -309,7 +309,7 @@ def best_of(cnn: str, machine_type: str, points: list[dict[str, Any]], max_batch
 
 
 def _model_summary(
-    model: dict[str, Any] | None, machine_type: str, fitted_on: str | None, request: JobRequest
+    model: predictor.PredictorModel | None, machine_type: str, fitted_on: str | None, request: JobRequest
 ) -> dict[str, Any]:
     training = request.training()
     if model is None:

@@ -5,8 +5,9 @@ step measurements it learnt from, its feature names, its P10–P90 interval (fro
 and its held-out evaluation (worker/validation.py).
 """
 
+from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from shared import machine_types
 from shared.core.db import Json, one, transaction
@@ -20,6 +21,21 @@ KIND = "base_ratio_interval"  # older kinds carry quantile-model intervals: retr
 DEFAULT_KEY = TrainConfig().cost_key()  # what a request asks by default: SGD without momentum, fp32
 BUILTIN_CLASSES = 1000  # whole steps are measured with torchvision's default classes
 
+
+class PredictorModel(TypedDict):
+    """A `predictor_models` row: one fitted whole-step model of a machine type for a cost key, versioned."""
+
+    id: int
+    machine_type: str
+    version: int
+    kind: str  # KIND; an older kind must be retrained
+    cost_key: str  # the training configuration's work it learnt (shared/training.py)
+    params: dict[str, Any]  # LightGBM model text and the fit's terms (never a pickle)
+    training_rows: list[int]  # ids of the whole steps it learnt from
+    evaluation: dict[str, Any]  # held-out figures (worker/validation.py)
+    created_at: datetime
+
+
 # Below this many CNNs with whole steps of its own, a machine type's model pools every type's steps.
 MIN_OWN_CNNS = 5
 SELECT_LATEST = """
@@ -27,6 +43,7 @@ SELECT * FROM predictor_models WHERE machine_type = %s AND cost_key = %s ORDER B
 SELECT_LATEST_OF = """
 SELECT DISTINCT ON (machine_type) * FROM predictor_models WHERE machine_type = ANY(%s) AND cost_key = %s
 ORDER BY machine_type, version DESC"""
+SELECT_PARAMS = "SELECT params FROM predictor_models WHERE id = %s"
 SELECT_KEYS_OF = "SELECT DISTINCT machine_type, cost_key FROM predictor_models WHERE machine_type = ANY(%s)"
 INSERT_MODEL = """
 INSERT INTO predictor_models (machine_type, version, kind, cost_key, params, training_rows, evaluation)
@@ -88,7 +105,7 @@ def dataset(machine_type: str, cost_key: str = DEFAULT_KEY) -> list[models.Point
     return points
 
 
-def train(*, machine_type: str, pool: bool | None = None, config: TrainConfig | None = None) -> dict[str, Any]:
+def train(*, machine_type: str, pool: bool | None = None, config: TrainConfig | None = None) -> PredictorModel:
     """Fit (model chosen on inner folds, interval from their errors), evaluate held out, store a new version.
 
     config: the training configuration whose whole steps it learns from, and which alone it will serve
@@ -136,22 +153,21 @@ def train(*, machine_type: str, pool: bool | None = None, config: TrainConfig | 
                 "evaluation": Json(evaluation),
             },
         )
-        return one(cur)
+        return cast(PredictorModel, one(cur))
 
 
-def latest(*, machine_type: str, cost_key: str = DEFAULT_KEY) -> dict[str, Any] | None:
+def latest(*, machine_type: str, cost_key: str = DEFAULT_KEY) -> PredictorModel | None:
     """The newest model of a machine type for a cost key, or None."""
     with transaction() as cur:
         cur.execute(SELECT_LATEST, (machine_type, cost_key))
-        row = cur.fetchone()
-    return dict(row) if row else None
+        return cast(PredictorModel | None, cur.fetchone())
 
 
-def latest_of(*, machine_types: list[str], cost_key: str = DEFAULT_KEY) -> dict[str, dict[str, Any]]:
+def latest_of(*, machine_types: list[str], cost_key: str = DEFAULT_KEY) -> dict[str, PredictorModel]:
     """The newest model for this cost key of each of these machine types that has one."""
     with transaction() as cur:
         cur.execute(SELECT_LATEST_OF, (machine_types, cost_key))
-        return {r["machine_type"]: dict(r) for r in cur.fetchall()}
+        return {r["machine_type"]: cast(PredictorModel, r) for r in cur.fetchall()}
 
 
 def keys_of(*, machine_types: list[str]) -> dict[str, list[str]]:
@@ -168,22 +184,22 @@ def keys_of(*, machine_types: list[str]) -> dict[str, list[str]]:
 @lru_cache(maxsize=32)
 def _fitted(model_id: int) -> models.Fitted:
     with transaction() as cur:
-        cur.execute("SELECT params FROM predictor_models WHERE id = %s", (model_id,))
+        cur.execute(SELECT_PARAMS, (model_id,))
         return models.load(one(cur)["params"])
 
 
-def predict_ms(model: dict[str, Any], x: list[float], conv_ms: float) -> tuple[float, float, float]:
+def predict_ms(model: PredictorModel, x: list[float], conv_ms: float) -> tuple[float, float, float]:
     """(P10, median, P90) iteration time in milliseconds."""
     _check_kind(model)
     return models.predict(_fitted(model["id"]), x, conv_ms)
 
 
-def predict_table(model: dict[str, Any], x: Any) -> list[tuple[float, float, float]]:
+def predict_table(model: PredictorModel, x: Any) -> list[tuple[float, float, float]]:
     """(P10, median, P90) ms of every point of a features.table, in one model call."""
     _check_kind(model)
     return models.predict_table(_fitted(model["id"]), x)
 
 
-def _check_kind(model: dict[str, Any]) -> None:
+def _check_kind(model: PredictorModel) -> None:
     if model["kind"] != KIND or model["params"].get("features") != list(features.NAMES):
         raise InvalidRequest(f"model v{model['version']} ({model['kind']}) is of an older kind; retrain it")

@@ -126,3 +126,13 @@ def test_fleet_rows_have_their_declared_keys(clean_db: None) -> None:
     fleet_store.pause("g4dn.xlarge", until=datetime.now(UTC), kind="capacity", reason="typed rows test")
     targets = fleet_store.targets()
     assert "g4dn.xlarge" in targets and all(set(r) == keys_of(fleet_store.FleetTarget) for r in targets.values())
+
+
+def test_predictor_model_is_the_whole_row(clean_db: None) -> None:
+    """PredictorModel declares every predictor_models column (its readers select them all)."""
+    from worker import predictor
+
+    with transaction() as cur:
+        cur.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'predictor_models'")
+        assert {r["column_name"] for r in cur.fetchall()} == keys_of(predictor.PredictorModel)
+    assert predictor.latest(machine_type="local") is None and predictor.latest_of(machine_types=["local"]) == {}
