@@ -5,11 +5,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
+from typing_extensions import TypedDict
 
 from api.auth import Reader, Submitter, require
 from shared.cnn import registry as cnns
 from shared.core.errors import InvalidRequest, PayloadTooLarge
 from shared.core.settings import get_settings
+
+
+class CnnList(TypedDict):
+    """GET /v1/cnns: built-in CNNs, then registered ones."""
+
+    cnns: list[cnns.CnnListed]
+
 
 router = APIRouter(prefix="/v1/cnns", tags=["cnns"], dependencies=[Depends(require("read"))])
 
@@ -17,13 +25,13 @@ CHUNK = 1024 * 1024
 
 
 @router.get("")
-def list_cnns(principal: Reader) -> dict[str, Any]:
+def list_cnns(principal: Reader) -> CnnList:
     """Built-in CNNs and those this key registered (an admin key: every one), with parameter counts."""
     return {"cnns": cnns.list_all(owner=principal.visible_owner)}
 
 
 @router.post("", status_code=201)
-async def register_cnn(request: Request, principal: Submitter) -> dict[str, Any]:
+async def register_cnn(request: Request, principal: Submitter) -> cnns.CnnListed:
     """Register a CNN owned by this key: multipart form with `name` and `file` (an ONNX model or a JSON layer list)."""
     limit = get_settings().max_upload_bytes
     declared = request.headers.get("content-length")

@@ -6,10 +6,16 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import (
+    Any,
+    NotRequired,  # pydantic reads typing's only from Python 3.12
+    cast,
+)
 
 import psycopg2.errors
+from typing_extensions import TypedDict
 
 from shared import jobs
 from shared.cnn import builtins as cnn_registry
@@ -21,6 +27,28 @@ from shared.core.errors import Conflict, ExtractionError, Forbidden, InvalidRequ
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 AS_DEFINED = 0  # num_classes of a registered CNN: whatever its definition has
+
+
+class CnnListed(TypedDict):
+    """A CNN as GET /v1/cnns lists it: name, where it comes from, parameters, and the one size it takes if fixed."""
+
+    name: str
+    source: str  # 'torchvision', 'onnx' or 'json'
+    parameters: int | None
+    image_size: NotRequired[int]  # a registered CNN described at one input size
+
+
+class CustomCnn(TypedDict):
+    """A registered CNN's `cnns` row: its stored definition (never run) and owner."""
+
+    name: str
+    source: str  # 'onnx' or 'json'
+    definition: dict[str, Any]  # the JSON layer list, or the ONNX graph's input size
+    graph: bytes | None  # the ONNX graph without its weights' values
+    parameters: int | None
+    owner_key_id: str | None
+    created_at: datetime
+
 
 INSERT_CUSTOM = """
 INSERT INTO cnns (name, source, definition, graph, parameters, owner_key_id) VALUES (%s, %s, %s, %s, %s, %s)
@@ -42,15 +70,12 @@ LOCK_CUSTOM = "SELECT owner_key_id FROM cnns WHERE name = %s AND source <> 'torc
 DELETE_CUSTOM = "DELETE FROM cnns WHERE name = %s"
 
 
-def list_all(*, owner: str | None = None) -> list[dict[str, Any]]:
+def list_all(*, owner: str | None = None) -> list[CnnListed]:
     """Built-in CNNs then registered ones (with `owner`: that key's and nobody's), with parameter counts."""
-    out: list[dict[str, Any]] = [_builtin(n) for n in cnn_registry.names()]
+    out = [_builtin(n) for n in cnn_registry.names()]
     with transaction() as cur:
         cur.execute(SELECT_CUSTOMS, {"owner": owner})
-        out += [
-            {"name": r["name"], "source": r["source"], "parameters": r["parameters"], **_fixed_size(r)}
-            for r in cur.fetchall()
-        ]
+        out += [_listed(r) for r in cur.fetchall()]
     return out
 
 
@@ -70,7 +95,7 @@ def is_builtin(name: str) -> bool:
     return cnn_registry.get(name) is not None
 
 
-def create(*, name: str, data: bytes, owner_key_id: str | None = None) -> dict[str, Any]:
+def create(*, name: str, data: bytes, owner_key_id: str | None = None) -> CnnListed:
     """Register a CNN of an owner from an ONNX file or a JSON layer list; nothing in the upload is ever run."""
     if not NAME.match(name):
         raise InvalidRequest(
@@ -101,12 +126,11 @@ def create(*, name: str, data: bytes, owner_key_id: str | None = None) -> dict[s
     return get_by_name(name=name)
 
 
-def get_by_name(*, name: str, owner: str | None = None) -> dict[str, Any]:
+def get_by_name(*, name: str, owner: str | None = None) -> CnnListed:
     """What is known of a CNN without reading it at a size (with `owner`: 404 for another key's CNN)."""
     if is_builtin(name):
         return _builtin(name)
-    row = _custom(name, owner)
-    return {"name": name, "source": row["source"], "parameters": row["parameters"], **_fixed_size(row)}
+    return _listed(_custom(name, owner))
 
 
 def check_runs(*, name: str, image_size: int, num_classes: int | None = None) -> None:
@@ -132,6 +156,8 @@ def read(*, name: str, image_size: int, num_classes: int | None = None) -> ConvL
     row = _custom(name)
     try:
         if row["source"] == "onnx":
+            if row["graph"] is None:
+                raise ExtractionError("its ONNX graph is not stored: register it again")
             signatures, workload = onnx_reader.read(bytes(row["graph"]), image_size)
         else:
             signatures, workload = layer_list.read(row["definition"], image_size)
@@ -166,7 +192,8 @@ def default_image_size(name: str) -> int:
     builtin = cnn_registry.get(name)
     if builtin is not None:
         return builtin.default_image_size
-    fixed = _fixed_size(_custom(name)).get("image_size")
+    row = _custom(name)
+    fixed = _fixed_size(row["definition"], row["source"])
     return int(fixed) if fixed else 224
 
 
@@ -193,11 +220,11 @@ def delete(*, name: str, owner: str | None = None) -> None:
             raise Conflict(f"CNN {name!r} has whole-step measurements (calibration) and is kept", cnn=name) from exc
 
 
-def _builtin(name: str) -> dict[str, Any]:
+def _builtin(name: str) -> CnnListed:
     known = cnn_registry.get(name)
     if known is None:
         raise NotFound(f"unknown CNN {name!r}; see GET /v1/cnns", cnn=name)
-    return {"name": name, "source": "torchvision", "parameters": known.parameters}
+    return CnnListed(name=name, source="torchvision", parameters=known.parameters)
 
 
 # One child at a time: each loads torch (0.8 GB peak RSS for resnet18) for a few seconds.
@@ -219,21 +246,31 @@ def _builtin_view(name: str, image_size: int, num_classes: int) -> dict[str, Any
     return out
 
 
-def _custom(name: str, owner: str | None = None) -> dict[str, Any]:
+def _custom(name: str, owner: str | None = None) -> CustomCnn:
     with transaction() as cur:
         cur.execute(SELECT_CUSTOM, {"name": name, "owner": owner})
         row = cur.fetchone()
     if row is None or row["source"] == "torchvision":
         raise NotFound(f"unknown CNN {name!r}; see GET /v1/cnns", cnn=name)
-    return dict(row)
+    return cast(CustomCnn, row)
 
 
-def _fixed_size(row: dict[str, Any]) -> dict[str, Any]:
-    definition = row["definition"] if isinstance(row["definition"], dict) else json.loads(row["definition"])
-    if row["source"] == "json":
-        return {"image_size": definition["image_size"]}
+def _listed(row: Any) -> CnnListed:
+    """A registered CNN's listing from its row (name, source, definition, parameters)."""
+    out = CnnListed(name=row["name"], source=row["source"], parameters=row["parameters"])
+    size = _fixed_size(row["definition"], row["source"])
+    if size is not None:
+        out["image_size"] = size
+    return out
+
+
+def _fixed_size(definition: Any, source: str) -> int | None:
+    """The one input size a registered CNN takes, if its definition fixes it."""
+    definition = definition if isinstance(definition, dict) else json.loads(definition)
+    if source == "json":
+        return int(definition["image_size"])
     h, w = definition.get("input_size", [None, None])
-    return {"image_size": h} if h is not None and h == w else {}
+    return int(h) if h is not None and h == w else None
 
 
 def ensure_row(cur: Cursor, *, name: str) -> None:

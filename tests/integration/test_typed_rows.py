@@ -1,5 +1,6 @@
 """Typed rows: each owning module's TypedDict names exactly the keys its statements return, read from real rows."""
 
+import json
 import uuid
 from datetime import UTC, datetime
 from typing import Any, get_type_hints
@@ -136,3 +137,22 @@ def test_predictor_model_is_the_whole_row(clean_db: None) -> None:
         cur.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'predictor_models'")
         assert {r["column_name"] for r in cur.fetchall()} == keys_of(predictor.PredictorModel)
     assert predictor.latest(machine_type="local") is None and predictor.latest_of(machine_types=["local"]) == {}
+
+
+def test_cnn_shapes_have_their_declared_keys(clean_db: None) -> None:
+    """CnnListed for built-in and registered CNNs (image_size only where fixed); CustomCnn is a registered row."""
+    from shared.cnn import registry
+
+    name = f"typed-{uuid.uuid4().hex[:8]}"
+    layer = {"in_channels": 3, "out_channels": 16, "input_size": 32, "kernel": 3, "padding": 1}
+    created = registry.create(name=name, data=json.dumps({"image_size": 32, "layers": [layer]}).encode())
+    assert set(created) == keys_of(registry.CnnListed) and created["image_size"] == 32
+    listed = {c["name"]: c for c in registry.list_all()}
+    assert set(listed["resnet18"]) == keys_of(registry.CnnListed) - {"image_size"}
+    assert listed[name] == created
+    try:
+        with transaction() as cur:
+            cur.execute(registry.SELECT_CUSTOM, {"name": name, "owner": None})
+            assert set(cur.fetchone() or {}) == keys_of(registry.CustomCnn)
+    finally:
+        registry.delete(name=name)
