@@ -86,7 +86,7 @@ Source = Literal["benchmarked", "reference"]
 class Prediction(BaseModel):
     """One point: a CNN on a machine type at a batch size; times, cost and energy with their P10–P90.
 
-    Times, costs, energies and conv_ms are given to 6 significant digits (worker/assemble.py `significant`).
+    Times, costs, energies and conv_ms are given to 6 significant digits (worker/points.py `significant`).
     """
 
     model_config = _Stored

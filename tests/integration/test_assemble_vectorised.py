@@ -11,7 +11,7 @@ from shared.cnn import registry as cnns
 from shared.jobs.request import JobRequest
 from shared.measurements import layers, ops
 from tests.support.jobflow import drain_agent_queue, submit
-from worker import assemble, features, models, planning, predictor
+from worker import features, models, planning, points, predictor
 
 CNNS = ("resnet18", "squeezenet1_1")
 
@@ -113,8 +113,8 @@ def test_vectorised_assembly_equals_each_point_alone(clean_db: None) -> None:
             low, mid, high = predictor.predict_ms(model, own, own[features.NAMES.index("conv_ms")])
             point = by_point[(cnn, bs)]
             times = (point["iteration_seconds_p10"], point["iteration_seconds"], point["iteration_seconds_p90"])
-            assert times == tuple(assemble.significant(np.array([low, mid, high]) / 1000).tolist())
-            assert point["conv_ms"] == assemble.significant(own[features.NAMES.index("conv_ms") :][:1])[0]
+            assert times == tuple(points.significant(np.array([low, mid, high]) / 1000).tolist())
+            assert point["conv_ms"] == points.significant(own[features.NAMES.index("conv_ms") :][:1])[0]
             alone.append((low, mid, high))
         tables.append(x)
     # One call for every CNN and batch size gives each point's own numbers.

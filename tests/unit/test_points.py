@@ -1,4 +1,4 @@
-"""Assembly's arithmetic: times, cost and energy of a point, and the best batch sizes among several."""
+"""A result's points (worker/points.py): times, cost and energy of a point, the best batch sizes among several."""
 
 import math
 from typing import Any
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from shared.jobs.request import JobRequest
-from worker import assemble
+from worker import points as made
 
 
 def approx6(expected: float) -> Any:
-    """Equal within the rounding to 6 significant digits (assemble.SIGNIFICANT_DIGITS)."""
+    """Equal within the rounding to 6 significant digits (worker/points.py SIGNIFICANT_DIGITS)."""
     return pytest.approx(expected, rel=1e-5)
 
 
@@ -29,7 +29,7 @@ def test_times_cost_and_energy_use_ceil_iterations_price_and_board_power() -> No
     """Epochs take ceil(dataset/batch) iterations; cost is price × time; energy board power × GPUs × time."""
     request = JobRequest(cnns=["resnet18"], machines=["g5.xlarge"], batch_sizes=[8], epochs=3, dataset_size=100)
     p = {"batch_size": 8}
-    assemble.fill(p, (40.0, 50.0, 70.0), G5, request)
+    made.fill(p, (40.0, 50.0, 70.0), G5, request)
     iterations = math.ceil(100 / 8) * 3  # 13 per epoch, not 12.5
     assert p["iteration_seconds"] == approx6(0.05) and p["iteration_seconds_p10"] == approx6(0.04)
     assert p["total_seconds"] == approx6(0.05 * iterations) and iterations == 39
@@ -44,8 +44,8 @@ def test_a_machine_with_several_gpus_shares_its_cost_and_one_without_has_no_ener
     """Four GPUs: the cost per GPU is a quarter, energy counts all four boards; a CPU has no energy figure."""
     request = JobRequest(cnns=["resnet18"], machines=["local"], batch_sizes=[10], epochs=1, dataset_size=100)
     many, cpu = {"batch_size": 10}, {"batch_size": 10}
-    assemble.fill(many, (100.0, 100.0, 100.0), FOUR_GPUS, request)
-    assemble.fill(cpu, (100.0, 100.0, 100.0), LOCAL, request)
+    made.fill(many, (100.0, 100.0, 100.0), FOUR_GPUS, request)
+    made.fill(cpu, (100.0, 100.0, 100.0), LOCAL, request)
     assert many["cost_per_gpu_usd"] == approx6(many["cost_usd"] / 4)
     assert many["energy_kwh"] == approx6(4 * 300 * 1.0 / 3.6e6)
     assert cpu["energy_kwh"] is None and cpu["cost_usd"] == 0.0 and "cost_per_gpu_usd" not in cpu
@@ -61,7 +61,7 @@ def test_best_batch_sizes_among_several_points() -> None:
         point(128, None, None, fits=None),  # no model: no time
         point(4, 400.0, 0.20, fits=None),  # fit unknown: may be best
     ]
-    best = assemble.best_of("resnet18", "g5.xlarge", points, 48)
+    best = made.best_of("resnet18", "g5.xlarge", points, 48)
     assert best["cnn"] == "resnet18" and best["machine"] == "g5.xlarge" and best["max_batch_size"] == 48
     assert best["min_time"] == {"batch_size": 32, "total_seconds": 150.0, "cost_usd": 0.28, "source": "x"}
     assert best["min_cost"]["batch_size"] == 4
@@ -70,17 +70,17 @@ def test_best_batch_sizes_among_several_points() -> None:
 def test_ties_go_to_the_smaller_batch_for_time_and_the_faster_one_for_cost() -> None:
     """Equal times: the smaller batch size; equal costs (a free machine): the faster, then the smaller."""
     points = [point(32, 100.0, 0.0), point(16, 100.0, 0.0), point(8, 120.0, 0.0), point(4, 100.0, 0.0)]
-    best = assemble.best_of("resnet18", "local", points, None)
+    best = made.best_of("resnet18", "local", points, None)
     assert best["min_time"]["batch_size"] == 4 and best["min_cost"]["batch_size"] == 4
     points = [point(8, 90.0, 0.5), point(16, 80.0, 0.5), point(32, 80.0, 0.5)]
-    best = assemble.best_of("resnet18", "g5.xlarge", points, None)
+    best = made.best_of("resnet18", "g5.xlarge", points, None)
     assert best["min_time"]["batch_size"] == 16 and best["min_cost"]["batch_size"] == 16
 
 
 def test_no_usable_point_has_no_best() -> None:
     """Only points that do not fit or have no time: no best, not a wrong one."""
     points = [point(8, 10.0, 0.1, fits=False), point(16, None, None)]
-    best = assemble.best_of("resnet18", "g5.xlarge", points, 4)
+    best = made.best_of("resnet18", "g5.xlarge", points, 4)
     assert best["min_time"] is None and best["min_cost"] is None
 
 
@@ -89,9 +89,9 @@ def test_significant_digits_print_short_and_stay_close() -> None:
     whose powers of ten a double cannot hold exactly are left as they are."""
     rng = np.random.default_rng(7)
     x = rng.lognormal(0, 8, 20_000) * rng.choice([-1, 1], 20_000)
-    rounded = assemble.significant(x)
+    rounded = made.significant(x)
     assert np.all(np.abs(rounded / x - 1) <= 5e-6)
     assert all(len(repr(v).lstrip("-").split("e")[0].replace(".", "").strip("0")) <= 6 for v in rounded.tolist())
     edge = np.array([0.0, np.nan, 5e-324, 1.7e300])
-    np.testing.assert_array_equal(assemble.significant(edge), edge)
-    assert assemble.significant(np.array([0.12345678901234567, 923412.3456])).tolist() == [0.123457, 923412.0]
+    np.testing.assert_array_equal(made.significant(edge), edge)
+    assert made.significant(np.array([0.12345678901234567, 923412.3456])).tolist() == [0.123457, 923412.0]

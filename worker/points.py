@@ -1,0 +1,132 @@
+"""A result's points: a blank point, its times, cost and energy from an iteration time, and the best choices.
+
+Times, costs, energies and conv_ms are given to SIGNIFICANT_DIGITS significant digits.
+"""
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from shared.jobs.request import JobRequest
+from shared.machine_types import MachineTypeInfo
+
+TIMES = ("iteration_seconds", "epoch_seconds", "total_seconds", "cost_usd", "energy_kwh")
+# Times, costs, energies and conv_ms are given to 6 significant digits: predictions err by several per cent, and
+# the 17 digits of a double made a large result ~20% longer to send and to read.
+SIGNIFICANT_DIGITS = 6
+# (batch size, fits in memory, conv_ms) → a point without times.
+Maker = Callable[[int, bool | None, float | None], dict[str, Any]]
+_SUFFIXES = ("_p10", "", "_p90")
+_NO_TIMES = {f"{name}{suffix}": None for name in TIMES for suffix in ("", "_p10", "_p90")}
+
+
+def blank(
+    cnn: str,
+    machine_type: str,
+    bs: int,
+    info: MachineTypeInfo,
+    *,
+    source: str,
+    fits: bool | None,
+    conv_ms: float | None,
+) -> dict[str, Any]:
+    """One point without times (a result's benchmarked points are made one at a time)."""
+    return blanks(cnn, machine_type, info, source)(bs, fits, conv_ms)
+
+
+def blanks(cnn: str, machine_type: str, info: MachineTypeInfo, source: str) -> Maker:
+    """A maker of a (CNN, machine type)'s points without times: (batch size, fits, conv_ms) → point."""
+    template: dict[str, Any] = {
+        "cnn": cnn,
+        "machine": machine_type,
+        "batch_size": None,
+        "source": source,
+        "fits_in_memory": None,
+        "conv_ms": None,
+        "gpus_used": 1 if info.get("gpu_count") else 0,
+        "layer_environments": None,
+        "measured_on": None,
+        "cost_per_gpu_usd": None,
+        **_NO_TIMES,
+    }
+
+    def make(bs: int, fits: bool | None, conv_ms: float | None) -> dict[str, Any]:
+        point = template.copy()
+        point["batch_size"], point["fits_in_memory"], point["conv_ms"] = bs, fits, conv_ms
+        point["layer_environments"], point["measured_on"] = [], []  # each point its own lists
+        return point
+
+    return make
+
+
+def fill(point: dict[str, Any], ms: tuple[float, float, float], info: MachineTypeInfo, request: JobRequest) -> None:
+    """Times, cost and energy of a point from its (P10, median, P90) iteration time in ms."""
+    fill_many([point], np.array([ms], dtype=float), info, request)
+
+
+def significant(x: np.ndarray, digits: int = SIGNIFICANT_DIGITS) -> np.ndarray:
+    """x rounded to `digits` significant digits, each the double nearest its decimal (so JSON prints it short)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        magnitude = np.floor(np.log10(np.abs(x)))
+    shift = digits - 1 - np.where(np.isfinite(magnitude), magnitude, 0.0)
+    exact = np.abs(shift) <= 22  # powers of ten a double holds exactly; anything further out is left as it is
+    power = 10.0 ** np.where(exact, np.abs(shift), 0.0)
+    rounded = np.where(shift >= 0, np.round(x * power) / power, np.round(x / power) * power)
+    return np.where(exact, rounded, x)
+
+
+def fill_many(points: list[dict[str, Any]], ms: np.ndarray, info: MachineTypeInfo, request: JobRequest) -> None:
+    """Times, cost and energy of points from their (P10, median, P90) iteration times in ms, (points × 3)."""
+    if not points:
+        return
+    iterations = np.array(
+        [math.ceil(request.dataset_size / p["batch_size"]) * request.epochs for p in points], dtype=np.float64
+    )
+    gpus = info.get("gpu_count") or 0
+    power_kw = (info.get("gpu_tdp_watts") or 0) * gpus / 1000
+    price = info["price_usd_per_hour"]
+    for j, suffix in enumerate(_SUFFIXES):
+        value = ms[:, j]
+        total = value / 1000 * iterations
+        cost = price * total / 3600
+        columns = {
+            f"iteration_seconds{suffix}": significant(value / 1000).tolist(),
+            f"epoch_seconds{suffix}": significant(total / request.epochs).tolist(),
+            f"total_seconds{suffix}": significant(total).tolist(),
+            f"cost_usd{suffix}": significant(cost).tolist(),
+            f"energy_kwh{suffix}": significant(power_kw * total / 3600).tolist() if power_kw else [None] * len(points),
+        }
+        for key, values in columns.items():
+            for point, v in zip(points, values, strict=True):
+                point[key] = v
+        if gpus and not suffix:
+            for point, c in zip(points, significant(cost / gpus).tolist(), strict=True):
+                point["cost_per_gpu_usd"] = c
+
+
+def best_of(cnn: str, machine_type: str, points: list[dict[str, Any]], max_batch_size: int | None) -> dict[str, Any]:
+    """The fastest and the cheapest batch size of one CNN on one machine type (None when no point is usable)."""
+    # A point that does not fit is never best; one whose fit is unknown may be.
+    usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
+
+    def pick(key: Any) -> dict[str, Any] | None:
+        if not usable:
+            return None
+        p = min(usable, key=key)
+        return {
+            "batch_size": p["batch_size"],
+            "total_seconds": p["total_seconds"],
+            "cost_usd": p["cost_usd"],
+            "source": p["source"],
+        }
+
+    return {
+        "cnn": cnn,
+        "machine": machine_type,
+        "max_batch_size": max_batch_size,
+        "min_time": pick(lambda p: (p["total_seconds"], p["batch_size"])),
+        # Ties in cost (a free machine) go to the faster batch size.
+        "min_cost": pick(lambda p: (p["cost_usd"], p["total_seconds"], p["batch_size"])),
+    }
