@@ -6,7 +6,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Below this, gzip's header costs about what it saves.
 MINIMUM_SIZE = 1024
-# Above this (a 63,488-point result's JSON is about 50 MB) gzip costs about a second of CPU per response even
+# Above this (a 63,488-point result's JSON is about 43 MB) gzip costs about a second of CPU per response even
 # at level 1, more than sending the body takes on a LAN: such a body goes as it is; a client pages predictions.
 MAXIMUM_SIZE = 8 * 1024 * 1024
 # Level 1 packs a result's JSON about 3.3× (level 6: 4×) at a quarter of level 6's CPU (63,488 synthetic points).

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +46,13 @@ SMALL = {"cnns": ["resnet18"], "machines": ["g5.xlarge"], "batch_sizes": [16, 32
 EXTRA_CNNS = ("resnet152", "densenet161")  # with calibration/run.py's full set: 31 CNNs
 GPU_TYPES = 8
 TERMINAL = ("succeeded", "failed", "canceled")
+
+
+def parse(content: bytes) -> dict[str, Any]:
+    """An answer parsed as the CLI parses it (cli/client.py)."""
+    from cli.client import parse as cli_parse
+
+    return cli_parse(content)
 
 
 def noop_app() -> Any:
@@ -183,7 +189,7 @@ def run_job(client: httpx.Client, body: dict[str, Any], poll_s: float, timeout: 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = client.get(f"/v1/jobs/{job_id}", params={"wait": WAIT["s"]} if WAIT["s"] else None)
-        job = orjson.loads(got.content)  # as the CLI parses an answer (cli/client.py)
+        job = parse(got.content)  # as the CLI parses an answer
         if job["status"] in TERMINAL:
             elapsed = time.perf_counter() - started
             assert job["status"] == "succeeded", job.get("error")

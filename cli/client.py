@@ -7,6 +7,8 @@ from typing import Any
 import httpx
 import orjson
 
+from shared.core import collector
+
 # Written by `make up` (scripts/up.sh); used when TRAINCAST_API_KEY is not set.
 LOCAL_KEY_FILE = Path(".run/admin.key")
 
@@ -66,5 +68,11 @@ class Api:
             elif response.status_code == 403:
                 message += f" (sent {self.key_label}; use a key with a wider scope in TRAINCAST_API_KEY)"
             raise CliError(message)
-        data: dict[str, Any] = orjson.loads(response.content)  # a large result parses ~3x faster than json's
-        return data
+        return parse(response.content)
+
+
+def parse(content: bytes) -> dict[str, Any]:
+    """An answer's JSON: orjson (a large result parses ~3x faster than with json) with the cyclic collector paused."""
+    with collector.paused():
+        data: dict[str, Any] = orjson.loads(content)
+    return data

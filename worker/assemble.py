@@ -53,8 +53,9 @@ def result(
     # Only a model fitted for this training configuration's work answers it (shared/training.py).
     models = predictor.latest_of(machine_types=everyone, cost_key=training.cost_key())
     other_keys = predictor.keys_of(machine_types=everyone)
-    # By CNN (no machine type in a peak): (GiB shown, bytes) by (batch size, on a GPU).
-    peaks: dict[str, dict[tuple[int, bool], tuple[float | None, float | None]]] = {cnn: {} for cnn in request.cnns}
+    # By CNN: its workload's digest, and its peaks and largest batch sizes (kept by this process for later jobs).
+    digests = {cnn: step_cache.digest(variants[cnn][1]) for cnn in request.cnns}
+    memos = {cnn: memory.memo(digests[cnn], request) for cnn in request.cnns}
     op_members: dict[str, list[tuple[int, dict[str, Any], int]]] | None = None
     predictions: list[dict[str, Any]] = []
     best: list[dict[str, Any]] = []
@@ -76,13 +77,16 @@ def result(
             )
         for cnn in request.cnns:  # request order: the plan is jsonb, whose keys PostgreSQL reorders
             members, work = variants[cnn]
-            points = by_cnn[cnn] if measured else _reference(cnn, machine_type, members, work, info, request, sizes)
+            if measured:
+                points = by_cnn[cnn]
+            else:
+                points = _reference(cnn, machine_type, (members, work, digests[cnn]), info, request, sizes)
             oom = [p["batch_size"] for p in points if p["fits_in_memory"] is False]  # measured: before the model
-            memory.annotate(points, work, info, request, peaks=peaks[cnn])
+            memo = memos[cnn]
+            memory.annotate(points, work, info, request, peaks=memo.peaks)
             predictions.extend(points)
-            best.append(
-                best_of(cnn, machine_type, points, memory.max_batch_size(work, info, request, measured_oom=oom))
-            )
+            largest = memory.max_batch_size(work, info, request, measured_oom=oom, largest=memo.largest)
+            best.append(best_of(cnn, machine_type, points, largest))
     out = {
         "training": training.model_dump(),
         "predictions": predictions,
@@ -157,18 +161,20 @@ def _own(rows: list[Row], sigs: set[int], column: str) -> dict[tuple[int, int], 
 def _reference(
     cnn: str,
     machine_type: str,
-    members: Members,
-    work: dict[str, Any],
+    its: tuple[Members, dict[str, Any], bytes],
     info: MachineTypeInfo,
     request: JobRequest,
     sizes: list[int],
 ) -> list[dict[str, Any]]:
+    """A CNN's reference points on a GPU machine type; its: (members, workload, the workload's digest)."""
+    members, work, digest = its
     model = reference_store.attached(reference.load())
     gpu = reference.GpuSpecs.from_row(info)
     # Types with the same GPU figures, and later jobs, read the same answer (worker/step_cache.py).
     steps = step_cache.steps(
-        model, members=members, workload=work, batch_sizes=sizes, gpu=gpu, training=request.training()
-    )
+        model, members=members, workload=work, batch_sizes=sizes, gpu=gpu, training=request.training(),
+        workload_digest=digest,
+    )  # fmt: skip
     low = math.exp(model.accuracy["whole_step_log_ratio_p10"])
     high = math.exp(model.accuracy["whole_step_log_ratio_p90"])
     conv = significant(steps.conv_ms[:, 0] + steps.conv_ms[:, 1] + steps.conv_ms[:, 2])

@@ -1,16 +1,14 @@
 """Turn a job into layer benchmark work, track its progress, and finish it when all is in."""
 
-import contextlib
-import gc
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
 from shared import jobs, machine_types
 from shared.cnn import registry as cnns
-from shared.core import logs, tasks
+from shared.core import collector, logs, tasks
 from shared.core.errors import TraincastError
 from shared.core.settings import get_settings
 from shared.core.transient import is_transient
@@ -160,7 +158,7 @@ def finish_if_complete(
     """
     # The result is built, checked, stored and committed with the cyclic collector paused, and freed after the
     # commit (a large one's ~10^6 objects take a while to free, which the job's readers need not wait for).
-    with no_cyclic_gc():
+    with collector.paused():
         return _finish_if_complete(job_id, counted)
 
 
@@ -202,23 +200,6 @@ def _finish_if_complete(job_id: uuid.UUID, counted: tuple[coverage.Missing, cove
     if status == JobStatus.FAILED and finished is not None:
         withdrawal.withdraw_jobs([finished])
     return True
-
-
-@contextlib.contextmanager
-def no_cyclic_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector for the block.
-
-    A large result is millions of new dicts and lists, none in a cycle. With the collector on, building, checking
-    and storing 63,488 points triggers full-heap passes over them (~0.5 s); objects freed before the block ends
-    also take back their count, so none of them is ever scanned.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def resend_missing(job_id: uuid.UUID) -> int:

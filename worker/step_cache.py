@@ -32,15 +32,19 @@ def steps(
     batch_sizes: Sequence[int],
     gpu: GpuSpecs,
     training: TrainConfig,
+    workload_digest: bytes | None = None,
 ) -> StepArrays:
-    """model.step_arrays for a CNN's members (signature id, spec, count), from the cache when it holds them."""
+    """model.step_arrays for a CNN's members (signature id, spec, count), from the cache when it holds them.
+
+    workload_digest: digest(workload), when the caller has it already.
+    """
     key = (
         model.version,
         gpu,
         training,
         tuple(batch_sizes),
         tuple((sig, count) for sig, _spec, count in members),
-        hashlib.sha256(orjson.dumps(workload, option=orjson.OPT_SORT_KEYS)).digest(),
+        workload_digest or digest(workload),
     )
     with _lock:
         found = _cache.get(key)
@@ -59,6 +63,11 @@ def steps(
         while len(_cache) > ENTRIES:
             _cache.popitem(last=False)
     return computed
+
+
+def digest(workload: Mapping[str, Any]) -> bytes:
+    """A CNN's workload in 32 bytes: equal workloads, equal digests, whatever their keys' order."""
+    return hashlib.sha256(orjson.dumps(workload, option=orjson.OPT_SORT_KEYS)).digest()
 
 
 def clear() -> None:

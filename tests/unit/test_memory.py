@@ -8,6 +8,7 @@ from shared.cnn import memory
 from shared.cnn import zoo as cnn_zoo
 from shared.jobs.request import JobRequest
 from worker import memory as point_memory
+from worker import step_cache
 
 T4 = 16 * memory.GIB
 
@@ -99,3 +100,30 @@ def test_a_measured_out_of_memory_wins_over_the_model(resnet50: dict[str, Any]) 
     assert modelled is not None and modelled > 16
     assert point_memory.max_batch_size(resnet50, t4, request, measured_oom=[16]) == 15
     assert point_memory.max_batch_size(resnet50, t4, request, measured_oom=[1]) == 0
+
+
+def test_a_cnns_memo_is_kept_per_workload_and_training(resnet50: dict[str, Any]) -> None:
+    """The same workload (by digest) and training share a memo; another training or workload gets its own; answers
+    read from a memo equal those computed without one, even with a measured out-of-memory lowering the cap."""
+    t4 = {"gpu": "T4", "gpu_count": 1, "gpu_memory_gib": 16, "provider": "aws"}
+    sgd = JobRequest(cnns=["resnet50"], machines=["x"], batch_sizes=[8, 64])
+    adamw = JobRequest(cnns=["resnet50"], machines=["x"], batch_sizes=[8, 64], optimizer="adamw")
+    digest = step_cache.digest(resnet50)
+    memo = point_memory.memo(digest, sgd)
+    assert point_memory.memo(digest, sgd) is memo
+    assert point_memory.memo(digest, adamw) is not memo
+    assert point_memory.memo(step_cache.digest({**resnet50, "parameters": 1}), sgd) is not memo
+    for request in (sgd, adamw):
+        kept = point_memory.memo(digest, request)
+        for _ in range(2):  # the second pass reads the memo
+            fresh = [{"batch_size": b, "fits_in_memory": None} for b in (8, 64, 512)]
+            memoised = [dict(p) for p in fresh]
+            point_memory.annotate(fresh, resnet50, t4, request)
+            point_memory.annotate(memoised, resnet50, t4, request, peaks=kept.peaks)
+            assert memoised == fresh
+            for oom in ([], [40]):
+                alone = point_memory.max_batch_size(resnet50, t4, request, measured_oom=oom)
+                assert (
+                    point_memory.max_batch_size(resnet50, t4, request, measured_oom=oom, largest=kept.largest) == alone
+                )
+    assert point_memory.max_batch_size(resnet50, t4, sgd, measured_oom=[40], largest=memo.largest) == 39
