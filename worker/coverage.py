@@ -36,11 +36,10 @@ class AllPairs(Set[tuple[int, int]]):
     """
 
     def __init__(self, ids: Iterable[int], sizes: Iterable[int], at_zero: Iterable[int] = ()) -> None:
-        self.ids, self.sizes, self.at_zero = sorted(set(ids)), sorted(set(sizes)), sorted(set(at_zero))
-        self._ids, self._sizes, self._at_zero = set(self.ids), set(self.sizes), set(self.at_zero)
+        self._ids, self._sizes, self._at_zero = frozenset(ids), frozenset(sizes), frozenset(at_zero)
 
     def __len__(self) -> int:
-        return len(self.ids) * len(self.sizes) + len(self.at_zero)
+        return len(self._ids) * len(self._sizes) + len(self._at_zero)
 
     def __contains__(self, pair: object) -> bool:
         if not isinstance(pair, tuple) or len(pair) != 2:
@@ -49,8 +48,8 @@ class AllPairs(Set[tuple[int, int]]):
         return (sig in self._ids and bs in self._sizes) or (bs == 0 and sig in self._at_zero)
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        yield from product(self.ids, self.sizes)
-        yield from ((s, 0) for s in self.at_zero)
+        yield from product(sorted(self._ids), sorted(self._sizes))
+        yield from ((s, 0) for s in sorted(self._at_zero))
 
     @classmethod
     def _from_iterable(cls, it: Iterable[_T]) -> Set[_T]:
