@@ -80,7 +80,7 @@ def result(
             if measured:
                 points = by_cnn[cnn]
             else:
-                points = _reference(cnn, machine_type, (members, work, digests[cnn]), info, request, sizes)
+                points = _reference(cnn, machine_type, members, work, info, request, sizes, digest=digests[cnn])
             oom = [p["batch_size"] for p in points if p["fits_in_memory"] is False]  # measured: before the model
             memo = memos[cnn]
             memory.annotate(points, work, info, request, peaks=memo.peaks)
@@ -161,13 +161,15 @@ def _own(rows: list[Row], sigs: set[int], column: str) -> dict[tuple[int, int], 
 def _reference(
     cnn: str,
     machine_type: str,
-    its: tuple[Members, dict[str, Any], bytes],
+    members: Members,
+    work: dict[str, Any],
     info: MachineTypeInfo,
     request: JobRequest,
     sizes: list[int],
+    *,
+    digest: bytes,
 ) -> list[dict[str, Any]]:
-    """A CNN's reference points on a GPU machine type; its: (members, workload, the workload's digest)."""
-    members, work, digest = its
+    """A CNN's reference points on a GPU machine type; digest: its workload's (step_cache.digest)."""
     model = reference_store.attached(reference.load())
     gpu = reference.GpuSpecs.from_row(info)
     # Types with the same GPU figures, and later jobs, read the same answer (worker/step_cache.py).

@@ -7,9 +7,8 @@ whatever the model says.
 """
 
 import os
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -33,22 +32,14 @@ class Memo:
     largest: dict[tuple[float, int, bool], int | None] = field(default_factory=dict)  # (capacity, cap, on a GPU)
 
 
-_memos: OrderedDict[tuple[Any, ...], Memo] = OrderedDict()
-_lock = threading.Lock()
-
-
 def memo(workload_digest: bytes, request: JobRequest) -> Memo:
     """This process's memo for a CNN (by its workload's digest, worker/step_cache.py) under the request's training."""
-    key = (workload_digest, *training(request).values())
-    with _lock:
-        found = _memos.get(key)
-        if found is None:
-            found = _memos[key] = Memo()
-            while len(_memos) > MEMOS:
-                _memos.popitem(last=False)
-        else:
-            _memos.move_to_end(key)
-        return found
+    return _memo(workload_digest, *training(request).values())
+
+
+@lru_cache(maxsize=MEMOS)
+def _memo(workload_digest: bytes, *how: Any) -> Memo:
+    return Memo()
 
 
 def training(request: JobRequest) -> dict[str, Any]:
