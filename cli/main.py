@@ -1,7 +1,6 @@
 """`traincast`: submit and follow prediction jobs (over HTTP), calibrate and train (admin, direct)."""
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -10,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from cli import catalog, fleet, keys, machines, render
-from cli.client import Api, CliError
+from cli.client import Api, CliError, dumps
 from shared.core.errors import InvalidRequest
 from shared.jobs.models import JobStatus
 from shared.training import OPTIMIZERS, PRECISIONS, TrainConfig, config_of
@@ -97,7 +96,7 @@ def _bar(job: dict[str, Any], width: int = 30) -> str:
 
 def _print_job(job: dict[str, Any], *, as_json: bool) -> int:
     if as_json:
-        print(json.dumps(job, indent=2))
+        print(dumps(job))
     elif job["status"] == JobStatus.SUCCEEDED:
         print(render.result(job))
     else:
@@ -110,7 +109,7 @@ def cmd_status(api: Api, args: argparse.Namespace) -> int:
     job = api.call("GET", f"/v1/jobs/{args.id}")
     if JobStatus(job["status"]).terminal:
         return _print_job(job, as_json=args.json)
-    print(json.dumps(job, indent=2) if args.json else _bar(job))
+    print(dumps(job) if args.json else _bar(job))
     return 0
 
 
@@ -193,7 +192,7 @@ def cmd_agents(api: Api, args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"machine": args.machine_type} if args.machine_type else {}
     found = api.call("GET", "/v1/agents", params=params)["agents"]
     if args.json:
-        print(json.dumps(found, indent=2))
+        print(dumps(found))
         return 0
     rows = [
         [
