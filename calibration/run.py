@@ -132,9 +132,10 @@ class Plan:
         ]  # fmt: skip
 
     def describe(self) -> str:
-        """E.g. '7 CNNs at 64 px batch 8,32; 112 px batch 2,4,16; sgd/fp32, adamw+wd/fp32'."""
+        """E.g. '7 CNNs at 64 px batch 8,32; 112 px batch 4,16; 160 px batch 2 (the CPU spread); sgd/fp32'."""
         grid = "; ".join(f"{size} px batch {','.join(map(str, sizes))}" for size, sizes in self.grid())
-        return f"{len(self.cnns)} CNNs at {grid}; {', '.join(c.cost_key() for c in self.every_config())}"
+        spread = {CPU_SETTINGS: " (the CPU spread)", GPU_SETTINGS: " (the GPU spread)"}.get(self.grid(), "")
+        return f"{len(self.cnns)} CNNs at {grid}{spread}; {', '.join(c.cost_key() for c in self.every_config())}"
 
     def params(self, sig_ids: list[int] | None = None) -> dict[str, Any]:
         """Query parameters naming this plan's rows (of one unit: its image size and configuration)."""
@@ -153,12 +154,15 @@ class Plan:
 
 
 def default_image_size(machine_type: str) -> int:
-    """112 px for a machine type without a GPU (a CPU calibration must finish in minutes), else 224."""
+    """112 px for a machine type without a GPU in the catalog (a CPU calibration must finish in minutes), else 224."""
     return CPU_IMAGE_SIZE if machine_types.get_by_name(name=machine_type)["gpu"] is None else GPU_IMAGE_SIZE
 
 
 def default_settings(machine_type: str) -> tuple[Setting, ...]:
-    """The image sizes and batch sizes a calibration of this machine type spans by default."""
+    """The spread a calibration spans by default: the GPU one where the catalog gives the type a GPU, else the CPU one.
+
+    `local` has a GPU once an agent of it on a CUDA host registered (shared/local_machine.py).
+    """
     return CPU_SETTINGS if machine_types.get_by_name(name=machine_type)["gpu"] is None else GPU_SETTINGS
 
 

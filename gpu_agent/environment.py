@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import platform
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -11,11 +12,13 @@ import torch
 import torchvision
 
 from gpu_agent import __version__
+from shared import local_machine
 from shared.core.settings import get_settings
+from shared.local_machine import LocalDevice
 from shared.measurements import environments
 
 # Part of the environment: rows timed by another method are not comparable and must not mix.
-TIMING_METHOD = "interleaved-rounds/1"
+TIMING_METHOD = "interleaved-rounds/2"
 
 
 @cache
@@ -62,6 +65,36 @@ def describe(dev: torch.device) -> dict[str, Any]:
             driver=_nvidia_driver(),
         )
     return details
+
+
+@dataclass(frozen=True)
+class CudaDevice:
+    """What CUDA reports of a device (torch.cuda.get_device_properties), as `local`'s description needs it."""
+
+    name: str
+    total_memory: int  # bytes
+    multi_processor_count: int
+    major: int
+    minor: int
+
+
+def cuda_properties(dev: torch.device) -> CudaDevice | None:
+    """What CUDA reports of the device this agent measures on; None for a CPU."""
+    if dev.type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(dev)
+    return CudaDevice(props.name, props.total_memory, props.multi_processor_count, props.major, props.minor)
+
+
+def local_device(dev: torch.device) -> LocalDevice:
+    """`local` as this agent's device: its GPU by name (data/gpus.csv's figures) and CUDA's report, or its CPU."""
+    props = cuda_properties(dev)
+    if props is None:
+        return local_machine.cpu(model=_cpu_model())
+    return local_machine.gpu(
+        device=str(dev), cuda_name=props.name, memory_bytes=props.total_memory,
+        sm_count=props.multi_processor_count, compute_capability=f"{props.major}.{props.minor}",
+    )  # fmt: skip
 
 
 @cache

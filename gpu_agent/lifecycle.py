@@ -1,5 +1,8 @@
 """The agent's life: registration and heartbeats in PostgreSQL, its current work, and stop requests.
 
+An agent of `local` registers with a description of its device (its GPU, or its CPU), which makes `local` in the
+catalog that GPU or a CPU (shared/local_machine.py, migrations/0026_local_device.sql).
+
 A stop request (SIGTERM or SIGINT, relayed by Celery's worker_shutting_down signal) only sets a
 flag; measurement code looks at it between windows, so the window in progress is finished and
 stored before the task hands its remaining work back to the queue.
@@ -16,8 +19,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import torch
+
+from gpu_agent import environment
 from shared import agents
 from shared.core.settings import get_settings
+from shared.local_machine import LocalDevice
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +40,7 @@ class Identity:
     device: str
     environment_id: int
     started_at: datetime
+    description: LocalDevice | None = None  # `local` as its agent describes it; None for other machine types
 
 
 _stop = threading.Event()
@@ -84,11 +92,15 @@ def start(*, machine_type: str, device: str, environment_id: int, interval_s: fl
         device=device,
         environment_id=environment_id,
         started_at=datetime.now(UTC),
+        description=_describe(device) if machine_type == "local" else None,
     )
     _halt.clear()
     _beat()
     threading.Thread(target=_beat_forever, args=(interval_s,), name="agent-heartbeat", daemon=True).start()
     log.info("agent %s registered for %s on %s", _me.id, machine_type, device)
+    if _me.description is not None:
+        described = _me.description.gpu or "a CPU"
+        log.info("local described as %s (%s)", described, _me.description.specs_source or _me.description.device)
     return _me
 
 
@@ -115,6 +127,15 @@ def record_error(message: str) -> None:
         _execute(agents.set_error, agent_id=_me.id, message=message)
 
 
+def _describe(device: str) -> LocalDevice | None:
+    # Without a description `local` keeps what the catalog says: better than an agent that cannot start.
+    try:
+        return environment.local_device(torch.device(device))
+    except Exception:
+        log.warning("could not describe %s for the catalog: local keeps its row as it is", device, exc_info=True)
+        return None
+
+
 def _beat() -> None:
     assert _me is not None
     _execute(
@@ -126,6 +147,7 @@ def _beat() -> None:
         device=_me.device,
         environment_id=_me.environment_id,
         started_at=_me.started_at,
+        device_description=_me.description,
         # The fleet controller matches instances to heartbeats by this; empty outside the fleet.
         instance_id=get_settings().agent_instance_id or None,
     )

@@ -7,6 +7,7 @@ from typing import Any, cast
 from typing_extensions import TypedDict  # pydantic reads typing's only from Python 3.12
 
 from shared.core.db import Cursor, Json, jsonable, transaction
+from shared.local_machine import LocalDevice
 from shared.measurements import environments
 
 # Alive: beat recently and did not say it stopped (every reader of "alive" uses this rule).
@@ -29,9 +30,11 @@ FROM agents a WHERE a.instance_id = ANY(%(ids)s)
 GROUP BY a.instance_id"""
 
 # The agent's own writes. An upsert, so a heartbeat re-registers an agent whose row vanished (database restored).
+# Inserting a row of `local` with a device description describes `local` in the catalog (migrations/0026).
 UPSERT_AGENT = """
-INSERT INTO agents (id, machine_type, host, pid, device, environment_id, started_at, instance_id)
-VALUES (%(id)s, %(machine_type)s, %(host)s, %(pid)s, %(device)s, %(env)s, %(started_at)s, %(instance)s)
+INSERT INTO agents (id, machine_type, host, pid, device, environment_id, started_at, instance_id, device_description)
+VALUES (%(id)s, %(machine_type)s, %(host)s, %(pid)s, %(device)s, %(env)s, %(started_at)s, %(instance)s,
+    %(description)s)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()"""
 SET_WORK = "UPDATE agents SET current_work = %s, heartbeat_at = now() WHERE id = %s"
 SET_ERROR = "UPDATE agents SET last_error = %s, last_error_at = now() WHERE id = %s"
@@ -84,12 +87,14 @@ def by_instance(cur: Cursor, *, instance_ids: list[str], alive_after_s: float) -
 
 def beat(
     *, agent_id: uuid.UUID, machine_type: str, host: str, pid: int, device: str, environment_id: int,
-    started_at: datetime, instance_id: str | None,
+    started_at: datetime, instance_id: str | None, device_description: LocalDevice | None = None,
 ) -> None:  # fmt: skip
-    """Register an agent, or note its heartbeat."""
+    """Register an agent, or note its heartbeat; an agent of `local` registering with its device describes `local`."""
     params = {"id": agent_id, "machine_type": machine_type, "host": host, "pid": pid, "device": device}
+    params |= {"env": environment_id, "started_at": started_at, "instance": instance_id}
+    described = Json(device_description.model_dump()) if device_description is not None else None
     with transaction() as cur:
-        cur.execute(UPSERT_AGENT, params | {"env": environment_id, "started_at": started_at, "instance": instance_id})
+        cur.execute(UPSERT_AGENT, params | {"description": described})
 
 
 def set_work(*, agent_id: uuid.UUID, work: dict[str, Any] | None) -> None:

@@ -54,6 +54,7 @@ class MachineTypeInfo(TypedDict):
     price_read_at: datetime | None
     spot_price_read_at: datetime | None
     registered_at: datetime | None
+    described_at: datetime | None  # when its agent last described it (only `local`: shared/local_machine.py)
 
 
 def _info(row: Any) -> MachineTypeInfo:
@@ -111,6 +112,14 @@ VALUES (%(name)s, %(provider)s, %(gpu)s, %(gpu_count)s, %(gpu_memory_gib_total)s
     %(gpu_tdp_watts)s,
     'registered by its specs (POST /v1/machines)', 'given by the user', 'given by the user', now())
 RETURNING *"""
+
+
+def reference_can_answer(info: MachineTypeInfo) -> bool:
+    """Whether the reference predictor can answer a type: a GPU whose FP32 rate and memory bandwidth are known.
+
+    A CPU cannot be; nor can a GPU an agent described that data/gpus.csv does not list, until its figures are added.
+    """
+    return info["gpu"] is not None and bool(info["gpu_fp32_tflops"]) and bool(info["gpu_mem_bandwidth_gbs"])
 
 
 def list_all() -> list[MachineTypeInfo]:
@@ -181,7 +190,7 @@ def create(*, figures: MachineCreate) -> MachineTypeInfo:
 
 def seed_catalog(cur: psycopg2.extras.RealDictCursor) -> int:
     """Add the machine types of data/cloud_gpu_machines.csv with their GPU's figures; returns rows seen."""
-    gpus = {r["gpu"]: r for r in _csv(GPUS_CSV)}
+    gpus = {r["gpu"]: r for r in gpu_rows()}
     rows = _csv(MACHINES_CSV)
     for r in rows:
         cur.execute(SEED, _seed_row(r, gpus[r["gpu"]]))
@@ -190,11 +199,11 @@ def seed_catalog(cur: psycopg2.extras.RealDictCursor) -> int:
 
 def _seed_row(csv_row: dict[str, str], gpu: dict[str, str]) -> dict[str, Any]:
     count = int(csv_row["gpu_count"])
-    figures: dict[str, Any] = {column: _value(gpu.get(key, "")) for key, column in GPU_COLUMNS.items()}
+    figures: dict[str, Any] = {column: number(gpu.get(key, "")) for key, column in GPU_COLUMNS.items()}
     figures["gpu_bf16"] = gpu["bf16"].lower() == "true" if gpu.get("bf16") else None
     figures["gpu_compute_capability"] = gpu.get("compute_capability") or None
     per_gpu = figures.pop("gpu_memory_gib")
-    total = _value(csv_row.get("gpu_memory_gib", "")) or (per_gpu * count if per_gpu else None)
+    total = number(csv_row.get("gpu_memory_gib", "")) or (per_gpu * count if per_gpu else None)
     region = csv_row.get("region") or None
     price_source = csv_row.get("price_source") or "data/cloud_gpu_machines.csv"
     return {
@@ -204,10 +213,10 @@ def _seed_row(csv_row: dict[str, str], gpu: dict[str, str]) -> dict[str, Any]:
         "gpu": csv_row["gpu"],
         "gpu_count": count,
         "gpu_memory_gib_total": total,
-        "vcpus": _value(csv_row.get("vcpus", "")),
-        "memory_gib": _value(csv_row.get("memory_gib", "")),
-        "price": _value(csv_row["on_demand_usd_per_hour"]) or 0,
-        "spot_price": _value(csv_row.get("spot_usd_per_hour", "")),
+        "vcpus": number(csv_row.get("vcpus", "")),
+        "memory_gib": number(csv_row.get("memory_gib", "")),
+        "price": number(csv_row["on_demand_usd_per_hour"]) or 0,
+        "spot_price": number(csv_row.get("spot_usd_per_hour", "")),
         "region": region,
         "source": f"data/cloud_gpu_machines.csv ({csv_row['provider']}{', ' + region if region else ''})",
         "specs_source": f"data/gpus.csv: {gpu.get('source', '')}".strip(),
@@ -217,9 +226,15 @@ def _seed_row(csv_row: dict[str, str], gpu: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _value(text: str) -> float | None:
+def number(text: str) -> float | None:
+    """A CSV cell as a number; None when empty."""
     text = (text or "").strip()
     return float(text) if text else None
+
+
+def gpu_rows() -> list[dict[str, str]]:
+    """data/gpus.csv: each GPU's figures, aliases and source."""
+    return _csv(GPUS_CSV)
 
 
 def _csv(path: Path) -> list[dict[str, str]]:

@@ -94,7 +94,8 @@ def register_agent(url: str, machine_type: str) -> None:
         cur.execute(INSERT_ENVIRONMENT, (f"logins-{uuid.uuid4()}", Json({})))
         env_id = cur.fetchone()["id"]
         row = {"id": uuid.uuid4(), "machine_type": machine_type, "host": "logins-test", "pid": 1, "device": "cpu"}
-        cur.execute(UPSERT_AGENT, row | {"env": env_id, "started_at": datetime.now(UTC), "instance": None})
+        row |= {"env": env_id, "started_at": datetime.now(UTC), "instance": None, "description": None}
+        cur.execute(UPSERT_AGENT, row)
 
 
 def test_the_logins_work_for_their_processes(owner_url: str, tmp_path: Path) -> None:

@@ -128,7 +128,7 @@ def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, servi
             "device": "cpu",
             "env": env_id,
         }
-        agent_row |= {"started_at": datetime.now(UTC), "instance": None}
+        agent_row |= {"started_at": datetime.now(UTC), "instance": None, "description": None}
         op = {"signature_id": op_id, "machine_type": machine_type, "variant": "fp32", "environment_id": env_id}
         op_phases = {"forward": timing(0.2), "backward": timing(0.3)}
         return [
