@@ -9,7 +9,6 @@ Each machine type is answered one of three ways, said in every point's `source`:
 """
 
 import contextlib
-import math
 from collections.abc import Collection
 from typing import Any
 
@@ -64,7 +63,9 @@ def result(
         info = infos[machine_type]
         fitted_on = next((p for p in peers[machine_type] if p in models), None)
         model = models.get(fitted_on) if fitted_on else None
-        measured = machine_type not in incomplete and (model is not None or info["gpu"] is None)
+        measured = machine_type not in incomplete and (
+            model is not None or not machine_types.reference_can_answer(info)
+        )
         if measured:
             model_info[machine_type] = _model_summary(model, machine_type, fitted_on, request)
             if op_members is None:
@@ -177,16 +178,18 @@ def _reference(
         model, members=members, workload=work, batch_sizes=sizes, gpu=gpu, training=request.training(),
         workload_digest=digest,
     )  # fmt: skip
-    low = math.exp(model.accuracy["whole_step_log_ratio_p10"])
-    high = math.exp(model.accuracy["whole_step_log_ratio_p90"])
-    conv = significant(steps.conv_ms[:, 0] + steps.conv_ms[:, 1] + steps.conv_ms[:, 2])
+    # Each point quotes what held-out steps of its kind showed: its precision, host- or device-bound, its GPU.
+    errors = reference.point_errors(
+        model.accuracy, precision=request.training().precision, launch_bound=steps.launch_bound, gpu=gpu.name
+    )
+    conv = significant(steps.conv_ms)
     # GPU figures far outside what the model learnt from: no number, never NaN in a result.
     finite = np.isfinite(steps.step_ms) & np.isfinite(conv)
     points, answered = [], []
-    error = model.accuracy["whole_step_mape"]
     make_point = blanks(cnn, machine_type, info, "reference")
-    for b, ok, conv_ms, bound in zip(
-        steps.batch_size.tolist(), finite.tolist(), conv.tolist(), steps.launch_bound.tolist(), strict=True
+    error_pct = significant(errors.mape).tolist()
+    for b, ok, conv_ms, bound, error in zip(
+        steps.batch_size.tolist(), finite.tolist(), conv.tolist(), steps.launch_bound.tolist(), error_pct, strict=True
     ):
         # Whether it fits is the memory model's answer (worker/memory.py), filled in by the caller.
         point = make_point(b, None, conv_ms if ok else None)
@@ -196,7 +199,8 @@ def _reference(
             answered.append(point)
         points.append(point)
     step = steps.step_ms[finite]
-    fill_many(answered, np.column_stack([step * low, step, step * high]), info, request)
+    band = np.column_stack([step * np.exp(errors.low[finite]), step, step * np.exp(errors.high[finite])])
+    fill_many(answered, band, info, request)
     return points
 
 
@@ -245,6 +249,8 @@ def _reference_summary(
         why = f"has layer benchmarks but no whole-step model yet (`{training.calibrate_command(machine_type)}`)"
     else:
         why = "has no benchmarks of its own yet"
+    own = reference.held_out_on_h100(model.accuracy, training.precision)
+    on_h100 = f"; on an H100, {own:.1f}% on CNNs it never saw ({reference.H100_SETTING})" if own is not None else ""
     return {
         "status": "reference",
         "source": "reference",
@@ -254,7 +260,9 @@ def _reference_summary(
         "whole_step_mape": mape,
         "evaluated_on": model.accuracy.get("evaluated_on"),
         "detail": (
-            f"{machine_type} ({info['gpu']}) {why}: reference prediction from public "
-            f"measurements of other GPUs, {mape:.1f}% mean error on held-out public whole training steps"
+            f"{machine_type} ({info['gpu']}) {why}: reference prediction from public measurements of other GPUs "
+            f"and our own H100 steps: {mape:.1f}% mean error on public whole training steps of GPUs it never saw"
+            f"{on_h100}; each point's reference_error_pct is its own kind's (precision, host- or device-bound). "
+            "For PyTorch's defaults: cudnn.benchmark off, NCHW"
         ),
     }

@@ -138,7 +138,7 @@ def _waits_on(request: JobRequest, infos: dict[str, MachineTypeInfo]) -> list[st
     """Machine types the job waits for benchmarks on: all if asked, else those the reference cannot answer."""
     if request.wait_for_benchmarks:
         return list(request.machines)
-    return [m for m in request.machines if m not in infos or infos[m]["gpu"] is None]
+    return [m for m in request.machines if m not in infos or not machine_types.reference_can_answer(infos[m])]
 
 
 def advance_jobs(machine_type: str) -> None:

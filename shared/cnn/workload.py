@@ -43,6 +43,14 @@ _IGNORED = {
     "new_empty", "new_zeros", "randn", "randint", "dropout", "native_dropout", "bernoulli_", "fill_",
     "zero_", "scalar_tensor", "as_strided", "unbind", "_reshape_alias",
 }  # fmt: skip
+# Of the names above, the ones that launch no kernel (views, allocation, metadata): every other call dispatches
+# one or more, which a fast GPU's host must issue one by one (worker/reference/steps.py counts them).
+_NO_KERNEL = {
+    "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "flatten", "detach", "empty",
+    "empty_like", "slice", "select", "split", "split_with_sizes", "chunk", "squeeze", "unsqueeze", "alias",
+    "lift_fresh", "new_empty", "scalar_tensor", "as_strided", "as_strided_", "unbind", "_reshape_alias",
+    "empty_strided", "_unsafe_split", "zeros",
+}  # fmt: skip
 
 
 @dataclass
@@ -65,6 +73,7 @@ class Workload:
     activation_bytes: float = 0.0  # every op output kept: an upper bound of what backward saves
     # What autograd actually keeps for backward (distinct storages, parameters excluded); None if unknown.
     saved_bytes: float | None = None
+    kernels: int = 0  # calls that launch a kernel in one forward pass (views and allocations excluded)
 
     def add(self, kind: str, flops: float, nbytes: float, out_bytes: float) -> None:
         """Account one operator call (figures for the whole batch of the extraction)."""
@@ -80,6 +89,7 @@ class Workload:
             parameters=self.parameters,
             parameter_tensors=self.parameter_tensors,
             largest_parameter=self.largest_parameter,
+            kernels=self.kernels,
         )
         for kind, t in self.ops.items():
             out.ops[kind] = OpTotals(t.count, t.flops / batch, t.bytes / batch)
@@ -97,6 +107,7 @@ class Workload:
             "largest_parameter": self.largest_parameter,
             "activation_bytes": self.activation_bytes,
             "saved_bytes": self.saved_bytes,
+            "kernels": self.kernels,
         }
 
 
@@ -112,7 +123,10 @@ def record_aten(work: Workload, func: Any, args: tuple[Any, ...], kwargs: dict[s
     import torch
     from torch.utils.flop_counter import flop_registry
 
-    kind = kind_of(func.overloadpacket.__name__)
+    name = func.overloadpacket.__name__
+    if name not in _NO_KERNEL:
+        work.kernels += 1
+    kind = kind_of(name)
     if kind is None:
         return
     tensors_in = [a for a in _flat(args) + _flat(list(kwargs.values())) if isinstance(a, torch.Tensor)]

@@ -116,8 +116,14 @@ class Prediction(BaseModel):
     energy_kwh: float | None
     energy_kwh_p10: float | None
     energy_kwh_p90: float | None
-    reference_error_pct: float | None = Field(default=None, description="reference points: held-out error")
-    launch_bound: bool | None = Field(default=None, description="reference points: kernel launches bound the step")
+    reference_error_pct: float | None = Field(
+        default=None,
+        description="reference points: the mean error held-out steps of its kind showed (its precision, host- or "
+        "device-bound, and whether its GPU's family was measured)",
+    )
+    launch_bound: bool | None = Field(
+        default=None, description="reference points: the host's dispatch of kernels, not the GPU, sets the step"
+    )
 
 
 class Choice(BaseModel):

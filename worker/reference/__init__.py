@@ -3,8 +3,18 @@
 Torch-free and database-free: numpy, scipy and LightGBM. Fit with `python -m worker.reference.fit`.
 """
 
-from worker.reference.model import ReferenceModel, load
+from worker.reference.model import H100_SETTING, PointErrors, ReferenceModel, held_out_on_h100, load, point_errors
 from worker.reference.specs import GpuSpecs
 from worker.reference.steps import StepArrays, StepEstimate
 
-__all__ = ["GpuSpecs", "ReferenceModel", "StepArrays", "StepEstimate", "load"]
+__all__ = [
+    "H100_SETTING",
+    "GpuSpecs",
+    "PointErrors",
+    "held_out_on_h100",
+    "ReferenceModel",
+    "StepArrays",
+    "StepEstimate",
+    "load",
+    "point_errors",
+]

@@ -9,13 +9,11 @@ Where each whole-step constant comes from:
 - kernel_floor_ms 0.004: a small kernel back to back in one stream (launch latency 2-5 us, NVIDIA's
   CUDA best-practices guide); backward_bytes_ratio 2: backward reads the saved input and the output
   gradient and writes the input gradient (the brief's rule);
-- cpu_*: PyTorch eager dispatch costs about 10 us per operator from Python (dispatcher + autograd
-  recording + launch; PyTorch 2 docs' motivation for torch.compile, "overheads of ~10us per op"), the
-  autograd engine about as much per backward node; foreach optimizers cost ~1-2 us per parameter tensor;
-- step_sync_ms: 0 (the step ends when the GPU does);
-- scale_*: six multipliers (convs on CUDA cores / TF32 / FP16 tensor cores, other GPU work in fp32 /
-  AMP, CPU dispatch) fitted by wholestep.calibrate on the step-only public whole-network rows (Lambda),
-  ridge toward 1x; the accuracy figures refit them without the GPU family predicted (nested).
+- dev_*, host_*, smooth_max_q: device multipliers per part and precision group, host dispatch costs and the
+  overlap of host and device, fitted by worker/reference/stepfit.py on the step-only public whole-network rows
+  (Lambda) and our own H100 steps (data/reference/h100/), ridge toward their priors (stepfit.PRIORS: PyTorch
+  eager's ~10 us per operator and pass, "overheads of ~10us per op" in the PyTorch 2 docs' motivation for
+  torch.compile); the accuracy figures refit them without the GPU family, or the CNN, predicted (nested).
 """
 
 import hashlib
@@ -26,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from worker.reference import data, layerfit
+from worker.reference import data, layerfit, stepfit
 from worker.reference.convs import FEATURES
 from worker.reference.model import MODEL_JSON, ReferenceModel, from_json_text
 from worker.reference.specs import GpuSpecs
@@ -36,13 +34,7 @@ STEP_DEFAULTS: dict[str, float] = {
     "backward_bytes_ratio": 2.0,
     "backward_kernels_per_op": 1.0,
     "optimizer_kernels": 12.0,
-    "cpu_forward_op_ms": 0.010,
-    "cpu_backward_op_ms": 0.010,
-    "cpu_sgd_per_tensor_ms": 0.001,
-    "cpu_adam_per_tensor_ms": 0.002,
-    "cpu_step_ms": 0.5,
-    "amp_cpu_factor": 1.5,
-    "step_sync_ms": 0.0,
+    **stepfit.PRIORS,
 }
 
 
@@ -112,12 +104,14 @@ def _layer_predict(fitted: dict[str, Any], x: np.ndarray, roof: np.ndarray) -> n
     return ReferenceModel({"conv": fitted, "step": STEP_DEFAULTS}).conv_from_features(x, roof)
 
 
-def accuracy(gpus: dict[str, GpuSpecs], matrix: layerfit.LayerMatrix) -> dict[str, Any]:
-    """Held-out figures: leave-one-GPU-out on layers and on whole steps (see bench/reference_accuracy.py)."""
-    from worker.reference import wholestep
+def accuracy(gpus: dict[str, GpuSpecs], matrix: layerfit.LayerMatrix, params: dict[str, Any]) -> dict[str, Any]:
+    """Held-out figures: leave-one-GPU-out on layers and public whole steps, leave-one-CNN-out on our H100 steps
+    (see bench/reference_accuracy.py)."""
+    from worker.reference import h100, wholestep
 
     layers = layerfit.logo_layers(matrix, _layer_predict)
     steps = wholestep.evaluate(gpus, matrix, fit_params)
+    own = h100.evaluate(ReferenceModel(params), gpus)
     head = steps["headline"]
     return {
         "whole_step_mape": head["mape"],
@@ -136,6 +130,7 @@ def accuracy(gpus: dict[str, GpuSpecs], matrix: layerfit.LayerMatrix) -> dict[st
         ),
         "layers": layers,
         "whole_steps": steps,
+        "h100": own,
     }
 
 
@@ -154,7 +149,7 @@ def main(argv: Sequence[str] = ()) -> ReferenceModel:
     gpus = gpu_table()
     matrix = layerfit.layer_matrix(data.load_layers(), gpus)
     params = fit_params(gpus, matrix)
-    params["accuracy"] = {} if "--no-accuracy" in argv else accuracy(gpus, matrix)
+    params["accuracy"] = {} if "--no-accuracy" in argv else accuracy(gpus, matrix, params)
     text = json.dumps(_round(params), sort_keys=True, indent=None, separators=(",", ":")) + "\n"
     MODEL_JSON.parent.mkdir(parents=True, exist_ok=True)
     MODEL_JSON.write_text(text)

@@ -90,9 +90,18 @@ def _clip(y: np.ndarray) -> list[float]:
     return [float(np.min(y)), float(np.max(y))]
 
 
+# Same silicon under two names: holding one out holds out the other too.
+SAME_CHIP = {"Quadro-RTX-8000": "Quadro-RTX-6000", "H200-SXM-141GB": "H100"}
+
+
 def gpu_family(name: str) -> str:
     """GPU model without board variant (V100-SXM2-16GB and V100-PCIE-32GB are one GPU for leave-one-out)."""
     return re.sub(r"-(PCIE|SXM\d?|NVL)\b.*$", "", name)
+
+
+def family_of(gpu: str) -> str:
+    """The GPU family held out together (board variants and same-chip products)."""
+    return gpu_family(SAME_CHIP.get(gpu, gpu))
 
 
 def mape(pred: np.ndarray, meas: np.ndarray) -> float:

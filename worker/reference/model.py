@@ -16,8 +16,17 @@ import numpy as np
 
 from shared.training import TrainConfig
 from worker.reference import convs
+from worker.reference.layerfit import family_of
 from worker.reference.specs import GpuSpecs
-from worker.reference.steps import StepArrays, StepEstimate, compose_arrays, kernel_precision
+from worker.reference.steps import (
+    StepArrays,
+    StepEstimate,
+    StepParts,
+    combine,
+    kernel_precision,
+    precision_group,
+    step_parts,
+)
 
 MODEL_JSON = Path(__file__).resolve().parents[2] / "data" / "reference" / "model.json"
 # Layer predictions a model keeps, counted in (layer, batch size) slots of ~28 bytes: the 63,488-point job
@@ -255,16 +264,19 @@ class ReferenceModel:
     def conv_paths(
         self, convs: Sequence[tuple[Mapping[str, Any], int]], batch_sizes: Sequence[int], gpu: GpuSpecs, precision: str
     ) -> np.ndarray:
-        """Uncalibrated conv time of one step (B, 3 phases, 2 paths: CUDA cores, tensor cores), ms."""
-        out = np.zeros((len(batch_sizes), 3, 2))
+        """Uncalibrated conv time of one step (B, 3 phases, 3 paths: dense on tensor cores, dense on CUDA cores,
+        grouped or depthwise), ms."""
+        out = np.zeros((len(batch_sizes), 3, 3))
         if not convs:
             return out
         per_layer, tensor = self._convs([s for s, _ in convs], batch_sizes, gpu, precision)
         weighted = per_layer * np.array([float(n) for _, n in convs])[:, None, None]
         # the first conv reads the images, which need no gradient: autograd skips its data gradient
         weighted[0, :, 1] -= per_layer[0, :, 1]
-        out[..., 0] = np.where(tensor, 0.0, weighted).sum(axis=0)
-        out[..., 1] = np.where(tensor, weighted, 0.0).sum(axis=0)
+        grouped = np.array([int(s.get("groups", 1)) > 1 for s, _ in convs])[:, None, None]
+        out[..., 0] = np.where(tensor & ~grouped, weighted, 0.0).sum(axis=0)
+        out[..., 1] = np.where(~tensor & ~grouped, weighted, 0.0).sum(axis=0)
+        out[..., 2] = np.where(grouped, weighted, 0.0).sum(axis=0)
         return out
 
     def predict_steps(
@@ -275,6 +287,7 @@ class ReferenceModel:
         batch_sizes: Sequence[int],
         gpu: GpuSpecs,
         training: TrainConfig | None = None,
+        autotuned: bool = False,
     ) -> list[StepEstimate]:
         """One estimate per batch size of a whole training step (forward, backward, optimizer).
 
@@ -282,8 +295,28 @@ class ReferenceModel:
         modelled (no public measurements): the answer is the NCHW step's, and the job's result says so.
         """
         return self.step_arrays(
-            convs=convs, workload=workload, batch_sizes=batch_sizes, gpu=gpu, training=training
+            convs=convs, workload=workload, batch_sizes=batch_sizes, gpu=gpu, training=training, autotuned=autotuned
         ).estimates()
+
+    def step_parts(
+        self,
+        *,
+        convs: Sequence[tuple[Mapping[str, Any], int]],
+        workload: Mapping[str, Any],
+        batch_sizes: Sequence[int],
+        gpu: GpuSpecs,
+        training: TrainConfig,
+        autotuned: bool = False,
+    ) -> StepParts:
+        """A step's uncalibrated parts (what the fit calibrates; step_arrays combines them).
+
+        autotuned: cudnn.benchmark on (the public sets' setting, and the agent's); answers are for off, PyTorch's
+        default and how our H100 steps were timed: the fitted benchmark-on multiplier is confounded with the public
+        sets' stacks and with ResNet-50, their only CNN, so it is not offered as an answer.
+        """
+        gpu = gpu.filled()
+        paths = self.conv_paths(convs, batch_sizes, gpu, kernel_precision(training.precision))
+        return step_parts(paths, workload, np.asarray(batch_sizes, dtype=float), gpu, training, self._step, autotuned)
 
     def step_arrays(
         self,
@@ -293,15 +326,61 @@ class ReferenceModel:
         batch_sizes: Sequence[int],
         gpu: GpuSpecs,
         training: TrainConfig | None = None,
+        autotuned: bool = False,
     ) -> StepArrays:
         """predict_steps as arrays over the batch sizes (what a large job's assembly reads)."""
         training = training or TrainConfig()
-        gpu = gpu.filled()
-        kernel = kernel_precision(training.precision)
-        paths = self.conv_paths(convs, batch_sizes, gpu, kernel)
-        tensor_scale = self._step.get(f"scale_conv_{'fp16' if kernel == 'amp_fp16' else 'tf32'}", 1.0)
-        total = paths[..., 0] * self._step.get("scale_conv_simt", 1.0) + paths[..., 1] * tensor_scale
-        return compose_arrays(total, workload, np.asarray(batch_sizes, dtype=float), gpu, training, self._step)
+        parts = self.step_parts(
+            convs=convs, workload=workload, batch_sizes=batch_sizes, gpu=gpu, training=training, autotuned=autotuned
+        )
+        return combine(parts, np.asarray(batch_sizes, dtype=float), self._step)
+
+
+@dataclass(frozen=True)
+class PointErrors:
+    """What held-out steps of a point's kind showed: mean error (%) and the band (log of measured / predicted)."""
+
+    mape: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+# What our H100 steps ran with (data/reference/h100/README.md): the setting of every H100 figure.
+H100_SETTING = "PyTorch 2.11, cuDNN 9.19, cudnn.benchmark off"
+
+
+def held_out_on_h100(accuracy: Mapping[str, Any], precision: str) -> float | None:
+    """Leave-one-CNN-out mean error on our H100 steps of the configuration in this precision group, if measured."""
+    group = precision_group(precision)
+    for config, figures in accuracy.get("h100", {}).get("by_config", {}).items():
+        if precision_group(config.split("/")[-1]) == group:
+            return float(figures["mape"])
+    return None
+
+
+def point_errors(accuracy: Mapping[str, Any], *, precision: str, launch_bound: np.ndarray, gpu: str) -> PointErrors:
+    """Per point, the held-out figures of its kind: precision group and regime (host- or device-bound) on our H100
+    steps, left out one CNN at a time; on a GPU of another family, no better than the public steps of GPUs the
+    model never saw (leave-one-GPU-out), so the larger error and the wider band of the two."""
+    public = (accuracy["whole_step_mape"], accuracy["whole_step_log_ratio_p10"], accuracy["whole_step_log_ratio_p90"])
+    own = accuracy.get("h100", {})
+    kinds = own.get("by_group_regime", {}).get(precision_group(precision), {})
+    figures = {}
+    for regime in ("host", "device"):
+        kind = kinds.get(regime)
+        if kind is None:
+            figures[regime] = public
+        elif family_of(gpu) == own.get("family"):
+            figures[regime] = (kind["mape"], kind["band_low"], kind["band_high"])
+        else:
+            figures[regime] = (
+                max(kind["mape"], public[0]),
+                min(kind["band_low"], public[1]),
+                max(kind["band_high"], public[2]),
+            )
+    bound = np.asarray(launch_bound, dtype=bool)
+    host, device = figures["host"], figures["device"]
+    return PointErrors(*(np.where(bound, host[i], device[i]).astype(float) for i in range(3)))
 
 
 def _arrays(entry: _Layer | None) -> Stored:

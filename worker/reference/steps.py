@@ -1,8 +1,10 @@
-"""Whole training step = convs + other operators + optimizer, against the CPU time PyTorch eager needs to issue them.
+"""Whole training step = device work (convs, other operators, optimizer) against the host's dispatch of it.
 
-PyTorch eager runs the CPU ahead of the GPU, so a step takes max(GPU time, CPU dispatch time):
-small CNNs at small batches on fast GPUs are launch-bound and stop following their FLOPs.
-Constants live in model.json ("step"); where each comes from is said in worker/reference/fit.py.
+PyTorch eager runs the host ahead of the GPU: a step takes about max(host, device), smoothed where the two are
+close (parts of the step are host-bound, others device-bound). The host dispatches every kernel of the forward
+pass, its autograd nodes and the optimizer's tensors; a fast GPU exposes it (resnet50 on an H100 stays near
+21 ms from batch 8 to 32). Uncalibrated parts come from the conv model and the workload; the multipliers and
+host costs in model.json ("step") are fitted by worker/reference/stepfit.py, per precision group.
 """
 
 from collections.abc import Mapping
@@ -15,8 +17,17 @@ from shared.training import TrainConfig
 from worker.reference.specs import GpuSpecs, element_bytes, simt_tflops, tensor_tflops
 
 MEMORY_KINDS = ("batch_norm", "activation", "pooling", "elementwise", "concat", "softmax_loss", "other")
+# Kernels run in one of three ways: fp32 (TF32 convs on Ampere and later, PyTorch's default), or autocast to
+# bf16 or fp16. bf16 and fp16 have the same peak rates, but not the same kernels (cuDNN picks differently;
+# the H100 steps show it), so each is a group of its own; plain fp16 weights are costed as autocast fp16.
+PRECISION_GROUPS = ("fp32", "bf16", "fp16")
+# Device work, uncalibrated, each with a multiplier per precision group: dense convs on tensor cores, dense
+# convs on CUDA cores, grouped and depthwise convs, memory-bound operators, linear layers, and a fixed time per
+# conv call (cuDNN's kernels at small batches, and autocast's NCHW layout conversions around each conv).
+DEVICE_PARTS = ("conv_tensor", "conv_simt", "conv_grouped", "other", "linear", "conv_calls")
+OPTIMIZER_KINDS = ("sgd", "sgd+momentum", "adam")
 # Optimizer states per parameter (fp32, each read and written once by PyTorch's foreach step).
-OPTIMIZER_STATES = {"sgd": 0, "sgd+momentum": 1, "adam": 2, "adamw": 2}
+OPTIMIZER_STATES = {"sgd": 0, "sgd+momentum": 1, "adam": 2}
 # fp32 tensors streamed per parameter besides the states: read the parameter and its gradient, write the parameter.
 PARAM_GRAD_TENSORS = 3.0
 # Weight decay's extra foreach pass: SGD and Adam add decay x parameter to the gradient (read both, write the
@@ -27,21 +38,32 @@ GRAD_SCALER_TENSORS = 2.0
 # Autocast keeps fp32 master weights: each step casts them to 16 bits for the forward (read 4 + write 2 bytes)
 # and the 16-bit weight gradients back to fp32 (read 2 + write 4): 12 bytes = three fp32 tensors per parameter.
 AMP_CAST_TENSORS = 3.0
-# The GradScaler's CPU work: unscale, the inf check, the scale update and the skipped-step test (ops).
-GRAD_SCALER_OPS = 4
 
 
 def kernel_precision(precision: str) -> str:
     """The precision convs and other kernels run in: 'fp32' (fp32, tf32) or 'amp_fp16' (amp_fp16, amp_bf16).
 
-    bf16 is costed as fp16: every GPU with bf16 (Ampere and later) has the same dense bf16 and fp16 tensor
-    rates, and both move 2 bytes per element.
+    bf16 is costed as fp16 by the roofline: both move 2 bytes per element at the same tensor rate; what differs
+    (the kernels chosen) is in the precision group's multipliers.
     """
     if precision in ("fp32", "tf32"):
         return "fp32"
     if precision in ("amp_fp16", "amp_bf16", "fp16"):
         return "amp_fp16"
     raise ValueError(f"precision must be one of fp32, tf32, amp_fp16, amp_bf16; got {precision!r}")
+
+
+def precision_group(precision: str) -> str:
+    """fp32 (fp32, tf32), bf16 (amp_bf16) or fp16 (amp_fp16, fp16): the key of the fitted multipliers."""
+    kernel_precision(precision)  # validates
+    return {"amp_bf16": "bf16", "amp_fp16": "fp16", "fp16": "fp16"}.get(precision, "fp32")
+
+
+def optimizer_kind(config: TrainConfig) -> str:
+    """sgd, sgd+momentum or adam (Adam and AdamW dispatch the same foreach kernels)."""
+    if config.optimizer == "sgd":
+        return "sgd+momentum" if config.momentum > 0 else "sgd"
+    return "adam"
 
 
 def linear_tflops(gpu: GpuSpecs, precision: str) -> float:
@@ -55,8 +77,7 @@ def linear_tflops(gpu: GpuSpecs, precision: str) -> float:
 
 def optimizer_tensors(config: TrainConfig) -> float:
     """fp32 tensors streamed per parameter by one step's parameter work (optimizer, scaler, autocast casts)."""
-    momentum = config.optimizer == "sgd" and config.momentum > 0
-    tensors = PARAM_GRAD_TENSORS + 2.0 * OPTIMIZER_STATES["sgd+momentum" if momentum else config.optimizer]
+    tensors = PARAM_GRAD_TENSORS + 2.0 * OPTIMIZER_STATES[optimizer_kind(config)]
     if config.weight_decay:
         tensors += WEIGHT_DECAY_TENSORS[config.optimizer]
     if config.precision == "amp_fp16":
@@ -66,30 +87,35 @@ def optimizer_tensors(config: TrainConfig) -> float:
     return tensors
 
 
-@dataclass(frozen=True)
-class StepEstimate:
-    """One predicted training step at one batch size (all times in ms)."""
-
-    batch_size: int
-    step_ms: float
-    conv_forward_ms: float
-    conv_backward_data_ms: float
-    conv_backward_weight_ms: float
-    other_ms: float  # non-conv operators, forward and backward
-    optimizer_ms: float
-    overhead_ms: float  # launch / framework time not hidden behind GPU work
-    launch_bound: bool
-
-
 def forward_ops(workload: Mapping[str, Any]) -> float:
     """Operators (≈ kernels) one forward pass launches, convs included."""
     return float(sum(float(v.get("count", 0)) for v in workload.get("ops", {}).values()))
 
 
+def kernels(workload: Mapping[str, Any]) -> float:
+    """Kernels one forward pass launches: counted at extraction where known, else its operators."""
+    return float(workload.get("kernels") or forward_ops(workload))
+
+
+def parameter_tensors(workload: Mapping[str, Any]) -> float:
+    """Parameter tensors the optimizer steps: counted where known, else two per conv, linear and norm layer."""
+    known = workload.get("parameter_tensors")
+    if known:
+        return float(known)
+    ops = workload.get("ops", {})
+    return 2.0 * sum(float(ops.get(k, {}).get("count", 0)) for k in ("conv", "linear", "batch_norm"))
+
+
+def weight_casts(workload: Mapping[str, Any]) -> float:
+    """Weights autocast casts each step (one per conv and linear call)."""
+    ops = workload.get("ops", {})
+    return sum(float(ops.get(k, {}).get("count", 0)) for k in ("conv", "linear"))
+
+
 def other_ms(
     workload: Mapping[str, Any], batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float]
 ) -> np.ndarray:
-    """Forward + backward time of every non-conv operator, shape (B,); autocast halves their activation bytes."""
+    """Forward + backward time of the memory-bound operators, shape (B,); autocast halves their bytes."""
     ops = workload.get("ops", {})
     scale = element_bytes(kernel_precision(precision)) / 4.0  # the workload is read in fp32
     bw = gpu.mem_bandwidth_gbs * 1e9 * c["memory_efficiency"]
@@ -100,20 +126,28 @@ def other_ms(
             continue
         nbytes = float(op["bytes"]) * batch * scale
         # forward moves the counted bytes, backward about twice them; each kernel costs at least the floor
-        kernels = float(op["count"]) * (1 + c["backward_kernels_per_op"])
-        total += nbytes * (1 + c["backward_bytes_ratio"]) / bw * 1e3 + kernels * c["kernel_floor_ms"]
-    linear = ops.get("linear")
-    if linear:
-        peak = linear_tflops(gpu, precision) * 1e12 * c["linear_efficiency"]
-        flops_ps = float(linear["flops"])
-        flops = flops_ps * batch * 3  # backward = data + weight gradients, each as much as forward
-        # The workload's per-sample bytes hold half the fp32 weights (read at batch 2); weights = FLOPs / 2
-        # per sample, so activations are bytes - FLOPs per sample, and the weights are read once per pass.
-        activations = max(float(linear["bytes"]) - flops_ps, 0.0) * batch * scale
-        nbytes = (activations + 2.0 * flops_ps) * 3
-        kernels = float(linear["count"]) * 3
-        total += np.maximum(flops / peak, nbytes / bw) * 1e3 + kernels * c["kernel_floor_ms"]
+        n_kernels = float(op["count"]) * (1 + c["backward_kernels_per_op"])
+        total += nbytes * (1 + c["backward_bytes_ratio"]) / bw * 1e3 + n_kernels * c["kernel_floor_ms"]
     return total
+
+
+def linear_ms(
+    workload: Mapping[str, Any], batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float]
+) -> np.ndarray:
+    """Forward + backward time of the linear layers (matmuls), shape (B,)."""
+    linear = workload.get("ops", {}).get("linear")
+    if not linear:
+        return np.zeros_like(batch, dtype=float)
+    scale = element_bytes(kernel_precision(precision)) / 4.0
+    bw = gpu.mem_bandwidth_gbs * 1e9 * c["memory_efficiency"]
+    peak = linear_tflops(gpu, precision) * 1e12 * c["linear_efficiency"]
+    flops_ps = float(linear["flops"])
+    flops = flops_ps * batch * 3  # backward = data + weight gradients, each as much as forward
+    # The workload's per-sample bytes hold half the fp32 weights (read at batch 2); weights = FLOPs / 2
+    # per sample, so activations are bytes - FLOPs per sample, and the weights are read once per pass.
+    activations = max(float(linear["bytes"]) - flops_ps, 0.0) * batch * scale
+    nbytes = (activations + 2.0 * flops_ps) * 3
+    return np.maximum(flops / peak, nbytes / bw) * 1e3 + float(linear["count"]) * 3 * c["kernel_floor_ms"]
 
 
 def optimizer_ms(workload: Mapping[str, Any], gpu: GpuSpecs, config: TrainConfig, c: Mapping[str, float]) -> float:
@@ -123,16 +157,90 @@ def optimizer_ms(workload: Mapping[str, Any], gpu: GpuSpecs, config: TrainConfig
     return nbytes / bw * 1e3 + c["optimizer_kernels"] * c["kernel_floor_ms"]
 
 
-def cpu_ms(workload: Mapping[str, Any], config: TrainConfig, c: Mapping[str, float]) -> float:
-    """CPU time PyTorch eager needs to dispatch one step (forward ops, autograd nodes, optimizer, per-step fixed)."""
-    n = forward_ops(workload)
-    per_op = c["cpu_forward_op_ms"] + c["cpu_backward_op_ms"]
-    if kernel_precision(config.precision) == "amp_fp16":
-        per_op *= c["amp_cpu_factor"]  # autocast adds a cast check (and sometimes a cast kernel) per op
-    tensors = float(workload.get("parameter_tensors", 0))
-    opt = c["cpu_sgd_per_tensor_ms"] if config.optimizer == "sgd" else c["cpu_adam_per_tensor_ms"]
-    scaler = GRAD_SCALER_OPS * c["cpu_forward_op_ms"] if config.precision == "amp_fp16" else 0.0
-    return n * per_op + tensors * opt + scaler + c["cpu_step_ms"]
+@dataclass(frozen=True)
+class StepParts:
+    """A step's uncalibrated parts at several batch sizes: device parts (B, DEVICE_PARTS), optimizer, host counts."""
+
+    device: np.ndarray  # (B, len(DEVICE_PARTS)) ms, conv_calls a count
+    optimizer_ms: float
+    kernels: float  # kernels the forward pass launches
+    casts: float  # weights autocast casts (0 outside autocast)
+    tensors: float  # parameter tensors the optimizer steps
+    group: str  # precision group
+    optimizer: str  # optimizer kind
+    synced: bool  # GradScaler: the host waits for the device before the optimizer step
+    autotuned: bool = True  # cudnn.benchmark on: cuDNN times its algorithms once per shape and keeps the fastest
+
+
+def step_parts(
+    conv: np.ndarray, workload: Mapping[str, Any], batch: np.ndarray, gpu: GpuSpecs, config: TrainConfig,
+    c: Mapping[str, float], autotuned: bool = True,
+) -> StepParts:  # fmt: skip
+    """Parts from the conv paths conv (B, 3 phases, 3 paths: tensor, CUDA cores, grouped) and the workload."""
+    precision = config.precision
+    convs = float(workload.get("ops", {}).get("conv", {}).get("count", 0))
+    device = np.column_stack(
+        [
+            conv[:, :, 0].sum(axis=1),
+            conv[:, :, 1].sum(axis=1),
+            conv[:, :, 2].sum(axis=1),
+            other_ms(workload, batch, gpu, precision, c),
+            linear_ms(workload, batch, gpu, precision, c),
+            np.full(len(batch), convs),
+        ]
+    )
+    amp = kernel_precision(precision) == "amp_fp16"
+    return StepParts(
+        device, optimizer_ms(workload, gpu, config, c), kernels(workload), weight_casts(workload) if amp else 0.0,
+        parameter_tensors(workload), precision_group(precision), optimizer_kind(config), precision == "amp_fp16",
+        autotuned,
+    )  # fmt: skip
+
+
+def device_scales(p: Mapping[str, float], group: str, autotuned: bool) -> np.ndarray:
+    """The multipliers of DEVICE_PARTS for a precision group (1 where model.json has none), the convs' changed
+    where cuDNN chooses its algorithms by timing them (cudnn.benchmark) instead of by its heuristics."""
+    scales = np.array([p.get(f"dev_{part}_{group}", 1.0) for part in DEVICE_PARTS])
+    if autotuned:
+        scales[:3] *= p.get("dev_conv_autotuned", 1.0)
+    return scales
+
+
+def overlap(
+    device: np.ndarray, optimizer: np.ndarray, host_pass: np.ndarray, host_opt: np.ndarray, synced: np.ndarray,
+    q: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """(step, device, host) from device and host work: forward and backward (device, host_pass) and the
+    parameter work (optimizer, host_opt).
+
+    Without a sync the host runs ahead of the whole step. GradScaler (autocast to fp16) reads its inf check back
+    before the optimizer runs: the host waits for the device there, so the optimizer's host and device time add
+    to the overlapped forward and backward instead of hiding behind them.
+    """
+    device_all, host_all = device + optimizer, host_pass + host_opt
+    free = smooth_max(host_all, device_all, q)
+    waits = smooth_max(host_pass, device, q) + host_opt + optimizer
+    return np.where(synced, waits, free), device_all, host_all
+
+
+def smooth_max(a: np.ndarray, b: np.ndarray, q: float) -> np.ndarray:
+    """(a^q + b^q)^(1/q): max(a, b) where they are far apart, more where they are close (partial overlap)."""
+    hi = np.maximum(np.maximum(a, b), 1e-12)
+    return hi * ((a / hi) ** q + (b / hi) ** q) ** (1.0 / q)
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """One predicted training step at one batch size (all times in ms)."""
+
+    batch_size: int
+    step_ms: float
+    conv_ms: float  # convs, forward and backward, calibrated
+    other_ms: float  # non-conv operators, forward and backward
+    optimizer_ms: float
+    device_ms: float  # all device work
+    host_ms: float  # host dispatch
+    launch_bound: bool  # the host's dispatch, not the device, sets the step
 
 
 @dataclass(frozen=True)
@@ -141,57 +249,47 @@ class StepArrays:
 
     batch_size: np.ndarray  # (B,) int
     step_ms: np.ndarray
-    conv_ms: np.ndarray  # (B, 3): forward, backward-data, backward-weight
+    conv_ms: np.ndarray  # (B,) calibrated conv time
     other_ms: np.ndarray
     optimizer_ms: float
-    overhead_ms: np.ndarray
+    device_ms: np.ndarray
+    host_ms: np.ndarray
     launch_bound: np.ndarray  # (B,) bool
 
     def estimates(self) -> list[StepEstimate]:
         """One StepEstimate per batch size."""
-        conv = self.conv_ms
         return [
             StepEstimate(
-                batch_size=int(b),
-                step_ms=float(self.step_ms[i]),
-                conv_forward_ms=float(conv[i, 0]),
-                conv_backward_data_ms=float(conv[i, 1]),
-                conv_backward_weight_ms=float(conv[i, 2]),
-                other_ms=float(self.other_ms[i]),
-                optimizer_ms=float(self.optimizer_ms),
-                overhead_ms=float(self.overhead_ms[i]),
-                launch_bound=bool(self.launch_bound[i]),
-            )
+                int(b),
+                float(self.step_ms[i]),
+                float(self.conv_ms[i]),
+                float(self.other_ms[i]),
+                float(self.optimizer_ms),
+                float(self.device_ms[i]),
+                float(self.host_ms[i]),
+                bool(self.launch_bound[i]),
+            )  # fmt: skip
             for i, b in enumerate(self.batch_size)
         ]
 
 
-def compose_arrays(
-    conv: np.ndarray,
-    workload: Mapping[str, Any],
-    batch: np.ndarray,
-    gpu: GpuSpecs,
-    config: TrainConfig,
-    c: Mapping[str, float],
-) -> StepArrays:
-    """Steps from summed (calibrated) conv phase times conv (B, 3) and the workload."""
-    amp = kernel_precision(config.precision) == "amp_fp16"
-    scale = c.get("scale_other_amp" if amp else "scale_other_fp32", 1.0)
-    other = other_ms(workload, batch, gpu, config.precision, c) * scale
-    opt = optimizer_ms(workload, gpu, config, c) * scale
-    gpu_ms = conv.sum(axis=1) + other + opt
-    cpu = cpu_ms(workload, config, c) * c.get("scale_cpu", 1.0)
-    step = np.maximum(gpu_ms, cpu) + c["step_sync_ms"]
-    return StepArrays(batch.astype(int), step, conv, other, opt, step - gpu_ms, cpu > gpu_ms)
+def host_parts(parts: StepParts, p: Mapping[str, float]) -> tuple[float, float]:
+    """(forward and backward, parameter work) host dispatch time of one step, ms."""
+    launches = parts.kernels + p.get("host_cast_factor", 1.0) * parts.casts
+    per_tensor = p.get(f"host_tensor_ms_{parts.optimizer}", 0.0)
+    per_step = p.get(f"host_step_ms_{parts.group}", 0.0)
+    return p.get("host_kernel_ms", 0.0) * launches, per_tensor * parts.tensors + per_step
 
 
-def compose(
-    conv: np.ndarray,
-    workload: Mapping[str, Any],
-    batch: np.ndarray,
-    gpu: GpuSpecs,
-    config: TrainConfig,
-    c: Mapping[str, float],
-) -> list[StepEstimate]:
-    """Step estimates from summed (calibrated) conv phase times conv (B, 3) and the workload."""
-    return compose_arrays(conv, workload, batch, gpu, config, c).estimates()
+def combine(parts: StepParts, batch: np.ndarray, p: Mapping[str, float]) -> StepArrays:
+    """Calibrated step times from a step's parts and the fitted constants p (model.json "step")."""
+    scaled = parts.device * device_scales(p, parts.group, parts.autotuned)
+    n = len(batch)
+    host_pass, host_opt = host_parts(parts, p)
+    step, device, host = overlap(
+        scaled.sum(axis=1), np.full(n, parts.optimizer_ms), np.full(n, host_pass), np.full(n, host_opt),
+        np.full(n, parts.synced), p.get("smooth_max_q", 8.0),
+    )  # fmt: skip
+    conv = scaled[:, :3].sum(axis=1) + scaled[:, 5]
+    return StepArrays(batch.astype(int), step, conv, scaled[:, 3:5].sum(axis=1), parts.optimizer_ms, device, host,
+                      host > device)  # fmt: skip

@@ -12,19 +12,17 @@ from functools import cache
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from shared.training import LEGACY_SGD_MOMENTUM, Precision, TrainConfig
 from worker.features import family as cnn_family
-from worker.reference import layerfit
+from worker.reference import layerfit, stepfit
 from worker.reference.data import ROOT
+from worker.reference.layerfit import family_of
 from worker.reference.model import ReferenceModel
 from worker.reference.specs import GpuSpecs, simt_tflops, tensor_tflops
-from worker.reference.steps import cpu_ms, kernel_precision, optimizer_ms, other_ms
+from worker.reference.steps import StepParts
 
 WHOLE_STEPS = ROOT / "data" / "reference" / "whole_steps.csv"
-# Same silicon under two names: holding one out holds out the other too.
-SAME_CHIP = {"Quadro-RTX-8000": "Quadro-RTX-6000", "H200-SXM-141GB": "H100"}
 
 
 @dataclass(frozen=True)
@@ -42,13 +40,17 @@ class StepRow:
     includes: str
     step_ms: float
     input_bound: bool
+    training: TrainConfig | None = None  # how it trained, where the source says exactly (our own steps)
+    # cudnn.benchmark: on in NVIDIA's DeepLearningExamples (Lambda: ConvNets main.py sets it) and MXNet's default
+    # autotune; off in our H100 steps (PyTorch's default)
+    autotuned: bool = True
 
     @property
     def category(self) -> str:
         """headline (PyTorch full steps, not input-bound), input_bound, partial_step or other_framework."""
         if not self.framework.lower().startswith("pytorch"):
             return "other_framework"
-        if not self.includes.startswith("fwd+bwd+opt") or self.precision not in ("fp32", "amp_fp16"):
+        if not self.includes.startswith("fwd+bwd+opt") or self.precision not in ("fp32", "amp_fp16", "amp_bf16"):
             return "partial_step"
         return "input_bound" if self.input_bound else "headline"
 
@@ -103,6 +105,8 @@ def row_config(row: StepRow) -> TrainConfig:
     Public fp32 rows are costed as tf32 (TF32 matmuls where the GPU has them), as the fit always costed them:
     NGC containers (Lambda) and PyTorch before 1.12 allow TF32 matmuls, unlike PyTorch's own default since.
     """
+    if row.training is not None:
+        return row.training
     precision: Precision = "amp_fp16" if row.precision in ("amp_fp16", "fp16") else "tf32"
     if row.optimizer.startswith("adam"):
         return TrainConfig(optimizer="adam", precision=precision)
@@ -112,50 +116,18 @@ def row_config(row: StepRow) -> TrainConfig:
 def predict_row(model: ReferenceModel, row: StepRow, gpu: GpuSpecs) -> float:
     """Predicted ms of one row (the optimizer left out where the measurement leaves it out)."""
     convs, work = network(row.cnn, row.image_size)
-    est = model.predict_steps(convs=convs, workload=work, batch_sizes=[row.batch], gpu=gpu, training=row_config(row))[0]
+    est = model.predict_steps(
+        convs=convs, workload=work, batch_sizes=[row.batch], gpu=gpu, training=row_config(row), autotuned=row.autotuned
+    )[0]
     return est.step_ms - (0.0 if "opt" in row.includes else est.optimizer_ms)
 
 
-SCALES = ("scale_conv_simt", "scale_conv_tf32", "scale_conv_fp16", "scale_other_fp32", "scale_other_amp", "scale_cpu")
-RIDGE = 1.0  # pulls every log-scale toward 0 with the weight of one whole set of rows
-
-
-def row_parts(model: ReferenceModel, row: StepRow, gpu: GpuSpecs) -> np.ndarray:
-    """Uncalibrated parts of one row: CUDA-core convs, TF32 convs, FP16 convs, other GPU work, CPU, sync (ms)."""
+def row_parts(model: ReferenceModel, row: StepRow, gpu: GpuSpecs) -> StepParts:
+    """Uncalibrated parts of one row's step (what the whole-step constants are fitted on)."""
     convs, work = network(row.cnn, row.image_size)
-    config = row_config(row)
-    precision = config.precision
-    gpu = gpu.filled()
-    c = {k: v for k, v in model.params["step"].items() if not k.startswith("scale_")}
-    paths = model.conv_paths(convs, [row.batch], gpu, kernel_precision(precision))[0].sum(axis=0)
-    other = float(other_ms(work, np.array([float(row.batch)]), gpu, precision, c)[0])
-    if "opt" in row.includes:
-        other += optimizer_ms(work, gpu, config, c)
-    amp = precision == "amp_fp16"
-    tensor = (0.0, paths[1]) if amp else (paths[1], 0.0)
-    others = (0.0, other) if amp else (other, 0.0)
-    return np.array([paths[0], *tensor, *others, cpu_ms(work, config, c), c["step_sync_ms"]])
-
-
-def combine(parts: np.ndarray, log_scales: np.ndarray) -> np.ndarray:
-    """Step times (R,) from parts (R, 7) and log scales (6,): max(GPU, CPU) + sync."""
-    s = np.exp(log_scales)
-    gpu = parts[:, :5] @ s[:5]
-    return np.maximum(gpu, parts[:, 5] * s[5]) + parts[:, 6]
-
-
-def fit_scales(parts: np.ndarray, meas: np.ndarray, sets: list[str]) -> dict[str, float]:
-    """Log scales minimising the squared log error, each set weighing the same, ridge toward 1x."""
-    if not len(meas):
-        return dict.fromkeys(SCALES, 1.0)
-    counts = {k: sets.count(k) for k in set(sets)}
-    w = np.sqrt(np.array([1.0 / counts[k] for k in sets]))
-
-    def residual(theta: np.ndarray) -> np.ndarray:
-        return np.concatenate([w * np.log(combine(parts, theta) / meas), np.sqrt(RIDGE) * theta])
-
-    fitted = least_squares(residual, np.zeros(len(SCALES)), bounds=(-1.5, 1.5))
-    return {k: float(np.exp(v)) for k, v in zip(SCALES, fitted.x, strict=True)}
+    return model.step_parts(
+        convs=convs, workload=work, batch_sizes=[row.batch], gpu=gpu, training=row_config(row), autotuned=row.autotuned
+    )
 
 
 def steps_only(row: StepRow) -> bool:
@@ -163,22 +135,41 @@ def steps_only(row: StepRow) -> bool:
     return row.category == "headline" and "loader concurrent" not in row.includes
 
 
-def calibrate(model: ReferenceModel, gpus: dict[str, GpuSpecs], exclude: list[str]) -> dict[str, float]:
-    """Scales fitted on the step-only headline rows of every GPU family not excluded.
+def fit_rows(gpus: dict[str, GpuSpecs], exclude: list[str], leave_out: Callable[[StepRow], bool]) -> list[StepRow]:
+    """The rows the whole-step constants are fitted on: step-only public rows and our own steps, each of a GPU
+    family not excluded and not left out (a held-out CNN's rows)."""
+    from worker.reference import h100
+
+    rows = [*load_rows(), *h100.load_rows()]
+    return [
+        r for r in rows
+        if steps_only(r) and r.gpu in gpus and family_of(r.gpu) not in exclude and _known(r) and not leave_out(r)
+    ]  # fmt: skip
+
+
+def row_weights(rows: list[StepRow]) -> list[float]:
+    """Each public set weighs as much as one of our (CNN, configuration) series, whatever its number of rows."""
+    keys = [r.set if r.training is None else (r.set, r.cnn, row_config(r).cost_key()) for r in rows]
+    counts: dict[Any, int] = defaultdict(int)
+    for k in keys:
+        counts[k] += 1
+    return [1.0 / counts[k] for k in keys]
+
+
+def calibrate(
+    model: ReferenceModel,
+    gpus: dict[str, GpuSpecs],
+    exclude: list[str],
+    leave_out: Callable[[StepRow], bool] = lambda _: False,
+) -> dict[str, float]:
+    """Whole-step constants fitted on the step-only rows of every GPU family not excluded.
 
     Rows timed while real-data loaders ran concurrently (Pollux, Sia) are left out of the fit: their
     step times include input-pipeline stalls the GPU model must not learn (they are still evaluated).
     """
-    rows = [r for r in load_rows() if steps_only(r) and r.gpu in gpus and family_of(r.gpu) not in exclude and _known(r)]
-    if not rows:
-        return dict.fromkeys(SCALES, 1.0)
-    parts = np.array([row_parts(model, r, gpus[r.gpu]) for r in rows])
-    return fit_scales(parts, np.array([r.step_ms for r in rows]), [r.set for r in rows])
-
-
-def family_of(gpu: str) -> str:
-    """The GPU family held out together (board variants and same-chip products)."""
-    return layerfit.gpu_family(SAME_CHIP.get(gpu, gpu))
+    rows = fit_rows(gpus, exclude, leave_out)
+    parts = [row_parts(model, r, gpus[r.gpu]) for r in rows]
+    return stepfit.fit(stepfit.Rows.stack(parts, [r.step_ms for r in rows], row_weights(rows)))
 
 
 def _known(row: StepRow) -> bool:
@@ -192,7 +183,7 @@ def _known(row: StepRow) -> bool:
 def flops_baseline(row: StepRow, gpu: GpuSpecs) -> float:
     """Forward + backward FLOPs (3x forward) at the GPU's peak for the precision: the roofline baseline."""
     _, work = network(row.cnn, row.image_size)
-    precision = "amp_fp16" if row.precision in ("amp_fp16", "fp16") else "fp32"
+    precision = "amp_fp16" if row.precision in ("amp_fp16", "amp_bf16", "fp16") else "fp32"
     peak = tensor_tflops(gpu, precision) or simt_tflops(gpu, precision)
     return 3.0 * float(work["flops"]) * row.batch / (peak * 1e12) * 1e3
 

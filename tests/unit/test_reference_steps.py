@@ -1,0 +1,127 @@
+"""The reference's whole-step model: host dispatch against device work, its fit, and each point's error figures."""
+
+import json
+
+import numpy as np
+import pytest
+
+from shared.training import TrainConfig
+from worker.reference import h100, load, point_errors, stepfit
+from worker.reference.steps import DEVICE_PARTS, StepParts, overlap, parameter_tensors, smooth_max, step_parts
+from worker.reference.wholestep import network
+
+
+def test_overlap_without_sync_is_the_smooth_max_of_host_and_device() -> None:
+    """No GradScaler: the host runs ahead of the whole step, so the step is about max(host, device)."""
+    device, opt, host_pass, host_opt = np.array([10.0, 1.0]), np.array([1.0, 1.0]), np.array([2.0, 30.0]), np.ones(2)
+    step, dev, host = overlap(device, opt, host_pass, host_opt, np.zeros(2, dtype=bool), 8.0)
+    assert dev.tolist() == [11.0, 2.0] and host.tolist() == [3.0, 31.0]
+    expected = [(a**8 + b**8) ** (1 / 8) for a, b in zip(host, dev, strict=True)]
+    assert step == pytest.approx(expected)
+    assert (step >= np.maximum(host, dev)).all() and (step <= np.maximum(host, dev) * 1.01).all()
+
+
+def test_gradscaler_sync_adds_the_optimizer_after_the_overlap() -> None:
+    """GradScaler reads its inf check back: the optimizer's host and device work come after the overlapped passes."""
+    args = (np.array([10.0]), np.array([4.0]), np.array([2.0]), np.array([3.0]))
+    free, _, _ = overlap(*args, np.array([False]), 8.0)
+    synced, _, _ = overlap(*args, np.array([True]), 8.0)
+    assert synced[0] == pytest.approx(float(smooth_max(np.array([2.0]), np.array([10.0]), 8.0)[0]) + 3.0 + 4.0)
+    assert synced[0] > free[0]
+
+
+def test_fit_recovers_the_constants_that_made_the_rows() -> None:
+    """Rows made from known constants (host- and device-bound, every group and optimizer) are fitted back closely."""
+    rng = np.random.default_rng(3)
+    truth = dict(stepfit.PRIORS)
+    truth.update(host_kernel_ms=0.09, host_cast_factor=1.8, smooth_max_q=6.0)
+    truth.update({f"dev_conv_tensor_{g}": s for g, s in (("fp32", 1.4), ("bf16", 1.1), ("fp16", 1.3))})
+    n = 240
+    # device work from far below the host's dispatch time to far above it
+    work = rng.uniform(0.05, 10, (n, 5)) * rng.choice([0.2, 1, 6], (n, 1))
+    rows = stepfit.Rows(
+        device=np.column_stack([work, rng.integers(5, 120, n)]),
+        optimizer_ms=rng.uniform(0.05, 3, n), kernels=rng.integers(20, 700, n).astype(float),
+        casts=rng.integers(0, 130, n).astype(float), tensors=rng.integers(10, 400, n).astype(float),
+        group=rng.integers(0, 3, n), optimizer=rng.integers(0, 3, n), synced=rng.random(n) < 0.3,
+        autotuned=np.zeros(n, dtype=bool), measured=np.ones(n), weight=np.ones(n),
+    )  # fmt: skip
+    made, _, host = stepfit.predict(rows, truth)
+    rows = stepfit.Rows(**{**vars(rows), "measured": made})
+    fitted = stepfit.fit(rows)
+    again, _, _ = stepfit.predict(rows, fitted)
+    assert np.mean(np.abs(again - made) / made) < 0.02
+    assert 20 < (host > made * 0.9).sum() < n - 20  # host-bound and device-bound rows were part of it
+    assert fitted["host_kernel_ms"] == pytest.approx(0.09, rel=0.15)
+
+
+def test_a_layer_list_workload_without_counts_still_gets_host_terms() -> None:
+    """Workloads that count no kernels or parameter tensors (JSON layer lists) fall back to their operators."""
+    ops = {"conv": {"count": 3, "flops": 1e8, "bytes": 1e6}, "batch_norm": {"count": 2, "flops": 1, "bytes": 1e5}}
+    work = {"ops": ops, "parameters": 1000, "parameter_tensors": None}
+    assert parameter_tensors(work) == 2 * (3 + 2)
+    model = load()
+    from worker.reference.fit import gpu_table
+
+    gpu = gpu_table()["T4"]
+    spec = {"in_channels": 3, "out_channels": 8, "in_h": 32, "in_w": 32, "kernel": [3, 3], "stride": [1, 1],
+            "padding": [1, 1], "dilation": [1, 1], "groups": 1, "bias": False}  # fmt: skip
+    for training in (TrainConfig(), TrainConfig(optimizer="adamw", precision="amp_fp16")):
+        est = model.predict_steps(convs=[(spec, 3)], workload=work, batch_sizes=[1, 64], gpu=gpu, training=training)
+        assert all(np.isfinite(e.step_ms) and e.host_ms > 0 for e in est)
+
+
+def test_step_parts_count_the_kernels_the_extractor_saw() -> None:
+    """The host term reads the kernels traced at extraction (clones of in-place activations included)."""
+    convs, work = network("mobilenet_v2", 224)
+    parts: StepParts = step_parts(
+        np.zeros((1, 3, 3)), work, np.array([8.0]), load_gpu(), TrainConfig(), load().params["step"]
+    )
+    assert parts.kernels == work["kernels"] > sum(v["count"] for v in work["ops"].values())
+    assert parts.device.shape == (1, len(DEVICE_PARTS)) and parts.casts == 0 and not parts.synced
+    amp = step_parts(np.zeros((1, 3, 3)), work, np.array([8.0]), load_gpu(), TrainConfig(precision="amp_fp16"), {
+        **load().params["step"]})  # fmt: skip
+    assert amp.casts == work["ops"]["conv"]["count"] + work["ops"]["linear"]["count"] and amp.synced
+
+
+def load_gpu():  # type: ignore[no-untyped-def]
+    """The H100 SXM's figures."""
+    from worker.reference.fit import gpu_table
+
+    return gpu_table()[h100.GPU]
+
+
+ACCURACY = {
+    "whole_step_mape": 20.0, "whole_step_log_ratio_p10": -0.2, "whole_step_log_ratio_p90": 0.5,
+    "h100": {"family": "H100", "by_group_regime": {
+        "bf16": {"host": {"mape": 11.0, "band_low": -0.1, "band_high": 0.3},
+                 "device": {"mape": 9.0, "band_low": -0.15, "band_high": 0.2}},
+    }},
+}  # fmt: skip
+
+
+def test_each_point_quotes_its_kind_and_other_gpus_no_better_than_the_public_figure() -> None:
+    """H100 points quote their precision group's and regime's held-out figures; other GPUs the worse of the two."""
+    bound = np.array([True, False])
+    on_h100 = point_errors(ACCURACY, precision="amp_bf16", launch_bound=bound, gpu="H100-SXM5-80GB")
+    assert on_h100.mape.tolist() == [11.0, 9.0] and on_h100.low.tolist() == [-0.1, -0.15]
+    assert on_h100.high.tolist() == [0.3, 0.2]
+    on_h200 = point_errors(ACCURACY, precision="amp_bf16", launch_bound=bound, gpu="H200-SXM-141GB")
+    assert on_h200.mape.tolist() == [11.0, 9.0]  # same chip
+    on_t4 = point_errors(ACCURACY, precision="amp_bf16", launch_bound=bound, gpu="T4")
+    assert on_t4.mape.tolist() == [20.0, 20.0] and on_t4.low.tolist() == [-0.2, -0.2]
+    assert on_t4.high.tolist() == [0.5, 0.5]
+    unmeasured_group = point_errors(ACCURACY, precision="fp32", launch_bound=bound, gpu="H100-SXM5-80GB")
+    assert unmeasured_group.mape.tolist() == [20.0, 20.0]
+
+
+def test_the_committed_model_was_scored_on_the_h100_steps_per_configuration() -> None:
+    """model.json holds the leave-one-CNN-out figures of every configuration of data/reference/h100/."""
+    own = load().accuracy["h100"]
+    configs = {json.loads(line)["config"] for line in h100.STEPS.read_text().splitlines()}
+    assert set(own["by_config"]) == configs == set(h100.CONFIGS)
+    rows = len([r for r in h100.load_rows() if r.batch in h100.GRID])
+    assert sum(v["rows"] for v in own["by_config"].values()) == rows
+    for kinds in own["by_group_regime"].values():
+        for kind in kinds.values():
+            assert kind["band_low"] < kind["band_high"] and kind["rows"] >= 3 and kind["mape"] > 0

@@ -1,0 +1,173 @@
+"""Our own whole training steps on an H100 (data/reference/h100/): rows for the fit, and their held-out scores.
+
+Every CNN's rows are predicted by whole-step constants fitted without that CNN's H100 rows (leave-one-CNN-out),
+and the errors are kept per precision group and regime (host-bound or device-bound, as the model itself says):
+each reference point quotes the figure of its own kind, and its P10-P90 band is those errors' quantiles.
+"""
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from shared.training import TrainConfig
+from worker.reference.data import ROOT
+from worker.reference.layerfit import family_of
+from worker.reference.model import ReferenceModel
+from worker.reference.specs import GpuSpecs
+from worker.reference.steps import precision_group
+from worker.reference.wholestep import StepRow, calibrate, flops_baseline, network
+
+STEPS = ROOT / "data" / "reference" / "h100" / "steps.jsonl"
+GPU = "H100-SXM5-80GB"
+FAMILY = "H100"  # layerfit.family_of(GPU): the GPUs (H100 boards, H200) whose points quote these figures
+SET = "h100_own"
+ENVIRONMENT = "H100 SXM 80GB, PyTorch 2.11, cuDNN 9.19, cudnn.benchmark off, NCHW"
+CONFIGS = {
+    "sgd/fp32": TrainConfig(optimizer="sgd", precision="fp32"),
+    "sgd+momentum/amp_bf16": TrainConfig(optimizer="sgd", momentum=0.9, precision="amp_bf16"),
+    "adamw+wd/amp_fp16": TrainConfig(optimizer="adamw", weight_decay=0.01, precision="amp_fp16"),
+}
+GRID = (16, 32, 64, 128, 256)  # every CNN and configuration; the sweep's other sizes are vgg16 and resnet50 only
+# A point's band: these quantiles of the held-out errors of its kind. The 10th and 90th held 71% of a held-out
+# CNN's steps (errors cluster by CNN), the 5th and 95th 82% (nested, 2026-11-25): the band meant to hold ~80%.
+BAND_TAIL = 0.05
+
+
+def load_rows() -> list[StepRow]:
+    """The measured steps (rows with an error, a CNN that cannot run, are left out)."""
+    if not STEPS.exists():
+        return []
+    rows = []
+    for line in STEPS.read_text().splitlines():
+        r = json.loads(line)
+        if "ms" not in r:
+            continue
+        config = CONFIGS[r["config"]]
+        rows.append(
+            StepRow(
+                SET,
+                GPU,
+                r["cnn"],
+                int(r["image"]),
+                int(r["batch"]),
+                config.precision,
+                "pytorch 2.11",
+                config.optimizer,
+                "fwd+bwd+opt (synthetic data)",
+                float(r["ms"]),
+                False,
+                config,
+                autotuned=False,
+            )  # fmt: skip
+        )
+    return rows
+
+
+def _stats(pred: np.ndarray, meas: np.ndarray) -> dict[str, Any]:
+    lr = np.log(meas / pred)
+    return {
+        "rows": int(len(meas)), "mape": float(np.mean(np.abs(pred - meas) / meas) * 100),
+        "log_ratio_p10": float(np.quantile(lr, 0.1)), "log_ratio_p90": float(np.quantile(lr, 0.9)),
+    }  # fmt: skip
+
+
+def _coverage(lr: np.ndarray, cnn: np.ndarray, kind: np.ndarray, tail: float = 0.1) -> float:
+    """Share of rows inside bands taken from the other CNNs' held-out errors of the same kind (nested)."""
+    inside = []
+    for i in range(len(lr)):
+        others = lr[(cnn != cnn[i]) & (kind == kind[i])]
+        if len(others) >= 5:
+            lo, hi = np.quantile(others, [tail, 1 - tail])
+            inside.append(lo <= lr[i] <= hi)
+    return float(np.mean(inside) * 100) if inside else float("nan")
+
+
+def evaluate(model: ReferenceModel, gpus: dict[str, GpuSpecs]) -> dict[str, Any]:
+    """Leave-one-CNN-out on the H100 steps: figures per configuration, regime and CNN, beside the baseline fitted
+    on public rows only (what the reference knew before our H100 steps)."""
+    rows = [r for r in load_rows() if r.gpu in gpus]
+    gpu = gpus[GPU]
+    public = calibrate(model, gpus, [], leave_out=lambda r: r.set == SET)
+    baseline = ReferenceModel({**model.params, "step": {**model.params["step"], **public}}, "public rows only")
+    preds: list[tuple[StepRow, float, bool, float, float]] = []
+    for cnn in sorted({r.cnn for r in rows}):
+
+        def held_out(r: StepRow, cnn: str = cnn) -> bool:
+            return r.cnn == cnn and family_of(r.gpu) == FAMILY
+
+        step = calibrate(model, gpus, [], leave_out=held_out)
+        fitted = ReferenceModel({**model.params, "step": {**model.params["step"], **step}}, f"without {cnn}")
+        for r in (r for r in rows if r.cnn == cnn):
+            convs, work = network(r.cnn, r.image_size)
+            est, prior = (
+                m.predict_steps(
+                    convs=convs, workload=work, batch_sizes=[r.batch], gpu=gpu, training=r.training, autotuned=False
+                )[0]
+                for m in (fitted, baseline)
+            )
+            preds.append((r, est.step_ms, est.launch_bound, prior.step_ms, flops_baseline(r, gpu)))
+    return summarise(preds)
+
+
+def summarise(preds: list[tuple[StepRow, float, bool, float, float]]) -> dict[str, Any]:
+    """Figures of held-out predictions (row, predicted, launch-bound, public-only and FLOPs-at-peak baselines)."""
+    meas = np.array([p[0].step_ms for p in preds])
+    pred = np.array([p[1] for p in preds])
+    base = np.array([p[3] for p in preds])
+    flops = np.array([p[4] for p in preds])
+    grid = np.array([p[0].batch in GRID for p in preds])
+    group = np.array([precision_group(p[0].precision) for p in preds])
+    regime = np.array(["host" if p[2] else "device" for p in preds])
+    cnn = np.array([p[0].cnn for p in preds])
+    config = np.array([next(k for k, v in CONFIGS.items() if v == p[0].training) for p in preds])
+    out: dict[str, Any] = {
+        "environment": ENVIRONMENT, "family": FAMILY, "by_config": {}, "by_group_regime": defaultdict(dict),
+    }  # fmt: skip
+    for name in CONFIGS:
+        ix = grid & (config == name)
+        out["by_config"][name] = {
+            **_stats(pred[ix], meas[ix]), "public_only_mape": _stats(base[ix], meas[ix])["mape"],
+            "flops_mape": _stats(flops[ix], meas[ix])["mape"], "under_pct": float(np.mean(pred[ix] < meas[ix]) * 100),
+        }  # fmt: skip
+    for g in sorted(set(group)):
+        for reg in ("host", "device"):
+            ix = (group == g) & (regime == reg)
+            if ix.sum() >= 3:
+                lr_kind = np.log(meas[ix] / pred[ix])
+                out["by_group_regime"][g][reg] = {
+                    **_stats(pred[ix], meas[ix]),
+                    "band_low": float(np.quantile(lr_kind, BAND_TAIL)),
+                    "band_high": float(np.quantile(lr_kind, 1 - BAND_TAIL)),
+                }
+    out["by_group_regime"] = dict(out["by_group_regime"])
+    lr = np.log(meas / pred)
+    kind = np.char.add(np.char.add(group, "/"), regime)
+    out["band_coverage_pct"] = _coverage(lr[grid], cnn[grid], kind[grid], BAND_TAIL)
+    out["band_coverage_by_tail"] = {str(t): _coverage(lr[grid], cnn[grid], kind[grid], t) for t in (0.1, 0.05)}
+    out["grid"] = {
+        **_stats(pred[grid], meas[grid]), "public_only_mape": _stats(base[grid], meas[grid])["mape"],
+        "flops_mape": _stats(flops[grid], meas[grid])["mape"],
+    }  # fmt: skip
+    if (~grid).any():
+        out["sweep_only"] = _stats(pred[~grid], meas[~grid])
+    out["by_cnn"] = {
+        c: {name: _stats(pred[grid & (cnn == c) & (config == name)], meas[grid & (cnn == c) & (config == name)])["mape"]
+            for name in CONFIGS if (grid & (cnn == c) & (config == name)).any()}
+        for c in sorted(set(cnn))
+    }  # fmt: skip
+    out["points"] = [
+        [
+            p[0].cnn,
+            config[i],
+            p[0].batch,
+            round(p[0].step_ms, 3),
+            round(p[1], 3),
+            regime[i],
+            round(p[3], 3),
+            round(p[4], 3),
+        ]
+        for i, p in enumerate(preds)
+    ]
+    return out
