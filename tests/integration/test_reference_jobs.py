@@ -111,3 +111,30 @@ def test_a_gpu_registered_by_its_specs_is_predicted_at_once(clean_db: None) -> N
         cur.execute("SELECT provider FROM machine_types WHERE name IN ('lab-rtx-box', 'lab-slow') ORDER BY name")
         assert [r["provider"] for r in cur.fetchall()] == ["own", "lab"]
         cur.execute("DELETE FROM machine_types WHERE registered_at IS NOT NULL")
+
+
+LAYER_LIST = (
+    b'{"image_size": 32, "layers": [{"in_channels": 3, "out_channels": 8, "input_size": 32, "kernel": 3,'
+    b' "padding": 1}, {"in_channels": 8, "out_channels": 8, "input_size": 32, "kernel": 3, "padding": 1,'
+    b' "count": 2}], "parameters": 1400}'
+)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "amp_fp16", "amp_bf16"])
+def test_uploaded_cnns_are_answered_on_gpu_types_in_every_precision(clean_db: None, precision: str) -> None:
+    """A JSON layer list and an ONNX graph (no parameter tensors or kernel counts known for the first) get reference
+    answers on a GPU type, fp32 and autocast, with finite times and their kind's error (issue 25: they failed)."""
+    from shared.cnn import registry
+    from tests.support.onnx_models import export
+
+    registry.create(name="two-convs", data=LAYER_LIST)
+    registry.create(name="onnx-resnet18", data=export("resnet18", 32))
+    body = {"cnns": ["two-convs", "onnx-resnet18"], "machines": ["g5.xlarge"], "batch_sizes": [1, 64]}
+    job = run(**body, image_size=32, precision=precision, optimizer="adamw")
+    assert job["status"] == "succeeded", job["error"]
+    points = job["result"]["predictions"]
+    assert {p["cnn"] for p in points} == {"two-convs", "onnx-resnet18"} and len(points) == 4
+    for point in points:
+        assert point["source"] == "reference" and point["iteration_seconds"] > 0 and point["reference_error_pct"] > 0
+    with transaction() as cur:
+        cur.execute("DELETE FROM cnns WHERE name IN ('two-convs', 'onnx-resnet18')")
