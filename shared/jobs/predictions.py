@@ -30,7 +30,7 @@ _COPY_TRAILER = struct.pack("!h", -1)
 # The parts overlapping [start, end); all of them when end is NULL.
 SELECT_PARTS = """
 SELECT first, points, body FROM job_predictions
-WHERE job_id = %(id)s AND first + points > %(start)s AND (%(end)s::int IS NULL OR first < %(end)s)
+WHERE job_id = %(id)s AND first + points > %(start)s AND (%(end)s::bigint IS NULL OR first < %(end)s)
 ORDER BY part"""
 SELECT_TOTAL = "SELECT COALESCE(sum(points), 0) AS total FROM job_predictions WHERE job_id = %s"
 
@@ -59,6 +59,7 @@ def store(*, cur: Cursor, job_id: uuid.UUID, points: list[dict[str, Any]]) -> No
 def chunks(*, job_id: uuid.UUID, offset: int = 0, limit: int | None = None) -> tuple[list[bytes], int]:
     """predictions[offset:offset + limit] (all when limit is None) as a JSON array's UTF-8 bytes, in chunks whose
     concatenation is the array (a large result is joined once, by the answer), and how many points there are."""
+    # A page past the end is empty, however far: the bound is a bigint, never an int4 that offset + limit overflows.
     end = offset + limit if limit is not None else None
     with transaction() as cur:
         # The parts' text as bytes, never decoded: an answer of ~43 MB is copied once, not decoded and encoded.
