@@ -36,7 +36,7 @@ else
   predict=(--batch-sizes "8,16,32")
 fi
 # A model of an older kind (quantile-model intervals, one image size) or feature list is calibrated again too.
-if ! "$VENV/bin/python" -c "import sys; from worker import features, predictor; m = predictor.latest(machine='local'); sys.exit(m is None or m['kind'] != predictor.KIND or m['params'].get('features') != list(features.NAMES))"; then
+if ! "$VENV/bin/python" -c "import sys; from worker import features, predictor; m = predictor.latest(machine_type='local'); sys.exit(m is None or m['kind'] != predictor.KIND or m['params'].get('features') != list(features.NAMES))"; then
   echo "no current model for local yet: calibrating ($spread)…"
   "$VENV/bin/traincast" calibrate --machine local
 fi

@@ -2,9 +2,11 @@
 
 The conv part is measured (summed layer benchmarks, also split by layer kind); so are, where the
 CNN's reader knows its operators (torchvision and PyTorch models, not ONNX graphs or JSON layer
-lists), the other operators (`other_ms`: Σ count × forward+backward of each op signature) and the
-optimizer step (`optimizer_ms`). The rest of the step is described by the extractor's workload, the
-parameter count and the machine's specs, which stand in for the ops where they are not measured
+lists), the other operators (`other_ms`: Σ count × forward+backward of each op signature, which is
+every kernel of the step that is not a conv: per-step ones such as batch norm's counter and
+backward's gradient sums included; shared/cnn/op_signatures.py) and the optimizer step
+(`optimizer_ms`). The rest of the step is described by the extractor's workload, the parameter
+count and the machine's specs, which stand in for the ops where they are not measured
 (`ops_measured`, `optimizer_measured` say which). Nothing here is a timing that was not measured on
 the machine in question.
 """
@@ -32,15 +34,15 @@ NAMES = (
     "batch_size", "image_size", "adam", "conv_ms", "forward_ms", "backward_data_ms", "backward_weight_ms",
     *(f"{k}_ms" for k in LAYER_KINDS), *(f"{k}_convs" for k in LAYER_KINDS),
     *(f"{k}_mflops" for k in WORK_KINDS), *(f"{k}_mbytes" for k in WORK_KINDS), *(f"{k}_ops" for k in WORK_KINDS),
-    "conv_gflops", "mparameters", "parameter_tensors", "activation_mbytes", *MACHINE_SPECS,
+    "conv_gflops", "mparameters", "parameter_tensors", "activation_memory_mbytes", *MACHINE_SPECS,
     "other_ms", "optimizer_ms", "ops_measured", "optimizer_measured",
 )  # fmt: skip
 OpMembers = list[tuple[int, dict[str, Any], int]]
 # One point's features as a record with a field per name (float64): a table of points is a structured array
-# of it, read by name (`table["conv_ms"]`), and `matrix()` gives the models' columns in NAMES order. NAMES holds
-# "activation_mbytes" twice (the activation ops' bytes, then the saved activations' bytes, which overwrite
-# them): one field, two columns, as the stored models were trained.
-DTYPE = np.dtype([(name, np.float64) for name in dict.fromkeys(NAMES)])
+# of it, read by name (`table["conv_ms"]`), and `matrix()` gives the models' columns in NAMES order. (Models
+# stored before issue 24 had "activation_mbytes" twice, the activation memory overwriting the activation ops'
+# bytes; their feature list differs, so they are refused until retrained.)
+DTYPE = np.dtype([(name, np.float64) for name in NAMES])
 Rows = Mapping[tuple[int, int], Mapping[str, Any]]
 
 
@@ -135,7 +137,7 @@ def table(
     f["conv_gflops"] = (ops.get("conv") or {}).get("flops", 0.0) * sizes / 1e9
     f["mparameters"] = (workload.get("parameters") or 0) / 1e6
     f["parameter_tensors"] = workload.get("parameter_tensors") or 0
-    f["activation_mbytes"] = (workload.get("activation_bytes") or 0.0) * sizes / 1e6
+    f["activation_memory_mbytes"] = (workload.get("activation_bytes") or 0.0) * sizes / 1e6
     usable &= _add_ops(f, op_members, op_rows or {}, batch_sizes)
     f["batch_size"] = sizes
     f["image_size"] = image_size

@@ -4,17 +4,49 @@ A signature is the operator and what decides its cost per sample (shapes without
 arguments that change the kernel); batch size, precision and layout are benchmark axes. In-place and
 out-of-place variants share one signature, as do ops of one kind and size in any CNN (every ReLU of
 64×56×56 values is `relu(200704)`), so a CNN's ops are measured once for all CNNs that share them.
+
+Arguments beyond the op's own say how to rebuild its input where it is not a plain batch of samples:
+`step` (no batch: computed once per step on parameters or buffers, e.g. batch norm's counter, a
+relative-position table), `fold` (the batch folded into the first dimension, k rows per sample),
+`layout` (a permuted view: the order of its dimensions in memory, outermost first), `grad` (False:
+no gradient flows, so it has no backward), `dtype` (not floating point). Every aten call of a traced
+step either becomes a signature or is named in FREE or VIEWS (tests/unit/test_op_coverage.py).
 """
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 # Under autocast these run in fp32 whatever the precision (torch's autocast fp32 list).
-FP32_UNDER_AUTOCAST = frozenset({"cross_entropy", "softmax", "layer_norm", "group_norm"})
+FP32_UNDER_AUTOCAST = frozenset({"cross_entropy", "softmax", "layer_norm", "group_norm", "norm", "exp"})
 OPTIMIZER = "optimizer"
 ACTIVATIONS = frozenset({"relu", "gelu", "silu", "hardswish", "hardsigmoid", "sigmoid", "tanh", "hardtanh"})
+# Ops with no backward of their own (a mask, random numbers, a constant, a gradient sum): timed as one phase.
+NO_BACKWARD = frozenset({"bernoulli", "fill", "compare", "accumulate"})
+
+_VIEW_OPS = ("view", "_unsafe_view", "_reshape_alias", "reshape", "t", "transpose", "permute", "unsqueeze", "squeeze",
+             "alias", "unflatten", "flatten")  # fmt: skip
+# aten ops that launch no kernel in a training step, forward or backward, each with why.
+FREE = {
+    **dict.fromkeys(_VIEW_OPS, "a view: new sizes over the same memory; its gradient is a view of the output's"),
+    "as_strided": "restrides its input in place (adaptive pooling's output): metadata, no kernel",
+    "detach": "a view outside autograd (autograd saving an output): no kernel, no gradient",
+    "lift_fresh": "wraps a constant made on the host: no kernel",
+    **dict.fromkeys(("empty", "empty_like", "new_empty", "empty_strided"), "allocates only: no kernel"),
+    "nll_loss_forward": "measured with _log_softmax as cross_entropy (F.cross_entropy runs both)",
+}
+# Views free in the forward pass whose backward runs a kernel (select and slice write the gradient into
+# zeros, split and unbind concatenate the parts', expand sums): measured where a gradient flows, else free.
+VIEWS = {
+    "select": "free without a gradient, else zeros + a copy into them in backward",
+    "slice": "free without a gradient, else zeros + a copy into them in backward",
+    "split": "free without a gradient, else a concatenation of the parts' gradients in backward",
+    "split_with_sizes": "free without a gradient, else a concatenation of the parts' gradients in backward",
+    "unbind": "free without a gradient, else a stack of the parts' gradients in backward",
+    "expand": "free when it does not grow or without a gradient, else a sum in backward",
+}
 
 
 @dataclass(frozen=True)
@@ -59,6 +91,34 @@ def optimizer_signature(shapes: list[tuple[int, ...]]) -> OpSignature:
     return OpSignature.of(OPTIMIZER, (), shapes=[list(s) for s in shapes])
 
 
+def accumulation(numel: int, *, batched: bool) -> OpSignature:
+    """Backward's sum of the gradients of a tensor used twice or more: one per use beyond the first."""
+    return OpSignature.of("accumulate", (numel,), **({} if batched else {"step": True}))
+
+
+def without_backward(sig: OpSignature) -> OpSignature:
+    """The same op where no gradient flows back through it (grad=False: timed without a backward)."""
+    if sig.op in NO_BACKWARD or sig.arguments.get("grad") is False:
+        return sig
+    return OpSignature.of(sig.op, sig.shape, **{**sig.arguments, "grad": False})
+
+
+def canonical_name(name: str) -> str:
+    """An aten overload packet's name with in-place variants folded into their op (relu_ → relu)."""
+    return name if name in ("_softmax", "_log_softmax") else name.rstrip("_")
+
+
+def is_free(name: str, args: tuple[Any, ...], out: Any) -> bool:
+    """Whether an aten call launches no kernel in the step (FREE, or a VIEWS op no gradient flows through)."""
+    import torch
+
+    name = canonical_name(name)
+    if name in FREE:
+        return True
+    grows = name == "expand" and isinstance(out, torch.Tensor) and out.numel() > args[0].numel()
+    return name in VIEWS and (not requires_grad(tensors_of(args)) or (name == "expand" and not grows))
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
@@ -71,76 +131,30 @@ def _plain(value: Any) -> Any:
     return int(value)
 
 
-def from_aten(name: str, args: tuple[Any, ...], out: Any, batch: int) -> OpSignature | None:
-    """The signature of one aten call seen at extraction with `batch` samples; None for ops not measured."""
+def tensors_of(items: Any) -> list[Any]:
+    """The tensors among an aten call's arguments or outputs, nested lists flattened."""
     import torch
 
-    name = name.rstrip("_") if name not in ("_softmax", "_log_softmax") else name
-    x = args[1] if name == "addmm" else args[0] if args else None  # addmm(bias, x, weight.t())
-    if not isinstance(x, torch.Tensor):
-        x = args[0][0] if args and isinstance(args[0], list | tuple) and args[0] else None
-    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] != batch:
-        return None  # bookkeeping (num_batches_tracked += 1), or not per sample
-    per = tuple(int(s) for s in x.shape[1:])
-    numel = x.numel() // batch
-    if name in ("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional"):
-        return OpSignature.of("batch_norm", per)
-    if name == "native_layer_norm":
-        return OpSignature.of("layer_norm", per, normalized=list(args[1]))
-    if name == "native_group_norm":
-        return OpSignature.of("group_norm", per, groups=int(args[6]))
-    if name in ACTIVATIONS:
-        if name == "hardtanh":
-            return OpSignature.of(name, (numel,), min=float(args[1]), max=float(args[2]))
-        return OpSignature.of(name, (numel,))
-    if name == "clamp":
-        return OpSignature.of("hardtanh", (numel,), min=float(args[1]), max=float(args[2]))
-    if name == "max_pool2d_with_indices":  # (x, kernel, stride=[], padding=0, dilation=1, ceil_mode=False)
-        a = list(args) + [None] * (6 - len(args))
-        return OpSignature.of(
-            "max_pool2d", per, kernel=_pair(a[1]), stride=_pair(a[2] or a[1]), padding=_pair(a[3] or 0),
-            dilation=_pair(a[4] or 1), ceil=bool(a[5]),
-        )  # fmt: skip
-    if name == "avg_pool2d":
-        a = list(args) + [None] * (7 - len(args))
-        return OpSignature.of(
-            "avg_pool2d", per, kernel=_pair(a[1]), stride=_pair(a[2] or a[1]), padding=_pair(a[3] or 0),
-            ceil=bool(a[4]), count_include_pad=a[5] is None or bool(a[5]), divisor=a[6],
-        )  # fmt: skip
-    if name in ("_adaptive_avg_pool2d", "adaptive_max_pool2d"):
-        return OpSignature.of(name.lstrip("_"), per, output=list(args[1]))
-    if name == "mean":
-        dims = sorted(int(d) % x.dim() for d in (args[1] if len(args) > 1 and args[1] is not None else []))
-        return OpSignature.of("mean", per, dims=dims, keepdim=bool(args[2]) if len(args) > 2 else False)
-    if name in ("addmm", "mm"):
-        a, w = (args[1], args[2]) if name == "addmm" else (args[0], args[1])
-        return OpSignature.of("linear", (a.shape[0] // batch, a.shape[1]), out=int(w.shape[1]), bias=name == "addmm")
-    if name in ("add", "sub", "mul", "div"):
-        return _elementwise("add" if name in ("add", "sub") else "mul", numel, args[1] if len(args) > 1 else 0, batch)
-    if name in ("cat", "stack"):
-        dim = int(args[1]) if len(args) > 1 else 0
-        return OpSignature.of(name, (), shapes=[list(t.shape[1:]) for t in args[0]], dim=dim)
-    if name == "_log_softmax" and x.dim() == 2:
-        return OpSignature.of("cross_entropy", (int(x.shape[1]),))  # with nll_loss: F.cross_entropy
-    if name == "_softmax":
-        return OpSignature.of("softmax", per, dim=int(args[1]) % x.dim())
-    if name == "native_dropout":
-        return OpSignature.of("dropout", (numel,), p=float(args[1]))
-    return None
+    if isinstance(items, torch.Tensor):
+        return [items]
+    if isinstance(items, list | tuple):
+        return [t for item in items for t in tensors_of(item)]
+    return []
 
 
-def _pair(v: Any) -> list[int]:
-    vals = [int(i) for i in v] if isinstance(v, list | tuple) else [int(v)]
-    return vals * 2 if len(vals) == 1 else vals[:2]
+def requires_grad(tensors: list[Any]) -> bool:
+    """Whether a gradient flows to any of these tensors."""
+    return any(t.requires_grad for t in tensors)
 
 
-def _elementwise(op: str, numel: int, other: Any, batch: int) -> OpSignature:
-    import torch
+def from_aten(
+    name: str, args: tuple[Any, ...], out: Any, batch: int, *, batched: Callable[[Any], bool] | None = None
+) -> OpSignature | None:
+    """The signature of one aten call seen at extraction with `batch` samples; None for ops that are free.
 
-    # The other operand: a whole tensor of the same size, a per-sample broadcast (squeeze-excitation's
-    # scale), a parameter shared by all samples, or a scalar; the batch shapes are rebuilt from these.
-    if not isinstance(other, torch.Tensor) or other.numel() == 1:
-        return OpSignature.of(op, (numel,), other=0, batched=False)
-    batched = other.dim() > 0 and other.shape[0] == batch
-    n = other.numel() // batch if batched else other.numel()
-    return OpSignature.of(op, (numel,), other=n, batched=batched)
+    batched: whether a tensor carries the batch (computed from the input); by default, its first dimension
+    equals the batch. An op none of whose tensors carries it runs once per step, whatever the batch size.
+    """
+    from shared.cnn import aten_ops  # its handlers build this module's signatures
+
+    return aten_ops.signature(name, args, out, batch, batched=batched)

@@ -8,7 +8,8 @@ from functools import cache, lru_cache
 from typing import Any
 
 from shared.cnn import builtins as cnn_registry
-from shared.cnn.op_signatures import OpSignature, from_aten, optimizer_signature
+from shared.cnn.flow import Flow
+from shared.cnn.op_signatures import OpSignature, from_aten, optimizer_signature, without_backward
 from shared.cnn.signatures import ConvSignature
 from shared.cnn.workload import Workload, record_aten
 from shared.core.errors import ExtractionError, NotFound
@@ -147,7 +148,11 @@ def conv_layers_of(model: Any, image_size: int, num_classes: int | None = None) 
 
     seen: list[ConvSignature] = []
     seen_ops: list[OpSignature] = []
+    called: list[int] = []  # the trace call each of seen_ops was read from
     work = Workload()
+    x = torch.empty(_EXTRACT_BATCH, 3, image_size, image_size, device="meta")
+    target = torch.zeros(_EXTRACT_BATCH, dtype=torch.long, device="meta")  # data, made outside the step
+    flow = Flow(x, _EXTRACT_BATCH)
 
     class _Record(TorchDispatchMode):
         # Intercepting operators (not nn.Conv2d modules) also catches functional convs.
@@ -155,26 +160,29 @@ def conv_layers_of(model: Any, image_size: int, num_classes: int | None = None) 
             kwargs = kwargs or {}
             if func is torch.ops.aten.native_batch_norm.default:
                 out = _batch_norm_shapes(*args)
+            elif func is torch.ops.aten.convolution.default:
+                out = _conv_output(func(*args, **kwargs), args[0])
             else:
                 out = func(*args, **kwargs)
+            name = func.overloadpacket.__name__
+            flow.note(name, args, out)
             if func is torch.ops.aten.convolution.default:
                 seen.append(_signature_of(args))
             else:
-                op = from_aten(func.overloadpacket.__name__, args, out, _EXTRACT_BATCH)
+                op = from_aten(name, args, out, _EXTRACT_BATCH, batched=flow.carries)
                 if op is not None:
                     seen_ops.append(op)
+                    called.append(len(flow.calls) - 1)
             record_aten(work, func, args, kwargs, out)
             return out
 
     model.train()
-    x = torch.empty(_EXTRACT_BATCH, 3, image_size, image_size, device="meta")
     saved = _SavedTensors({p.untyped_storage()._cdata for p in model.parameters()})
     try:
         with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack), _Record():
             out = model(x)
             logits = out.logits if hasattr(out, "logits") else out  # inception/googlenet aux outputs
             if num_classes is not None and isinstance(logits, torch.Tensor) and logits.dim() == 2:
-                target = torch.zeros(_EXTRACT_BATCH, dtype=torch.long, device="meta")
                 F.cross_entropy(logits, target)
     except (RuntimeError, AssertionError, ValueError) as exc:
         # Models check their input with torch._assert (AssertionError: ViT's fixed patch grid) or
@@ -190,6 +198,10 @@ def conv_layers_of(model: Any, image_size: int, num_classes: int | None = None) 
     work.saved_bytes = float(saved.nbytes)
     counts = Counter(seen)
     order = list(dict.fromkeys(seen))
+    sums, through = flow.backward()
+    # An op no gradient comes back through (autograd's copy of an in-place op's input) has no backward in the step.
+    seen_ops = [op if at in through else without_backward(op) for op, at in zip(seen_ops, called, strict=True)]
+    seen_ops += sums
     seen_ops.append(optimizer_signature([tuple(p.shape) for p in params if p.requires_grad]))
     op_counts = Counter(seen_ops)
     op_order = list(dict.fromkeys(seen_ops))
@@ -228,6 +240,16 @@ def _batch_norm_shapes(x: Any, *rest: Any) -> tuple[Any, Any, Any]:
     training = bool(rest[4]) if len(rest) > 4 else True
     stats = x.shape[1] if training else 0
     return (torch.empty_like(x), x.new_empty((stats,)), x.new_empty((stats,)))
+
+
+def _conv_output(out: Any, x: Any) -> Any:
+    # Meta's convolution always returns NCHW; cuDNN's and oneDNN's return channels-last for a channels-last input
+    # (convnext's blocks after its first residual add), which decides the layout of every op downstream.
+    import torch
+
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        return torch.empty_like(out, memory_format=torch.channels_last)
+    return out
 
 
 def _signature_of(args: tuple[Any, ...]) -> ConvSignature:

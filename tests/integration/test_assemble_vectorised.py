@@ -49,7 +49,7 @@ def point_features(
     f["conv_gflops"] = (kinds.get("conv") or {}).get("flops", 0.0) * bs / 1e9
     f["mparameters"] = (work.get("parameters") or 0) / 1e6
     f["parameter_tensors"] = work.get("parameter_tensors") or 0
-    f["activation_mbytes"] = (work.get("activation_bytes") or 0.0) * bs / 1e6
+    f["activation_memory_mbytes"] = (work.get("activation_bytes") or 0.0) * bs / 1e6
     operators = [(sig, count) for sig, spec, count in op_members if not ops.is_optimizer(spec)]
     timed = 0
     for sig, count in operators:

@@ -8,7 +8,7 @@ import torchvision
 
 from gpu_agent import op_bench
 from shared.cnn import zoo as cnn_zoo
-from shared.cnn.op_signatures import OpSignature, from_aten
+from shared.cnn.op_signatures import NO_BACKWARD, OpSignature, from_aten
 from shared.training import TrainConfig
 
 SIZE = 64
@@ -54,7 +54,11 @@ def test_resnet18_counts_follow_its_modules() -> None:
     )
     model = torchvision.models.resnet18()
     blocks = sum(isinstance(m, torchvision.models.resnet.BasicBlock) for m in model.modules())
-    assert sum(extracted("resnet18", "add").values()) == blocks  # out += identity, once per block
+    adds = extracted("resnet18", "add")
+    assert sum(n for s, n in adds.items() if not s.arguments.get("step")) == blocks  # out += identity, once per block
+    # Each batch norm's num_batches_tracked += 1: once per step, whatever the batch size.
+    counter = OpSignature.of("add", (1,), other=0, batched=False, step=True, grad=False, dtype="int64")
+    assert adds[counter] == sum(norms.values())
     fc = model.fc
     assert extracted("resnet18", "linear") == Counter(
         {OpSignature.of("linear", (1, fc.in_features), out=fc.out_features, bias=True): 1}
@@ -84,6 +88,7 @@ def test_every_op_of_the_calibration_cnns_runs_on_the_agent() -> None:
     config = TrainConfig(optimizer="adamw", precision="amp_fp16", channels_last=True)
     for sig in sigs:
         prepared = op_bench.prepare(sig, 2, config, torch.device("cpu"))
-        assert set(prepared.phases) == ({"step"} if sig.op == "optimizer" else {"forward", "backward"}), sig
+        one_phase = sig.op == "optimizer" or sig.op in NO_BACKWARD or sig.arguments.get("grad") is False
+        assert set(prepared.phases) == ({"step"} if one_phase else {"forward", "backward"}), sig
         for phase in prepared.phases.values():
             phase()
