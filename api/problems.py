@@ -5,12 +5,17 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from shared import keys
 from shared.core.errors import TraincastError
 
 MEDIA_TYPE = "application/problem+json"
 _RESERVED = {"type", "title", "status", "detail", "instance"}
+# A 422 lists at most this many errors, each message cut to MAX_MESSAGE characters, and says how many there were:
+# an answer stays a few KB whatever the body (a list of 200,000 bad items once made a 25 MB answer).
+MAX_ERRORS, MAX_MESSAGE = 20, 300
 
 
 def problem(status: int, title: str, detail: str, instance: str | None = None, **extra: Any) -> JSONResponse:
@@ -42,22 +47,54 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        every = exc.errors()
+        if any(err.get("type") == "json_invalid" for err in every[:1]):
+            # FastAPI parses a body before the dependencies run: who asks is checked before saying why it is bad.
+            refused = await _unauthenticated(request)
+            if refused is not None:
+                return refused
         errors = []
-        for err in exc.errors():
+        for err in every[:MAX_ERRORS]:
             msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
             if err.get("type") == "json_invalid":
                 msg = f"malformed JSON: {err.get('ctx', {}).get('error', msg)}"
-            errors.append({"where": _where(tuple(err.get("loc", ()))), "message": msg})
+            errors.append({"where": _where(tuple(err.get("loc", ()))[:8])[:200], "message": msg[:MAX_MESSAGE]})
         detail = "; ".join(f"{e['where']}: {e['message']}" for e in errors[:5])
-        return problem(422, "Invalid request", detail, str(request.url.path), errors=errors)
+        if len(every) > len(errors):
+            detail += f" (and {len(every) - len(errors)} more)"
+        return problem(422, "Invalid request", detail, str(request.url.path), errors=errors, error_count=len(every))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == PARSE_ERROR:
+            # A body json could not turn into values (a 5,000-digit integer): malformed, as any unparsable body.
+            refused = await _unauthenticated(request)
+            if refused is not None:
+                return refused
+            detail = "malformed JSON: a value could not be read (a number of more than 4,300 digits?)"
+            return problem(422, "Invalid request", detail, str(request.url.path))
         return problem(exc.status_code, _reason(exc.status_code), str(exc.detail), str(request.url.path))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         return problem(500, "Internal error", "an unexpected error occurred; it has been logged", str(request.url.path))
+
+
+# What FastAPI answers (400) when reading a body raised anything but a JSON syntax error.
+PARSE_ERROR = "There was an error parsing the body"
+
+
+async def _unauthenticated(request: Request) -> JSONResponse | None:
+    """The 401 problem of a request whose bearer key is missing or wrong, else None (a key's rate is not taken)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    try:
+        await run_in_threadpool(keys.authenticate, token=token.strip() if scheme.lower() == "bearer" else None)
+    except TraincastError as exc:
+        response = problem(exc.status, exc.title, exc.detail, str(request.url.path))
+        response.headers.update(getattr(exc, "headers", None) or {})
+        return response
+    return None
 
 
 def _reason(status: int) -> str:

@@ -43,7 +43,11 @@ def _printable(value: str | None) -> str | None:
 
 IdempotencyKey = Annotated[
     str | None,
-    Header(max_length=200, description="a retry with the same key returns the same job; no control characters"),
+    Header(
+        min_length=1,
+        max_length=200,
+        description="a retry with the same key returns the same job; 1-200 characters, no control characters",
+    ),
     AfterValidator(_printable),
 ]
 

@@ -16,6 +16,18 @@ MACHINE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$"
 CNN_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 # Bound of a range's fields, so no huge number reaches arithmetic; max_batch_size is checked after.
 _HUGE = 2**31 - 1
+# Batch sizes a list may hold before anything else is checked: validation stops at the first one past it, so a body
+# of 200,000 bad items costs one error, not 200,000 (MAX_BATCH_SIZES, at most this, is checked after).
+MAX_LISTED = 65_536
+# Fields a body may have: more is refused as one error before each unknown field becomes an error of its own.
+MAX_FIELDS = 64
+
+
+def _few_fields(data: Any) -> Any:
+    if isinstance(data, dict) and len(data) > MAX_FIELDS:
+        raise ValueError(f"{len(data)} fields in the body; a request has at most {MAX_FIELDS}")
+    return data
+
 
 # Prediction points (CNNs x machine types x batch sizes) a job may have. Set for each request at the
 # door (api/limits.py; an API key may set its own); unset elsewhere.
@@ -51,7 +63,8 @@ MachineName = Annotated[
 class BatchRange(BaseModel):
     """Batch sizes min, min+step, … up to max."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: `"8"`, `true` or `8.0` is not a batch size (a request is validated once, exactly as written)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     min: int = Field(ge=1, le=_HUGE)
     max: int = Field(ge=1, le=_HUGE)
@@ -72,11 +85,12 @@ class BatchRange(BaseModel):
 class JobRequest(BaseModel):
     """What a user asks: predict these CNNs on these machines over these batch sizes."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: no coercion of `true` to 1, `"8"` to 8 or `"yes"` to true
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     cnns: list[CnnName] = Field(min_length=1, max_length=100)
     machines: list[MachineName] = Field(min_length=1, max_length=100)
-    batch_sizes: list[int] | BatchRange
+    batch_sizes: Annotated[list[int], Field(max_length=MAX_LISTED)] | BatchRange
     epochs: int = Field(default=90, ge=1, le=100_000)
     # Bounded so steps x epochs stays a finite float in assembly (a trillion samples is far past any dataset).
     dataset_size: int = Field(default=1_281_167, ge=1, le=10**12)
@@ -95,6 +109,8 @@ class JobRequest(BaseModel):
     wait_for_benchmarks: bool = False
     # The batch sizes, sorted without repeats: worked out once, when the request is validated or loaded.
     _sizes: list[int] = PrivateAttr(default_factory=list)
+
+    _bounded = model_validator(mode="before")(_few_fields)
 
     @classmethod
     def stored(cls, data: dict[str, Any]) -> "JobRequest":
@@ -171,7 +187,9 @@ def _sorted_sizes(batch_sizes: list[int] | BatchRange, *, at_most: int | None) -
 class MachineCreate(BaseModel):
     """A machine type registered by its GPU's figures (POST /v1/machines)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    _bounded = model_validator(mode="before")(_few_fields)
 
     name: str = Field(pattern=MACHINE_NAME)
     gpu: str = Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")

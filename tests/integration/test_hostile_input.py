@@ -1,0 +1,76 @@
+"""Issue 25's probes over real HTTP: each gets a short, clear problem, refused before it costs anything, and changes
+nothing (tests/integration/test_limits.py holds issue 13's)."""
+
+import json
+from typing import Any
+
+import httpx
+
+from tests.integration.test_limits import GOOD, assert_problem, counts
+from tests.support.stack import Stack, http
+
+JSON = {"content-type": "application/json"}
+
+
+def post_job(stack: Stack, body: bytes | dict[str, Any], **headers: str) -> httpx.Response:
+    """POST /v1/jobs with a raw or JSON body (the admin key unless headers say otherwise)."""
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return http.post(f"{stack.url}/v1/jobs", content=content, headers=JSON | headers)
+
+
+def test_a_body_of_200000_bad_items_gets_one_short_answer(api_only: Stack) -> None:
+    """839 KB of strings in batch_sizes: one error (the list is too long), a few KB, nothing stored."""
+    before = counts()
+    r = post_job(api_only, GOOD | {"batch_sizes": ["x"] * 209_695})
+    assert_problem(r, 422, "batch_sizes")
+    assert len(r.content) < 4_000 and r.json()["error_count"] <= 3
+    many = {f"field{i}": i for i in range(50_000)}
+    r = post_job(api_only, GOOD | many)
+    assert_problem(r, 422, "50004 fields")
+    assert len(r.content) < 4_000
+    assert counts() == before
+
+
+def test_every_error_listed_is_capped_in_count_and_length(api_only: Stack) -> None:
+    """Bad items that pass the structural bound still list at most 20 errors, and say how many there were."""
+    r = post_job(api_only, GOOD | {"batch_sizes": ["x" * 1000] * 500})
+    assert_problem(r, 422, "more)")
+    body = r.json()
+    assert len(body["errors"]) == 20 and body["error_count"] >= 500 and len(r.content) < 12_000
+
+
+def test_types_are_strict(api_only: Stack) -> None:
+    """true is not 1, "8" is not 8, "yes" is not true, 8.0 is not a batch size."""
+    before = counts()
+    for bad in (
+        {"epochs": True}, {"batch_sizes": ["8"]}, {"channels_last": "yes"}, {"batch_sizes": [8.0]},
+        {"batch_sizes": {"min": "1", "max": 4}}, {"image_size": "64"},
+    ):  # fmt: skip
+        r = post_job(api_only, GOOD | bad)
+        assert_problem(r, 422, next(iter(bad)))
+    assert counts() == before
+
+
+def test_a_5000_digit_number_is_a_422(api_only: Stack) -> None:
+    """A body json cannot turn into values is malformed (it was a bare 400)."""
+    r = post_job(api_only, b'{"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [' + b"9" * 5000 + b"]}")
+    assert_problem(r, 422, "malformed JSON")
+
+
+def test_who_asks_is_checked_before_a_malformed_body(api_only: Stack) -> None:
+    """An anonymous or wrong key with a malformed body gets 401, not the parse position; a good key gets the 422."""
+    for headers in ({"authorization": ""}, {"authorization": "Bearer tc_nope_nope"}):
+        r = post_job(api_only, b'{"cnns": [', **headers)
+        assert_problem(r, 401)
+        assert "malformed" not in r.text
+    assert_problem(post_job(api_only, b'{"cnns": ['), 422, "malformed JSON")
+
+
+def test_an_empty_idempotency_key_is_refused_and_a_range_equals_its_list(api_only: Stack) -> None:
+    """An empty key is no key (422); the same batch sizes as a range or as a list are one request for a key."""
+    assert_problem(post_job(api_only, GOOD, **{"Idempotency-Key": ""}), 422, "idempotency-key")
+    key = {"Idempotency-Key": "range-or-list"}
+    first = post_job(api_only, GOOD | {"batch_sizes": {"min": 8, "max": 16, "step": 8}}, **key)
+    again = post_job(api_only, GOOD | {"batch_sizes": [16, 8]}, **key)
+    assert first.status_code in (200, 201, 202) and again.status_code in (200, 201, 202), again.text
+    assert first.json()["id"] == again.json()["id"]
