@@ -15,6 +15,7 @@ import onnx.helper
 import onnx.shape_inference
 from google.protobuf.message import DecodeError
 
+from shared.cnn.layer_list import MAX_CHANNELS, MAX_SIZE, MAX_WINDOW
 from shared.cnn.signatures import ConvSignature
 from shared.cnn.workload import Workload
 from shared.core.errors import ExtractionError
@@ -28,6 +29,11 @@ KEEP_VALUES_UP_TO = 64
 MAX_STORED_GRAPH_BYTES = 16 * 1024 * 1024
 _DATA_FIELDS = ("raw_data", "float_data", "double_data", "int32_data", "int64_data", "uint64_data", "string_data")
 _BATCH = 2  # the batch the graph is read at; figures are divided by it
+# Bounds on every tensor of a graph, as on a layer list's numbers (shared/cnn/layer_list.py): far past real CNNs,
+# so no figure overflows downstream and an agent is never asked for an absurd tensor.
+MAX_RANK = 8
+MAX_DIM = 1 << 31
+MAX_ELEMENTS = 1 << 40  # of one tensor at the batch it is read at
 
 _KIND_OF = {
     "BatchNormalization": "batch_norm", "LayerNormalization": "batch_norm", "InstanceNormalization": "batch_norm",
@@ -76,8 +82,26 @@ def parse(data: bytes) -> onnx.ModelProto:
         raise ExtractionError(f"broken ONNX graph: {str(exc).splitlines()[0]}") from exc
     if not any(n.op_type in ("Conv", "ConvTranspose") for n in model.graph.node):
         raise ExtractionError("the ONNX graph has no Conv or ConvTranspose node: not a CNN")
+    newest = onnx.defs.onnx_opset_version()
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx") and not 1 <= opset.version <= newest:
+            raise ExtractionError(f"ONNX opset {opset.version}: this server reads opsets 1 to {newest}")
+    for value in (*model.graph.input, *model.graph.output, *model.graph.value_info):
+        _bounded(value.name, [d.dim_value for d in value.type.tensor_type.shape.dim], "declared")
+    for tensor in _tensors(model):
+        _bounded(tensor.name, list(tensor.dims), "constant")
     _image_input(model)
     return model
+
+
+def _bounded(name: str, dims: list[int], what: str) -> None:
+    """Refuse a tensor whose rank, dimensions or size no CNN has (they would overflow the figures read from it)."""
+    if len(dims) > MAX_RANK:
+        raise ExtractionError(f"{what} tensor {name[:80]!r} has rank {len(dims)}; at most {MAX_RANK} is read")
+    if any(d > MAX_DIM for d in dims):
+        raise ExtractionError(f"{what} tensor {name[:80]!r} has a dimension over {MAX_DIM}: {dims[:8]}")
+    if math.prod(max(d, 1) for d in dims) > MAX_ELEMENTS:
+        raise ExtractionError(f"{what} tensor {name[:80]!r} has over {MAX_ELEMENTS} elements: {dims[:8]}")
 
 
 def strip(model: onnx.ModelProto) -> bytes:
@@ -112,6 +136,13 @@ def input_size(model: onnx.ModelProto) -> tuple[int | None, int | None]:
 
 def read(graph: bytes, image_size: int) -> tuple[Counter[ConvSignature], dict[str, Any]]:
     """Each conv signature with its count (in node order of first use) and the workload, at image_size."""
+    try:
+        return _read(graph, image_size)
+    except OverflowError as exc:  # a figure past a float the bounds did not foresee: still the upload's fault
+        raise ExtractionError(f"a figure of the graph is too large to read at {image_size}x{image_size}") from exc
+
+
+def _read(graph: bytes, image_size: int) -> tuple[Counter[ConvSignature], dict[str, Any]]:
     model = onnx.load_model_from_string(graph)
     dims = _image_input(model).type.tensor_type.shape.dim
     for axis in (2, 3):
@@ -128,6 +159,8 @@ def read(graph: bytes, image_size: int) -> tuple[Counter[ConvSignature], dict[st
     except (onnx.shape_inference.InferenceError, RuntimeError) as exc:
         raise ExtractionError(f"cannot infer shapes at {image_size}x{image_size}: {str(exc).splitlines()[0]}") from exc
     shapes, dtypes = _shapes(inferred)
+    for name, shape in shapes.items():
+        _bounded(name, shape, "inferred")
     signatures: Counter[ConvSignature] = Counter()
     work = Workload()
     params: set[str] = set()
@@ -249,6 +282,14 @@ def _conv(node: onnx.NodeProto, shapes: dict[str, list[int]], dtypes: dict[str, 
     stride = tuple(attrs.get("strides", (1, 1)))
     dilation = tuple(attrs.get("dilations", (1, 1)))
     padding = _padding(attrs, x[2:], kernel, stride, dilation, where)
+    # The bounds of a layer list's layer (shared/cnn/layer_list.py), with the same messages.
+    for field, values, low, high in (
+        ("channels", (x[1], w[0], w[1] * groups), 1, MAX_CHANNELS), ("input size", x[2:], 1, MAX_SIZE),
+        ("kernel", kernel, 1, MAX_WINDOW), ("stride", stride, 1, MAX_WINDOW), ("dilation", dilation, 1, MAX_WINDOW),
+        ("padding", padding, 0, MAX_WINDOW), ("group", (groups,), 1, MAX_CHANNELS),
+    ):  # fmt: skip
+        if not all(low <= int(v) <= high for v in values):
+            raise ExtractionError(f"{where}: {field} {list(values)} must be between {low} and {high}")
     return ConvSignature(
         in_channels=x[1],
         out_channels=w[1] * groups if transposed else w[0],
