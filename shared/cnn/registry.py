@@ -23,7 +23,15 @@ from shared.cnn import layer_list, onnx_reader
 from shared.cnn import zoo as cnn_zoo
 from shared.cnn.zoo import ConvLayers
 from shared.core.db import Cursor, Json, transaction
-from shared.core.errors import Conflict, ExtractionError, Forbidden, InvalidRequest, NotFound, TraincastError
+from shared.core.errors import (
+    Conflict,
+    ExtractionError,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    ServiceUnavailable,
+    TraincastError,
+)
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 AS_DEFINED = 0  # num_classes of a registered CNN: whatever its definition has
@@ -227,17 +235,26 @@ def _builtin(name: str) -> CnnListed:
     return CnnListed(name=name, source="torchvision", parameters=known.parameters)
 
 
-# One child at a time: each loads torch (0.8 GB peak RSS for resnet18) for a few seconds.
+# One child at a time: each loads torch (0.8 GB peak RSS for resnet18) for a few seconds. A request that finds it
+# busy waits at most _CHILD_WAIT_S, then gets a 503 with Retry-After: waiting requests must not pile up in the API's
+# thread pool, where any read key asking for new sizes could otherwise starve every other request.
 _CHILD = threading.BoundedSemaphore(1)
-_CHILD_TIMEOUT_S = 300
+_CHILD_WAIT_S = 2.0
+_CHILD_TIMEOUT_S = 60
 
 
-@lru_cache(maxsize=64)  # errors too: asking again for a size a CNN cannot take starts no child
+@lru_cache(maxsize=512)  # errors too: asking again for a size a CNN cannot take starts no child
 def _builtin_view(name: str, image_size: int, num_classes: int) -> dict[str, Any]:
     """A built-in CNN's view or {error, status}, traced in a child process (shared/cnn/zoo.py main), never here."""
     command = [sys.executable, "-m", "shared.cnn.zoo", name, str(image_size), str(num_classes)]
-    with _CHILD:
+    if not _CHILD.acquire(timeout=_CHILD_WAIT_S):
+        raise ServiceUnavailable(
+            f"busy describing another CNN at a size not seen before; retry {name} at {image_size} px shortly", cnn=name
+        )
+    try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S, check=False)
+    finally:
+        _CHILD.release()
     lines = done.stdout.strip().splitlines()
     if not lines:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
