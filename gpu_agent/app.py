@@ -11,7 +11,7 @@ from celery import signals
 from celery.exceptions import Reject
 
 from gpu_agent import environment, instance, layer_bench, lifecycle, op_bench, runner, step_bench, store
-from gpu_agent.runner import SignatureWork
+from gpu_agent.runner import SignatureWork, TaskWork
 from gpu_agent.timing import Policy
 from gpu_agent.windows import Outcome
 from shared.cnn.op_signatures import OPTIMIZER, OpSignature
@@ -65,27 +65,30 @@ def _bench_layers(machine_type: str, precision: str, items: list[dict[str, Any]]
     dev = environment.device()
     env_id = environment.environment_id(str(dev))
     key: dict[str, Any] = {"machine_type": machine_type, "precision": precision, "environment_id": env_id}
+    policy, window_points = Policy.from_settings(), get_settings().bench_window_points
+    stored = store.layer_batch_sizes_done_of(
+        signature_ids=[i["signature_id"] for i in items], channels_last=channels_last, **key
+    )
 
     def prepare(item: dict[str, Any]) -> SignatureWork:
         sig_id = item["signature_id"]
         measure = partial(
             layer_bench.measure, ConvSignature.from_json(item["spec"]), precision=precision, device=dev,
-            policy=Policy.from_settings(), window_points=get_settings().bench_window_points,
-            stop=lifecycle.stop_requested, channels_last=channels_last,
+            policy=policy, window_points=window_points, stop=lifecycle.stop_requested, channels_last=channels_last,
         )  # fmt: skip
         return SignatureWork(
-            signature_id=sig_id, tag=sig_id, what=f"signature {sig_id}",
-            done=store.layer_batch_sizes_done(signature_id=sig_id, channels_last=channels_last, **key),
+            signature_id=sig_id, tag=sig_id, what=f"signature {sig_id}", done=stored.get(sig_id, set()),
             measure=lambda todo, save: measure(todo, save=save),
-            save=lambda bs, outcome: store.save_layer(
-                signature_id=sig_id, batch_size=bs, outcome=outcome, channels_last=channels_last, **key
-            ),
             record_failure=lambda todo, error: store.save_layer_failure(
                 signature_id=sig_id, batch_sizes=todo, error=error, **key
             ),
         )  # fmt: skip
 
-    return runner.run_items(tasks.BENCH_LAYERS, machine_type, items, prepare)
+    work = TaskWork(
+        prepare=prepare,
+        save_many=lambda measured: store.save_layers(measured=measured, channels_last=channels_last, **key),
+    )
+    return runner.run_items(tasks.BENCH_LAYERS, machine_type, items, work)
 
 
 @app.task(name=tasks.BENCH_OPS)
@@ -100,29 +103,36 @@ def bench_ops(machine_type: str, config: dict[str, Any], items: list[dict[str, A
 def _bench_ops(machine_type: str, config: TrainConfig, items: list[dict[str, Any]]) -> int:
     dev = environment.device()
     env_id = environment.environment_id(str(dev))
+    policy, window_points = Policy.from_settings(OP_CAP_FACTOR), get_settings().bench_window_points
+    key: dict[str, Any] = {"machine_type": machine_type, "environment_id": env_id}
+    # An optimizer step is stored in its own variant (the optimizer's), every other op in the op variant.
+    stored = store.op_batch_sizes_done_of(
+        signature_ids=[i["signature_id"] for i in items],
+        variants=sorted({config.op_variant, config.optimizer_variant}),
+        **key,
+    )
+    variants: dict[int, str] = {}  # of the signatures set up so far: what their rows are stored under
 
     def prepare(item: dict[str, Any]) -> SignatureWork:
         sig_id, sig = item["signature_id"], OpSignature.from_json(item["spec"])
-        variant = config.optimizer_variant if sig.op == OPTIMIZER else config.op_variant
-        key: dict[str, Any] = {
-            "signature_id": sig_id,
-            "machine_type": machine_type,
-            "variant": variant,
-            "environment_id": env_id,
-        }
+        variant = variants[sig_id] = config.optimizer_variant if sig.op == OPTIMIZER else config.op_variant
         measure = partial(
-            op_bench.measure, sig, config=config, device=dev, policy=Policy.from_settings(OP_CAP_FACTOR),
-            window_points=get_settings().bench_window_points, stop=lifecycle.stop_requested,
+            op_bench.measure, sig, config=config, device=dev, policy=policy, window_points=window_points,
+            stop=lifecycle.stop_requested,
         )  # fmt: skip
         return SignatureWork(
             signature_id=sig_id, tag=f"op:{sig_id}", what=f"{sig.op} signature {sig_id}",
-            done=store.op_batch_sizes_done(**key), measure=lambda todo, save: measure(todo, save=save),
-            save=lambda bs, outcome: store.save_op(batch_size=bs, outcome=outcome, **key),
-            record_failure=lambda todo, error: store.save_op_failure(batch_sizes=todo, error=error, **key),
+            done=stored.get((sig_id, variant), set()), measure=lambda todo, save: measure(todo, save=save),
+            record_failure=lambda todo, error: store.save_op_failure(
+                signature_id=sig_id, variant=variant, batch_sizes=todo, error=error, **key
+            ),
             work={"op": sig.op},
         )  # fmt: skip
 
-    return runner.run_items(tasks.BENCH_OPS, machine_type, items, prepare)
+    work = TaskWork(
+        prepare=prepare, save_many=lambda measured: store.save_ops(measured=measured, variants=variants, **key)
+    )
+    return runner.run_items(tasks.BENCH_OPS, machine_type, items, work)
 
 
 @app.task(name=tasks.MEASURE_STEPS)

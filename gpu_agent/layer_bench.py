@@ -1,7 +1,7 @@
 """Forward, backward-data and backward-weight time of one conv layer over a task's batch sizes."""
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -10,10 +10,13 @@ from gpu_agent import memory, windows
 from gpu_agent.timing import Policy, sync
 from gpu_agent.windows import Outcome, PointSetup, Prepared
 from shared.cnn.signatures import ConvSignature
+from shared.core.settings import get_settings
 
 log = logging.getLogger(__name__)
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 PHASES = ("forward", "backward_data", "backward_weight")
+# Names the profiler range around one phase when the kernels of a point's phases are recorded together.
+PHASE_LABEL = "traincast.phase:"
 
 
 def measure(
@@ -86,9 +89,43 @@ def prepare(
         fn()  # warm-up: cudnn.benchmark's algorithm search, allocation, caches
     sync(device)
     info: dict[str, Any] = {}
-    if device.type == "cuda":
-        info["kernels"] = {name: cuda_kernels(fn) for name, fn in phases.items()}
+    if device.type == "cuda" and get_settings().bench_record_kernels:
+        info["kernels"] = cuda_kernels_of(phases)
     return Prepared(phases=phases, info=info)
+
+
+def cuda_kernels_of(phases: dict[str, Callable[[], object]]) -> dict[str, list[str] | None]:
+    """Names of the CUDA kernels each phase launches, from one profiler run of all of them (a profiler run costs
+    milliseconds, three per batch size before); a phase that run could not tell apart is profiled alone."""
+    found: dict[str, list[str]] = {}
+    try:
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for name, fn in phases.items():
+                with record_function(PHASE_LABEL + name):
+                    fn()
+                    torch.cuda.synchronize()
+        # A kernel belongs to the op that launched it (the profiler links them), the op to the phase around it.
+        found = by_phase(prof.events(), lambda e: {k.name for k in e.kernels})
+    except Exception:  # recording is a nicety; the timing does not depend on it
+        log.warning("could not record CUDA kernel names of a point's phases together", exc_info=True)
+    return {name: found.get(name) or cuda_kernels(fn) for name, fn in phases.items()}
+
+
+def by_phase(events: Iterable[Any], names_of: Callable[[Any], set[str]]) -> dict[str, list[str]]:
+    """What names_of() finds in each PHASE_LABEL range of a profile and in the host events under it, by phase."""
+    out: dict[str, set[str]] = {}
+    for event in events:
+        # The range is also shown on the device's timeline: only its host event holds the ops under it.
+        if not event.name.startswith(PHASE_LABEL) or event.device_type != torch.autograd.DeviceType.CPU:
+            continue
+        names, under = out.setdefault(event.name.removeprefix(PHASE_LABEL), set()), [event]
+        while under:
+            e = under.pop()
+            names |= names_of(e)
+            under.extend(e.cpu_children)
+    return {phase: sorted(names) for phase, names in out.items()}
 
 
 def cuda_kernels(fn: Callable[[], object]) -> list[str] | None:

@@ -1,5 +1,6 @@
 """Writing measurements: an outcome turned into its owning module's row (stored idempotently)."""
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -8,6 +9,7 @@ from shared.measurements import layers, ops, steps
 from shared.training import TrainConfig
 
 METHOD = "interleaved-rounds"
+Measured = tuple[int, int, Outcome]  # (signature id, batch size, what it came to)
 
 
 def stats(outcome: Outcome) -> dict[str, Any]:
@@ -39,17 +41,46 @@ def op_batch_sizes_done(*, signature_id: int, machine_type: str, variant: str, e
     )
 
 
+def op_batch_sizes_done_of(
+    *, signature_ids: list[int], machine_type: str, variants: list[str], environment_id: int
+) -> dict[tuple[int, str], set[int]]:
+    """op_batch_sizes_done() of a task's signatures in one read: (signature id, variant) → batch sizes stored."""
+    return ops.batch_sizes_done_of(
+        signature_ids=signature_ids, machine_type=machine_type, variants=variants, environment_id=environment_id
+    )
+
+
 def save_op(
     *, signature_id: int, machine_type: str, batch_size: int, variant: str, environment_id: int, outcome: Outcome
 ) -> None:
     """Store one op measurement (forward and backward; the optimizer's step as forward, backward 0), OOM or reason."""
-    ms: tuple[float | None, float | None] = (None, None)
-    if outcome.timings is not None:
-        t = outcome.timings
-        ms = (t["step"].value_ms, 0.0) if "step" in t else (t["forward"].value_ms, t["backward"].value_ms)
-    ops.save(
-        signature_id=signature_id, machine_type=machine_type, batch_size=batch_size, variant=variant,
-        environment_id=environment_id, oom=outcome.oom, ms=ms, stats=stats(outcome),
+    save_ops(machine_type=machine_type, environment_id=environment_id, measured=[(signature_id, batch_size, outcome)],
+             variants={signature_id: variant})  # fmt: skip
+
+
+def save_ops(*, machine_type: str, environment_id: int, measured: Sequence[Measured], variants: dict[int, str]) -> None:
+    """Store op measurements in one transaction; variants: each signature's (an optimizer step's differs)."""
+    ops.save_many(
+        machine_type=machine_type, environment_id=environment_id,
+        rows=[ops.OpRow(sig, bs, variants[sig], outcome.oom, _op_ms(outcome), stats(outcome))
+              for sig, bs, outcome in measured],
+    )  # fmt: skip
+
+
+def _op_ms(outcome: Outcome) -> tuple[float | None, float | None]:
+    if outcome.timings is None:
+        return (None, None)
+    t = outcome.timings
+    return (t["step"].value_ms, 0.0) if "step" in t else (t["forward"].value_ms, t["backward"].value_ms)
+
+
+def layer_batch_sizes_done_of(
+    *, signature_ids: list[int], machine_type: str, precision: str, environment_id: int, channels_last: bool = False
+) -> dict[int, set[int]]:
+    """layer_batch_sizes_done() of a task's signatures in one read: signature id → batch sizes stored."""
+    return layers.batch_sizes_done_of(
+        signature_ids=signature_ids, machine_type=machine_type, precision=precision, environment_id=environment_id,
+        channels_last=channels_last,
     )  # fmt: skip
 
 
@@ -58,15 +89,27 @@ def save_layer(
     channels_last: bool = False,
 ) -> None:  # fmt: skip
     """Store one layer measurement (or its out of memory)."""
-    if outcome.infeasible:
-        raise ValueError(f"a layer is measured or out of memory, never infeasible: {outcome.reason}")
-    ms: tuple[float | None, float | None, float | None] = (None, None, None)
-    if outcome.timings is not None:
-        t = outcome.timings
-        ms = (t["forward"].value_ms, t["backward_data"].value_ms, t["backward_weight"].value_ms)
-    layers.save(
-        signature_id=signature_id, machine_type=machine_type, batch_size=batch_size, precision=precision,
-        channels_last=channels_last, environment_id=environment_id, oom=outcome.oom, ms=ms, stats=stats(outcome),
+    save_layers(machine_type=machine_type, precision=precision, environment_id=environment_id,
+                measured=[(signature_id, batch_size, outcome)], channels_last=channels_last)  # fmt: skip
+
+
+def save_layers(
+    *, machine_type: str, precision: str, environment_id: int, measured: Sequence[Measured],
+    channels_last: bool = False,
+) -> None:  # fmt: skip
+    """Store layer measurements (or their out of memory) in one transaction."""
+    rows = []
+    for sig, bs, outcome in measured:
+        if outcome.infeasible:
+            raise ValueError(f"a layer is measured or out of memory, never infeasible: {outcome.reason}")
+        ms: tuple[float | None, float | None, float | None] = (None, None, None)
+        if outcome.timings is not None:
+            t = outcome.timings
+            ms = (t["forward"].value_ms, t["backward_data"].value_ms, t["backward_weight"].value_ms)
+        rows.append(layers.LayerRow(sig, bs, outcome.oom, ms, stats(outcome)))
+    layers.save_many(
+        machine_type=machine_type, precision=precision, channels_last=channels_last, environment_id=environment_id,
+        rows=rows,
     )  # fmt: skip
 
 

@@ -21,6 +21,8 @@ from gpu_agent import memory
 from gpu_agent.timing import OpError, Policy, Timing, time_rounds
 
 log = logging.getLogger(__name__)
+# On CUDA, the allocator's cache of freed blocks is kept between windows until it holds this share of the device.
+CUDA_CACHE_KEEP = 0.1
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,9 @@ def _window(
             if isinstance(prepared, Prepared):
                 ready[p] = prepared
                 continue
-            free(device, collect=True)
+            # A full collection after out of memory only: an infeasible point's traceback is dropped (_prepare), so
+            # reference counting frees what it built.
+            free(device, collect=is_oom(prepared))
             if not is_oom(prepared):
                 done[p] = Outcome(reason=first_line(prepared))
             elif shared:
@@ -175,10 +179,22 @@ def _time(
 
 
 def free(device: torch.device, *, collect: bool = False) -> None:
-    """Release what the last window held, so the next starts from the same state."""
+    """Release what the last window held: its tensors by reference counting; after a failure, or when the
+    allocator's cache has grown large, also the garbage and the cache."""
     if collect:
-        # Only after a failure: tensors are freed by reference counting, and a full collection
-        # costs tenths of a second in a large process, on every window.
+        # Only after a failure: a full collection costs tenths of a second in a large process, on every window.
         gc.collect()
-    if device.type == "cuda":
+    if device.type == "cuda" and (collect or _cached_bytes(device) > CUDA_CACHE_KEEP * _total_bytes(device)):
+        # Not after every window: the next one would allocate through cudaMalloc again (milliseconds per tensor,
+        # on windows of microsecond operations). An allocation that does not fit empties the cache and retries
+        # by itself, so out of memory is judged as before; the memory limit reads free memory, so a large
+        # cache is handed back.
         torch.cuda.empty_cache()
+
+
+def _cached_bytes(device: torch.device) -> int:
+    return int(torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+
+
+def _total_bytes(device: torch.device) -> int:
+    return int(torch.cuda.get_device_properties(device).total_memory)

@@ -168,7 +168,8 @@ def _send(
     job_ids: list[str] | None,
     **task_kwargs: Any,
 ) -> None:
-    """One task per (machine, signature) with all its batch sizes, so a CNN costs few round-trips.
+    """Tasks of up to BENCH_TASK_SIGNATURES signatures per machine type, each with all its batch sizes, so a CNN
+    costs few round-trips (on a GPU an agent measures a point in milliseconds: per-task costs would dominate).
 
     Each item names the jobs that sent it (`job_ids`), so the agent's log lines name them; agents that
     predate the field ignore it.
@@ -180,21 +181,27 @@ def _send(
     if not grouped:
         return
     spec_by_id = specs(signature_ids=sorted({sig for _m, sig in grouped}))
+    items: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for (machine_type, sig), sizes in sorted(grouped.items()):
         item = {"signature_id": sig, **spec_by_id[sig], "batch_sizes": sorted(sizes)}
         if job_ids:
             item["job_ids"] = job_ids
-        tasks.send(task, queue=tasks.bench_queue(machine_type), machine_type=machine_type, items=[item], **task_kwargs)
+        items[machine_type].append(item)
+    per_task = max(1, get_settings().bench_task_signatures)
+    for machine_type, listed in items.items():
+        for start in range(0, len(listed), per_task):
+            tasks.send(task, queue=tasks.bench_queue(machine_type), machine_type=machine_type,
+                       items=listed[start : start + per_task], **task_kwargs)  # fmt: skip
 
 
 def send_work(gaps: Missing, precision: str, channels_last: bool = False, job_ids: list[str] | None = None) -> None:
-    """Conv layer work: one task per (machine, conv signature), timed in this precision and layout."""
+    """Conv layer work: tasks of conv signatures per machine, timed in this precision and layout."""
     layout: dict[str, Any] = {"channels_last": True} if channels_last else {}  # absent: as agents before 14 accept
     _send(tasks.BENCH_LAYERS, gaps, layers.specs, job_ids, precision=precision, **layout)
 
 
 def send_op_work(gaps: Missing, training: TrainConfig, job_ids: list[str] | None = None) -> None:
-    """Op work: one task per (machine, op signature), in the request's training configuration."""
+    """Op work: tasks of op signatures per machine, in the request's training configuration."""
     _send(tasks.BENCH_OPS, gaps, ops.specs, job_ids, config=training.model_dump())
 
 
@@ -204,7 +211,7 @@ def uncalibrated(request: JobRequest, infos: dict[str, machine_types.MachineType
     infos: the request's machine types' catalog rows. A CPU type with no model at all keeps the `no_model` answer
     (its layer benchmarks are still measured).
     """
-    cpus = [m for m in request.machines if m in infos and infos[m]["gpu"] is None]
+    cpus = [m for m in request.machines if m in infos and not machine_types.reference_can_answer(infos[m])]
     if not cpus:
         return None
     training = request.training()

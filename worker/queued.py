@@ -87,7 +87,9 @@ def busy(
         if not (agent.get("alive") and work.get("task") == task and "signature_id" in work):
             continue
         if not stuck(agent, stuck_after_s):
-            out.add((agent["machine_type"], int(work["signature_id"])))
+            # A task of many signatures holds them all (gpu_agent/runner.py names those it has left).
+            for sig in work.get("signature_ids") or [work["signature_id"]]:
+                out.add((agent["machine_type"], int(sig)))
     return out
 
 

@@ -22,10 +22,20 @@ class Settings(BaseSettings):
     bench_time_cap_s: float = 2.0
     # A point's timing is stable when its two lowest round medians agree within this.
     bench_target_spread: float = 0.05
+    # Quiet blocks whose two lowest medians must agree for an operation to count as stable (3 once its time is spent).
+    bench_stable_rounds: int = 5
+    # An operation with enough quiet blocks that has not agreed after this many blocks stops (its cap in blocks).
+    bench_settle_rounds: int = 15
     # A block of runs counts only if the agent's threads waited for a CPU under this share of it.
     bench_quiet_wait: float = 0.1
     # Batch sizes timed together, round-robin; the agent honours a stop only between windows.
     bench_window_points: int = 4
+    # Conv or op signatures sent in one agent task (each with all its batch sizes): few round-trips per CNN.
+    bench_task_signatures: int = 16
+    # An agent writes its measured rows (one transaction) and tells the worker at most this often, and per task.
+    bench_store_every_s: float = 1.0
+    # On CUDA, record the kernels each conv phase launched (which algorithm cuDNN chose; a profiler run per point).
+    bench_record_kernels: bool = True
     # Threads torch uses in the agent (0: every CPU this process may run on); recorded per row.
     agent_threads: int = 0
     # Share of the free memory one window of measurements may use. On a CPU a measurement
@@ -132,7 +142,7 @@ class Settings(BaseSettings):
     fleet_idle_s: float = 600.0
     fleet_boot_grace_s: float = 900.0
     # Queued benchmark tasks per agent before the controller wants another one.
-    fleet_tasks_per_agent: int = 200
+    fleet_tasks_per_agent: int = 12  # a task holds up to bench_task_signatures (16) signatures: ~200 of them
     fleet_capacity_retry_s: float = 300.0
     # A launch refused for its configuration (permissions, AMI, quota) or a type whose instances
     # keep dying early pauses that type this long, doubling per consecutive failure up to the cap.

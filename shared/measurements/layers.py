@@ -3,10 +3,13 @@
 import hashlib
 import importlib
 import importlib.metadata
+from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, NamedTuple, TypedDict, cast
+
+import psycopg2.extras
 
 from shared.cnn import registry as cnns
 from shared.core.db import Cursor, Json, one, transaction
@@ -79,7 +82,17 @@ ORDER BY w.cnn_name, m.signature_id"""
 # The modules whose code decides what an extraction stores (with torch's and torchvision's versions).
 EXTRACTOR_MODULES = tuple(
     f"shared.cnn.{m}"
-    for m in ("zoo", "workload", "signatures", "op_signatures", "onnx_reader", "layer_list", "registry")
+    for m in (
+        "zoo",
+        "flow",
+        "workload",
+        "signatures",
+        "op_signatures",
+        "aten_ops",
+        "onnx_reader",
+        "layer_list",
+        "registry",
+    )
 )
 EXTRACTOR_KEY = "extractor"
 
@@ -276,6 +289,14 @@ INSERT INTO layer_benchmarks (signature_id, machine_type, batch_size, precision,
                               forward_ms, backward_data_ms, backward_weight_ms, stats)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (signature_id, machine_type, batch_size, precision, channels_last, environment_id) DO NOTHING"""
+INSERT_BENCHMARKS = """
+INSERT INTO layer_benchmarks (signature_id, machine_type, batch_size, precision, channels_last, environment_id, oom,
+                              forward_ms, backward_data_ms, backward_weight_ms, stats)
+VALUES %s
+ON CONFLICT (signature_id, machine_type, batch_size, precision, channels_last, environment_id) DO NOTHING"""
+SELECT_DONE_OF_SIGNATURES = """
+SELECT signature_id, batch_size FROM layer_benchmarks
+WHERE signature_id = ANY(%s) AND machine_type = %s AND precision = %s AND channels_last = %s AND environment_id = %s"""
 INSERT_FAILURE = """
 INSERT INTO layer_failures (signature_id, machine_type, precision, environment_id, batch_sizes, error)
 VALUES (%s, %s, %s, %s, %s, %s)"""
@@ -318,6 +339,42 @@ def save(
     row = (signature_id, machine_type, batch_size, precision, channels_last, environment_id, oom, *ms, Json(stats))
     with transaction() as cur:
         cur.execute(INSERT_BENCHMARK, row)
+
+
+class LayerRow(NamedTuple):
+    """One layer benchmark to store: a signature at a batch size, its phases' ms (none when out of memory), stats."""
+
+    signature_id: int
+    batch_size: int
+    oom: bool
+    ms: tuple[float | None, float | None, float | None]
+    stats: dict[str, Any]
+
+
+def batch_sizes_done_of(
+    *, signature_ids: list[int], machine_type: str, precision: str, environment_id: int, channels_last: bool = False
+) -> dict[int, set[int]]:
+    """batch_sizes_done() of many signatures in one query: signature id → batch sizes stored (absent: none)."""
+    out: dict[int, set[int]] = {}
+    with transaction() as cur:
+        cur.execute(SELECT_DONE_OF_SIGNATURES, (signature_ids, machine_type, precision, channels_last, environment_id))
+        for r in cur.fetchall():
+            out.setdefault(r["signature_id"], set()).add(r["batch_size"])
+    return out
+
+
+def save_many(
+    *, machine_type: str, precision: str, channels_last: bool, environment_id: int, rows: Sequence[LayerRow]
+) -> None:
+    """Store layer benchmarks of one precision, layout and environment in one transaction, idempotently."""
+    values = [
+        (r.signature_id, machine_type, r.batch_size, precision, channels_last, environment_id, r.oom, *r.ms,
+         Json(r.stats))
+        for r in rows
+    ]  # fmt: skip
+    if values:
+        with transaction() as cur:
+            psycopg2.extras.execute_values(cur, INSERT_BENCHMARKS, values, page_size=500)
 
 
 def save_failure(

@@ -1,7 +1,10 @@
 """CNNs' non-conv op signatures (and optimizer steps) and the op benchmarks stored for them."""
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, TypedDict, cast
+from typing import Any, NamedTuple, TypedDict, cast
+
+import psycopg2.extras
 
 from shared.cnn.op_signatures import OPTIMIZER, OpSignature
 from shared.core.db import Json, one, transaction
@@ -55,8 +58,13 @@ WHERE machine_type = %(machine_type)s AND environment_id = %(env)s AND op_signat
        OR (batch_size = 0 AND variant = %(optimizer_variant)s))"""
 
 
+# A variant read again (a changed extraction) replaces its ops: one it no longer has must not stay counted.
+DELETE_MEMBERSHIPS = "DELETE FROM cnn_ops WHERE cnn_name = %s AND image_size = %s AND num_classes = %s"
+
+
 def store(cur: Any, *, name: str, image_size: int, num_classes: int, layers: Any) -> None:
     """Store a CNN variant's op signatures and counts, in the caller's transaction (shared/layers.register)."""
+    cur.execute(DELETE_MEMBERSHIPS, (name, image_size, num_classes))
     for op, count in zip(layers.ops, layers.op_counts, strict=True):
         cur.execute(UPSERT_SIGNATURE, (op.hash, op.op, Json(op.to_json())))
         cur.execute(UPSERT_MEMBERSHIP, (name, image_size, num_classes, one(cur)["id"], count))
@@ -191,6 +199,14 @@ INSERT INTO op_benchmarks (op_signature_id, machine_type, batch_size, variant, e
                            forward_ms, backward_ms, stats)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (op_signature_id, machine_type, batch_size, variant, environment_id) DO NOTHING"""
+INSERT_BENCHMARKS = """
+INSERT INTO op_benchmarks (op_signature_id, machine_type, batch_size, variant, environment_id, oom,
+                           forward_ms, backward_ms, stats)
+VALUES %s
+ON CONFLICT (op_signature_id, machine_type, batch_size, variant, environment_id) DO NOTHING"""
+SELECT_DONE_OF_SIGNATURES = """
+SELECT op_signature_id, variant, batch_size FROM op_benchmarks
+WHERE op_signature_id = ANY(%s) AND machine_type = %s AND variant = ANY(%s) AND environment_id = %s"""
 INSERT_FAILURE = """
 INSERT INTO op_failures (op_signature_id, machine_type, variant, environment_id, batch_sizes, error)
 VALUES (%s, %s, %s, %s, %s, %s)"""
@@ -227,6 +243,40 @@ def save(
         cur.execute(
             INSERT_BENCHMARK, (signature_id, machine_type, batch_size, variant, environment_id, oom, *ms, Json(stats))
         )
+
+
+class OpRow(NamedTuple):
+    """One op benchmark to store: a signature at a batch size in a variant, forward and backward ms, stats."""
+
+    signature_id: int
+    batch_size: int
+    variant: str
+    oom: bool
+    ms: tuple[float | None, float | None]
+    stats: dict[str, Any]
+
+
+def batch_sizes_done_of(
+    *, signature_ids: list[int], machine_type: str, variants: list[str], environment_id: int
+) -> dict[tuple[int, str], set[int]]:
+    """batch_sizes_done() of many signatures and variants in one query: (signature id, variant) → batch sizes."""
+    out: dict[tuple[int, str], set[int]] = {}
+    with transaction() as cur:
+        cur.execute(SELECT_DONE_OF_SIGNATURES, (signature_ids, machine_type, variants, environment_id))
+        for r in cur.fetchall():
+            out.setdefault((r["op_signature_id"], r["variant"]), set()).add(r["batch_size"])
+    return out
+
+
+def save_many(*, machine_type: str, environment_id: int, rows: Sequence[OpRow]) -> None:
+    """Store op benchmarks of one environment in one transaction, idempotently."""
+    values = [
+        (r.signature_id, machine_type, r.batch_size, r.variant, environment_id, r.oom, *r.ms, Json(r.stats))
+        for r in rows
+    ]
+    if values:
+        with transaction() as cur:
+            psycopg2.extras.execute_values(cur, INSERT_BENCHMARKS, values, page_size=500)
 
 
 def save_failure(

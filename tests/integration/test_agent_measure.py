@@ -120,9 +120,9 @@ def stop_after_first_save(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
 
 def test_a_stop_stores_the_window_and_hands_back_the_rest(setting: Setter, monkeypatch: pytest.MonkeyPatch) -> None:
     """A stop request ends the task after the current window, requeued; run again, it resumes."""
-    setting(bench_window_points=1)
+    setting(bench_window_points=1, bench_store_every_s=0)  # each row written as it is measured
     item = layer_item([1, 2, 3])
-    stop_after_first_save(monkeypatch, "save_layer")
+    stop_after_first_save(monkeypatch, "save_layers")
     with pytest.raises(Reject) as rejected:
         agent.bench_layers(machine_type="local", precision="fp32", items=[item])
     assert rejected.value.requeue

@@ -1,5 +1,6 @@
 """Planning, fan-in, reconciliation and the no-model path, driven through the database and Redis."""
 
+import math
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import pytest
 from shared import jobs
 from shared.cnn import zoo as cnn_zoo
 from shared.core.db import transaction
+from shared.core.settings import get_settings
 from tests.support.jobflow import drain_agent_queue, stored_conv_ms, submit, take_queued
 from tests.support.stack import broker, queued_tasks
 from tests.support.wait import wait_until
@@ -47,7 +49,7 @@ def benchmark_rows() -> int:
 
 
 def test_plan_measure_assemble_then_reuse(clean_db: None) -> None:
-    """Missing work goes to bench.local, one message per conv or op signature; the last result finishes the job."""
+    """Missing work goes to bench.local, BENCH_TASK_SIGNATURES signatures a task; the last result finishes the job."""
     read = cnn_zoo.conv_layers("resnet18", 32)
     unique, unique_ops = len(read.signatures), len(read.ops)
     op_points = 2 * (unique_ops - 1) + 1  # every op at both batch sizes, the optimizer step once
@@ -57,9 +59,11 @@ def test_plan_measure_assemble_then_reuse(clean_db: None) -> None:
     assert running["status"] == "running"
     assert running["progress"]["layer_benchmarks"] == {"needed": 2 * unique, "done": 0, "pending": 2 * unique}
     assert running["progress"]["op_benchmarks"] == {"needed": op_points, "done": 0, "pending": op_points}
-    assert queued_tasks("bench.local").count("gpu_agent.bench_layers") == unique
-    assert queued_tasks("bench.local").count("gpu_agent.bench_ops") == unique_ops
-    assert drain_agent_queue() == unique + unique_ops
+    per_task = get_settings().bench_task_signatures
+    layer_tasks, op_tasks = math.ceil(unique / per_task), math.ceil(unique_ops / per_task)
+    assert queued_tasks("bench.local").count("gpu_agent.bench_layers") == layer_tasks
+    assert queued_tasks("bench.local").count("gpu_agent.bench_ops") == op_tasks
+    assert drain_agent_queue() == layer_tasks + op_tasks
     assert op_rows() == op_points
     assert planning.finish_if_complete(job["id"])
     done = jobs.get(job_id=job["id"])

@@ -12,13 +12,16 @@ from tests.support.wait import wait_until
 
 T = TypeVar("T")
 BATCH_SIZES = [2, 3, 4, 5]
-# One batch size per window, each window running to its time cap (never stable, and not waiting
-# for a quiet machine): the task stores a row about every second, so a signal lands mid-window.
+# One batch size per window, each window running to its time cap (never stable, no cap in blocks, and not
+# waiting for a quiet machine), each stored as it ends: the task stores a row about every second, so a signal
+# lands mid-window.
 SLOW_AGENT = {
     "BENCH_WINDOW_POINTS": "1",
     "BENCH_TIME_CAP_S": "1",
     "BENCH_TARGET_SPREAD": "-1",
+    "BENCH_SETTLE_ROUNDS": "1000",
     "BENCH_QUIET_WAIT": "inf",
+    "BENCH_STORE_EVERY_S": "0",
 }
 # gpu_agent/app.py's line before each signature's measurements: how many batch sizes it measures, how many it skips.
 MEASURING = re.compile(r"measuring (?:\w+ )?signature \d+ at (\d+) batch sizes \((\d+) stored\)")

@@ -62,12 +62,18 @@ def test_stops_when_stable_at_the_cap_or_on_request() -> None:
     calls: list[str] = []
     ops = {"a": sleeper(2, calls, "a")}
     stable = time_rounds(
-        ops, CPU, Policy(time_cap_s=30, target_spread=0.5, min_rounds=3, max_rounds=50, quiet_wait=ANY_WAIT)
+        ops,
+        CPU,
+        Policy(time_cap_s=30, target_spread=0.5, min_rounds=3, stable_rounds=5, max_rounds=50, quiet_wait=ANY_WAIT),
     )
-    assert stable["a"].stable and stable["a"].rounds == 3
+    assert stable["a"].stable and stable["a"].rounds == 5
     started = time.perf_counter()
     capped = time_rounds(
-        ops, CPU, Policy(time_cap_s=0.3, target_spread=-1, min_rounds=3, max_rounds=10_000, quiet_wait=ANY_WAIT)
+        ops,
+        CPU,
+        Policy(
+            time_cap_s=0.3, target_spread=-1, min_rounds=3, settle_rounds=10_000, max_rounds=10_000, quiet_wait=ANY_WAIT
+        ),
     )
     # The cap ended it (at least 0.3 s), not max_rounds (10,000 rounds of 2 ms: 20 s).
     assert time.perf_counter() - started >= 0.3 and not capped["a"].stable and 3 < capped["a"].rounds < 10_000
@@ -109,6 +115,19 @@ def test_windows_are_bounded_in_points_and_memory() -> None:
     assert windows.pack([1, 2, 3, 40, 5], footprint, limit=100, most=4) == [[1, 2, 3], [40], [5]]
 
 
+class ScriptedReader:
+    """Stands in for schedstat.Reader: the run-queue delay a test scripts (waited[0], seconds)."""
+
+    def __init__(self, waited: list[float]) -> None:
+        self.waited = waited
+
+    def __call__(self) -> float:
+        return self.waited[0]
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
 def scripted_wait(monkeypatch: pytest.MonkeyPatch, calls: list[str], busy: Callable[[], bool]) -> Callable[[], None]:
     """An operation of 4 ms, or of 12 ms of which 8 waiting for a CPU while busy(), as the kernel would report it.
 
@@ -116,7 +135,7 @@ def scripted_wait(monkeypatch: pytest.MonkeyPatch, calls: list[str], busy: Calla
     be busy in given rounds only; test_a_competing_process_shows_as_waiting checks the real signal.
     """
     waited = [0.0]
-    monkeypatch.setattr(timing.schedstat, "run_delay_s", lambda: waited[0])
+    monkeypatch.setattr(timing.schedstat, "reader", lambda: ScriptedReader(waited))
 
     def op() -> None:
         calls.append("op")
@@ -188,3 +207,124 @@ def test_rewarm_discards_the_cost_of_switching_operations() -> None:
     cold = time_rounds(ops, CPU, policy)
     warm = time_rounds(ops, CPU, replace(policy, rewarm=1))
     assert all(cold[k].value_ms >= 12 and 4 <= warm[k].value_ms < 8 and warm[k].rewarm == 1 for k in ops)
+
+
+def steady_and_restless(calls: list[str]) -> dict[str, Callable[[], None]]:
+    """A steady 2 ms operation, and one 30 % slower on each call, whose blocks never agree within 10 %."""
+    restless_ms = [2.0]
+
+    def restless() -> None:
+        calls.append("restless")
+        time.sleep(restless_ms[0] / 1000)
+        restless_ms[0] *= 1.3
+
+    return {"steady": sleeper(2, calls, "steady"), "restless": restless}
+
+
+def test_a_stable_operation_leaves_the_rounds_while_a_restless_one_goes_on() -> None:
+    """Each operation stops on its own: the steady one once it agrees, the restless one at its cap in blocks."""
+    calls: list[str] = []
+    policy = Policy(time_cap_s=30, target_spread=0.1, settle_rounds=8, max_reps=1, quiet_wait=ANY_WAIT)
+    out = time_rounds(steady_and_restless(calls), CPU, policy)
+    # Two of five 2 ms sleeps agree within 10 %: the steady operation stops at stable_rounds.
+    assert out["steady"].stable and out["steady"].rounds == policy.stable_rounds == calls.count("steady")
+    assert not out["restless"].stable and out["restless"].rounds == 8 and calls.count("restless") == 8
+    assert out["restless"].agreement is not None and out["restless"].agreement > 0.1
+
+
+def test_a_long_operation_that_used_its_time_is_stable_with_fewer_blocks() -> None:
+    """stable_rounds quiet blocks make a short operation stable; min_rounds do, once its time share is spent."""
+    calls: list[str] = []
+    policy = Policy(time_cap_s=0.2, target_spread=0.5, min_rounds=3, stable_rounds=5, quiet_wait=ANY_WAIT)
+    out = time_rounds({"short": sleeper(1, calls, "short"), "long": sleeper(40, calls, "long")}, CPU, policy)
+    # The long one's share is 0.1 s: spent after 3 blocks of 40 ms; the short one's 5 blocks take a few ms.
+    assert out["long"].stable and out["long"].rounds == 3
+    assert out["short"].stable and out["short"].rounds == 5
+
+
+def test_a_short_operation_is_capped_in_blocks_a_long_one_by_its_share_of_the_time() -> None:
+    """The cap follows an operation's length: a few blocks of a short one, its share of the window for a long one."""
+    calls: list[str] = []
+    never = Policy(time_cap_s=0.4, target_spread=-1, min_rounds=3, settle_rounds=6, max_reps=1, quiet_wait=ANY_WAIT)
+    ops = {"short": sleeper(1, calls, "short"), "long": sleeper(50, calls, "long")}
+    out = time_rounds(ops, CPU, never)
+    # The long one's share is 0.2 s of the 0.4 s window: 4 blocks of 50 ms, before 6 blocks; the short one
+    # (6 ms in all) stops at 6 blocks, far from its 0.2 s.
+    assert out["short"].rounds == 6 and out["long"].rounds == 4
+    assert not out["short"].stable and not out["long"].stable
+
+
+class StandInCudaEvent:
+    """Stands in for torch.cuda.Event on this machine without a GPU: records the host clock when "recorded"."""
+
+    synchronized = 0
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing
+        self.at: float | None = None
+
+    def record(self) -> None:
+        self.at = time.perf_counter()
+
+    def synchronize(self) -> None:
+        StandInCudaEvent.synchronized += 1
+
+    def elapsed_time(self, end: "StandInCudaEvent") -> float:
+        assert self.at is not None and end.at is not None
+        return (end.at - self.at) * 1000
+
+
+def test_on_cuda_a_block_is_timed_between_consecutive_events_with_one_synchronise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each run lies between the events before and after it; the block waits for its last event only."""
+    monkeypatch.setattr(timing.torch.cuda, "Event", StandInCudaEvent)
+    device_syncs: list[object] = []
+    monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda device=None: device_syncs.append(device))
+    StandInCudaEvent.synchronized = 0
+    calls: list[str] = []
+    policy = Policy(time_cap_s=30, target_spread=-1, min_rounds=3, max_rounds=3, cuda_round_s=0.01, quiet_wait=ANY_WAIT)
+    out = time_rounds({"a": sleeper(1, calls, "a")}, torch.device("cuda"), policy)["a"]
+    assert out.calls == 1 and out.reps > 1 and out.runs == 1 + 2 * out.reps == len(calls)
+    assert StandInCudaEvent.synchronized == 3 and len(device_syncs) == 3  # per block, not per run
+    assert 1 <= out.value_ms < 3 and out.min_ms >= 1
+
+
+def test_on_cuda_a_microsecond_operation_is_called_several_times_per_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shorter than cuda_run_ms, an operation runs several calls between two events; a run is their mean."""
+    monkeypatch.setattr(timing.torch.cuda, "Event", StandInCudaEvent)
+    monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda device=None: None)
+    calls: list[str] = []
+    policy = Policy(
+        time_cap_s=30,
+        target_spread=-1,
+        min_rounds=3,
+        max_rounds=3,
+        cuda_round_s=0.02,
+        cuda_run_ms=5,
+        quiet_wait=ANY_WAIT,
+    )
+    out = time_rounds({"a": sleeper(1, calls, "a")}, torch.device("cuda"), policy)["a"]
+    # The first run (1 call) took ~1 ms: 5 calls make a run of 5 ms; 20 ms a block holds 4 such runs or fewer.
+    assert 2 <= out.calls <= 5 and 1 <= out.reps <= 4
+    assert len(calls) == 1 + 2 * out.reps * out.calls and out.runs == 1 + 2 * out.reps
+    assert 1 <= out.value_ms < 3  # the mean of a run's calls, not their sum
+
+
+@pytest.mark.skipif(not schedstat.available(), reason="the kernel does not report run-queue delay")
+def test_the_wait_reader_keeps_a_finished_threads_last_figure() -> None:
+    """Reading again is a pread per thread; a thread that ended does not take its wait back (no negative wait)."""
+    import threading
+
+    release = threading.Event()
+    worker = threading.Thread(target=lambda: (sum(range(100_000)), release.wait(10)))
+    worker.start()
+    reader = schedstat.reader()  # the worker among its threads
+    try:
+        first = reader()
+        assert first == pytest.approx(schedstat.run_delay_s(), abs=0.05)
+        release.set()
+        worker.join()
+        assert reader() >= first
+    finally:
+        reader.close()
