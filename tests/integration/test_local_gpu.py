@@ -142,8 +142,9 @@ def test_a_gpu_agent_process_shows_local_as_its_gpu_and_jobs_get_gpu_answers(
     try:
 
         def described() -> dict[str, Any] | None:
+            # By this agent: earlier tests' CPU agents of local described it too (as a CPU).
             local = http.get(f"{api_only.url}/v1/machines/local").json()
-            return local if local["described_at"] else None
+            return local if local["described_at"] and local["gpu"] == H100 else None
 
         local = wait_until(described, 120, "the agent to describe local", log=log.read_text)
     finally:

@@ -43,7 +43,7 @@ def test_fit_recovers_the_constants_that_made_the_rows() -> None:
         device=np.column_stack([work, rng.integers(5, 120, n)]),
         optimizer_ms=rng.uniform(0.05, 3, n), kernels=rng.integers(20, 700, n).astype(float),
         casts=rng.integers(0, 130, n).astype(float), tensors=rng.integers(10, 400, n).astype(float),
-        group=rng.integers(0, 3, n), optimizer=rng.integers(0, 3, n), synced=rng.random(n) < 0.3,
+        group=rng.integers(0, 3, n), passes=rng.choice([1.0, 3.0, 8.0, 10.0], n), synced=rng.random(n) < 0.3,
         autotuned=np.zeros(n, dtype=bool), measured=np.ones(n), weight=np.ones(n),
     )  # fmt: skip
     made, _, host = stepfit.predict(rows, truth)

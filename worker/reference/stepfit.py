@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from worker.reference.steps import DEVICE_PARTS, OPTIMIZER_KINDS, PRECISION_GROUPS, StepParts, overlap
+from worker.reference.steps import DEVICE_PARTS, PRECISION_GROUPS, StepParts, overlap
 
 # Priors (the starting point, and where the ridge pulls): device parts at 1x, a conv call's fixed device time,
 # host costs per launched kernel (forward and its backward), per autocast cast, per optimizer tensor, per step.
@@ -24,7 +24,7 @@ PRIORS: dict[str, float] = {
     "dev_conv_autotuned": 1.0,
     "host_kernel_ms": 0.02,
     "host_cast_factor": 1.0,
-    **{f"host_tensor_ms_{o}": 0.003 for o in OPTIMIZER_KINDS},
+    "host_tensor_ms": 0.002,
     **{f"host_step_ms_{g}": 0.5 for g in PRECISION_GROUPS},
     "smooth_max_q": 4.0,
 }
@@ -44,7 +44,7 @@ class Rows:
     casts: np.ndarray
     tensors: np.ndarray
     group: np.ndarray  # (R,) index into PRECISION_GROUPS
-    optimizer: np.ndarray  # (R,) index into OPTIMIZER_KINDS
+    passes: np.ndarray  # (R,) foreach passes over the parameter tensors
     synced: np.ndarray  # (R,) bool
     autotuned: np.ndarray  # (R,) bool
     measured: np.ndarray
@@ -58,7 +58,7 @@ class Rows:
             np.array([p.optimizer_ms for p in parts]), np.array([p.kernels for p in parts]),
             np.array([p.casts for p in parts]), np.array([p.tensors for p in parts]),
             np.array([PRECISION_GROUPS.index(p.group) for p in parts], dtype=int),
-            np.array([OPTIMIZER_KINDS.index(p.optimizer) for p in parts], dtype=int),
+            np.array([p.passes for p in parts]),
             np.array([p.synced for p in parts], dtype=bool), np.array([p.autotuned for p in parts], dtype=bool),
             np.asarray(measured, dtype=float), np.asarray(weight, dtype=float),
         )  # fmt: skip
@@ -70,10 +70,9 @@ def predict(rows: Rows, p: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray,
     per_row = scales[:, rows.group].T.copy()
     per_row[rows.autotuned, :3] *= p["dev_conv_autotuned"]
     device = (rows.device * per_row).sum(axis=1)
-    per_tensor = np.array([p[f"host_tensor_ms_{o}"] for o in OPTIMIZER_KINDS])[rows.optimizer]
     per_step = np.array([p[f"host_step_ms_{g}"] for g in PRECISION_GROUPS])[rows.group]
     host_pass = p["host_kernel_ms"] * (rows.kernels + p["host_cast_factor"] * rows.casts)
-    host_opt = per_tensor * rows.tensors + per_step
+    host_opt = p["host_tensor_ms"] * rows.tensors * rows.passes + per_step
     return overlap(device, rows.optimizer_ms, host_pass, host_opt, rows.synced, p["smooth_max_q"])
 
 

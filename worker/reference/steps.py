@@ -26,6 +26,11 @@ PRECISION_GROUPS = ("fp32", "bf16", "fp16")
 # conv call (cuDNN's kernels at small batches, and autocast's NCHW layout conversions around each conv).
 DEVICE_PARTS = ("conv_tensor", "conv_simt", "conv_grouped", "other", "linear", "conv_calls")
 OPTIMIZER_KINDS = ("sgd", "sgd+momentum", "adam")
+# Foreach passes over the parameter list one step dispatches (PyTorch's _multi_tensor_sgd and _multi_tensor_adam):
+# SGD one add; momentum a mul and an add to the buffer, then the add; Adam the step count, lerp, mul, addcmul, sqrt,
+# div, add and addcdiv. Weight decay adds one pass, GradScaler's unscale and inf check another. The host's work per
+# tensor and pass is fitted (host_tensor_ms); more passes never cost less, so AdamW is never cheaper than SGD.
+OPTIMIZER_PASSES = {"sgd": 1.0, "sgd+momentum": 3.0, "adam": 8.0}
 # Optimizer states per parameter (fp32, each read and written once by PyTorch's foreach step).
 OPTIMIZER_STATES = {"sgd": 0, "sgd+momentum": 1, "adam": 2}
 # fp32 tensors streamed per parameter besides the states: read the parameter and its gradient, write the parameter.
@@ -85,6 +90,11 @@ def optimizer_tensors(config: TrainConfig) -> float:
     if kernel_precision(config.precision) == "amp_fp16":
         tensors += AMP_CAST_TENSORS
     return tensors
+
+
+def optimizer_passes(config: TrainConfig) -> float:
+    """Foreach passes over the parameter list one step's optimizer (and GradScaler) dispatches."""
+    return OPTIMIZER_PASSES[optimizer_kind(config)] + bool(config.weight_decay) + (config.precision == "amp_fp16")
 
 
 def forward_ops(workload: Mapping[str, Any]) -> float:
@@ -166,6 +176,7 @@ class StepParts:
     kernels: float  # kernels the forward pass launches
     casts: float  # weights autocast casts (0 outside autocast)
     tensors: float  # parameter tensors the optimizer steps
+    passes: float  # foreach passes over them (OPTIMIZER_PASSES, weight decay, GradScaler)
     group: str  # precision group
     optimizer: str  # optimizer kind
     synced: bool  # GradScaler: the host waits for the device before the optimizer step
@@ -192,8 +203,8 @@ def step_parts(
     amp = kernel_precision(precision) == "amp_fp16"
     return StepParts(
         device, optimizer_ms(workload, gpu, config, c), kernels(workload), weight_casts(workload) if amp else 0.0,
-        parameter_tensors(workload), precision_group(precision), optimizer_kind(config), precision == "amp_fp16",
-        autotuned,
+        parameter_tensors(workload), optimizer_passes(config), precision_group(precision), optimizer_kind(config),
+        precision == "amp_fp16", autotuned,
     )  # fmt: skip
 
 
@@ -276,9 +287,10 @@ class StepArrays:
 def host_parts(parts: StepParts, p: Mapping[str, float]) -> tuple[float, float]:
     """(forward and backward, parameter work) host dispatch time of one step, ms."""
     launches = parts.kernels + p.get("host_cast_factor", 1.0) * parts.casts
-    per_tensor = p.get(f"host_tensor_ms_{parts.optimizer}", 0.0)
     per_step = p.get(f"host_step_ms_{parts.group}", 0.0)
-    return p.get("host_kernel_ms", 0.0) * launches, per_tensor * parts.tensors + per_step
+    return p.get("host_kernel_ms", 0.0) * launches, p.get(
+        "host_tensor_ms", 0.0
+    ) * parts.tensors * parts.passes + per_step
 
 
 def combine(parts: StepParts, batch: np.ndarray, p: Mapping[str, float]) -> StepArrays:
