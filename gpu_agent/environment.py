@@ -18,7 +18,7 @@ from shared.local_machine import LocalDevice
 from shared.measurements import environments
 
 # Part of the environment: rows timed by another method are not comparable and must not mix.
-TIMING_METHOD = "interleaved-rounds/2"
+TIMING_METHOD = "interleaved-rounds/3"
 
 
 @cache

@@ -328,3 +328,15 @@ def test_the_wait_reader_keeps_a_finished_threads_last_figure() -> None:
         assert reader() >= first
     finally:
         reader.close()
+
+
+def test_a_long_operation_short_of_quiet_blocks_may_use_the_whole_windows_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of several operations, one whose first blocks waited for a CPU goes on past its share of the window until it
+    has enough quiet blocks (it stored a busy block's figure, 3x its runs, after 3 blocks before)."""
+    calls: list[str] = []
+    op = scripted_wait(monkeypatch, calls, lambda: len(calls) <= 4)  # its first 4 blocks are busy
+    others = {f"o{i}": (lambda: time.sleep(0.004)) for i in range(7)}
+    # 8 operations share 0.08 s: 0.01 s each, two busy blocks of 12 ms each use twice the share
+    policy = Policy(time_cap_s=0.08, target_spread=-1, min_rounds=3, max_rounds=50, max_reps=1, busy_cap_factor=2)
+    out = time_rounds({"a": op, **others}, CPU, policy)["a"]
+    assert out.quiet_rounds >= 3 and out.value_ms < 6
