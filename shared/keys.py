@@ -30,6 +30,8 @@ KEY = re.compile(r"^tc_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 # No control characters, nor lone surrogates (JSON can carry them; PostgreSQL's UTF-8 cannot store them).
 NAME = re.compile(r"^[^\x00-\x1f\x7f\ud800-\udfff]{1,100}$")
 # A key's own limits (migrations/0013_key_limits.sql); NULL: the setting's default.
+# The largest daily benchmark budget a key may have: no limit in practice (the local admin key of `make up` has it).
+MAX_BENCH_SECONDS_PER_DAY = 1e9
 LIMITS = "max_unfinished_jobs, max_points_per_job, bench_seconds_per_day"
 SHOWN = f"id, name, scope, rate_per_s, {LIMITS}, created_at, last_used_at, revoked_at"
 # Seconds a client refused for too many unfinished jobs should wait: about one job's planning and a poll.
@@ -117,8 +119,10 @@ def create(
     for what, value, low in (("max jobs", max_unfinished_jobs, 1), ("max points", max_points_per_job, 1)):
         if value is not None and not low <= value <= 2**31 - 1:
             raise InvalidRequest(f"{what} {value}: must be a whole number from {low} to {2**31 - 1}")
-    if bench_seconds_per_day is not None and not 0 <= bench_seconds_per_day <= 1e9:
-        raise InvalidRequest(f"bench seconds per day {bench_seconds_per_day}: must be from 0 to 1000000000")
+    if bench_seconds_per_day is not None and not 0 <= bench_seconds_per_day <= MAX_BENCH_SECONDS_PER_DAY:
+        raise InvalidRequest(
+            f"bench seconds per day {bench_seconds_per_day}: must be from 0 to {MAX_BENCH_SECONDS_PER_DAY:.0f}"
+        )
     key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
     with transaction() as cur:
         limits = (max_unfinished_jobs, max_points_per_job, bench_seconds_per_day)

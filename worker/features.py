@@ -35,7 +35,7 @@ NAMES = (
     *(f"{k}_ms" for k in LAYER_KINDS), *(f"{k}_convs" for k in LAYER_KINDS),
     *(f"{k}_mflops" for k in WORK_KINDS), *(f"{k}_mbytes" for k in WORK_KINDS), *(f"{k}_ops" for k in WORK_KINDS),
     "conv_gflops", "mparameters", "parameter_tensors", "activation_memory_mbytes", *MACHINE_SPECS,
-    "other_ms", "optimizer_ms", "ops_measured", "optimizer_measured",
+    "other_ms", "optimizer_ms", "ops_measured", "optimizer_measured", "linear_ms",
 )  # fmt: skip
 OpMembers = list[tuple[int, dict[str, Any], int]]
 # One point's features as a record with a field per name (float64): a table of points is a structured array
@@ -153,6 +153,11 @@ def matrix(x: np.ndarray) -> np.ndarray:
     return np.column_stack([x[name] for name in NAMES]) if len(x) else np.zeros((0, len(NAMES)))
 
 
+# Ops whose measured time is a matmul's (part of other_ms too): compute-bound where the rest is memory-bound, so the
+# whole-step base gives them a coefficient of their own (convnext's block MLPs are most of its step).
+MATMULS = ("linear", "bmm")
+
+
 def _is_optimizer(spec: Mapping[str, Any]) -> bool:
     return spec.get("op") == "optimizer"
 
@@ -163,9 +168,9 @@ def _add_ops(
     """Sum the measured op and optimizer times into f; per batch size, False where one ran out of memory."""
     n = len(batch_sizes)
     usable = np.ones(n, dtype=bool)
-    operators = [(sig, count) for sig, spec, count in op_members if not _is_optimizer(spec)]
+    operators = [(sig, spec, count) for sig, spec, count in op_members if not _is_optimizer(spec)]
     timed = np.zeros(n, dtype=np.int64)
-    for sig, count in operators:
+    for sig, spec, count in operators:
         got = [op_rows.get((sig, b)) for b in batch_sizes]
         usable &= np.array([r is None or not r["oom"] for r in got], dtype=bool)
         # A row without times is infeasible on this device: learnt, not measured.
@@ -173,6 +178,8 @@ def _add_ops(
         pairs = zip(got, timed_here.tolist(), strict=True)
         ms = np.array([r["forward_ms"] + r["backward_ms"] if r is not None and t else 0.0 for r, t in pairs])
         f["other_ms"] += np.where(timed_here, count * ms, 0.0)
+        if spec.get("op") in MATMULS:
+            f["linear_ms"] += np.where(timed_here, count * ms, 0.0)
         timed += timed_here
     f["ops_measured"] = (bool(operators) & (timed == len(operators))).astype(np.float64)
     step: Mapping[str, Any] | None = next(

@@ -77,7 +77,9 @@ def booster_params(rows: int) -> dict[str, Any]:
 # Measured where the agent measured them: the other ops' and the optimizer's time (issue 14). The guessed
 # terms (parameters, other layers' bytes) stand in only where those are not measured, so the learnt part
 # shrinks to what no measurement covers (framework overhead per op, and a constant).
-BASE_TERMS = ("conv_ms", "other_ms", "optimizer_ms", "mparameters", "other_mbytes", "operations", "constant")
+BASE_TERMS = (
+    "conv_ms", "other_ms", "linear_ms", "optimizer_ms", "mparameters", "other_mbytes", "operations", "constant",
+)  # fmt: skip
 _AT = {name: i for i, name in enumerate(features.NAMES)}
 
 
@@ -91,8 +93,10 @@ def base_terms(x: list[float], conv_ms: float) -> list[float]:
     # conv and linear backward timings) covers the per-parameter work.
     other_mbytes = sum(x[_AT[f"{k}_mbytes"]] for k in features.WORK_KINDS) * (1 - ops_measured)
     mparameters = x[_AT["mparameters"]] * (1 - optimizer_measured * ops_measured)
-    other_ms = x[_AT["other_ms"]] if ops_measured else 0.0
-    return [conv_ms, other_ms, x[_AT["optimizer_ms"]], mparameters, other_mbytes, operations, 1.0]
+    # Measured matmuls (linear layers) apart from the other measured ops: compute-bound, they scale otherwise.
+    linear_ms = x[_AT["linear_ms"]] if ops_measured else 0.0
+    other_ms = x[_AT["other_ms"]] - linear_ms if ops_measured else 0.0
+    return [conv_ms, other_ms, linear_ms, x[_AT["optimizer_ms"]], mparameters, other_mbytes, operations, 1.0]
 
 
 def fit_base(points: list[Point]) -> list[float]:
@@ -247,10 +251,12 @@ def base_table(x: np.ndarray) -> np.ndarray:
     ops_measured, optimizer_measured = x["ops_measured"], x["optimizer_measured"]
     other_mbytes = mbytes * (1 - ops_measured)
     mparameters = x["mparameters"] * (1 - optimizer_measured * ops_measured)
-    other_ms = np.where(ops_measured != 0, x["other_ms"], 0.0)
+    linear_ms = np.where(ops_measured != 0, x["linear_ms"], 0.0)
+    other_ms = np.where(ops_measured != 0, x["other_ms"], 0.0) - linear_ms
     return np.column_stack(
-        [x["conv_ms"], other_ms, x["optimizer_ms"], mparameters, other_mbytes, convs + work_ops, np.ones(len(x))]
-    )
+        [x["conv_ms"], other_ms, linear_ms, x["optimizer_ms"], mparameters, other_mbytes, convs + work_ops,
+         np.ones(len(x))]
+    )  # fmt: skip
 
 
 def lgbm_predictor(points: list[Point]) -> Predictor:
