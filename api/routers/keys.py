@@ -1,17 +1,20 @@
-"""API keys over HTTP (admin scope): create, list, show, revoke. `traincast keys` does the same in the database."""
+"""API keys over HTTP (admin scope; any key may revoke itself): create, list, show, revoke.
+
+`traincast keys` does the same in the database."""
 
 import logging
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
-from api.auth import Admin, require
+from api.auth import Admin, Reader
 from shared import keys
+from shared.core.errors import Forbidden
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/v1/keys", tags=["keys"], dependencies=[Depends(require("admin"))])
+router = APIRouter(prefix="/v1/keys", tags=["keys"])
 KeyId = Annotated[str, Path(pattern=r"^[0-9a-f]{12}$", description="the key's public id: 12 hex digits")]
 Scope = keys.Scope
 MAX_INT = 2**31 - 1
@@ -59,20 +62,26 @@ def create_key(body: NewKey, response: Response, principal: Admin) -> CreatedKey
 
 
 @router.get("", response_model=KeyList)
-def list_keys() -> KeyList:
+def list_keys(_principal: Admin) -> KeyList:
     """Every key with its scope, limits, when it was created, last used and revoked."""
     return KeyList(keys=keys.list_all())
 
 
 @router.get("/{key_id}", response_model=keys.KeyRow)
-def get_key(key_id: KeyId) -> keys.KeyRow:
+def get_key(key_id: KeyId, _principal: Admin) -> keys.KeyRow:
     """One key by id (revoked ones too)."""
     return keys.get(key_id=key_id)
 
 
 @router.delete("/{key_id}", status_code=204, response_class=Response)
-def revoke_key(key_id: KeyId, principal: Admin) -> Response:
-    """Revoke a key (again: still 204); 409 for the last active admin key, so administration is never locked out."""
+def revoke_key(key_id: KeyId, principal: Reader) -> Response:
+    """Revoke a key (again: still 204): an admin key any key, any key itself (a leaked one, at once); 409 for the
+    last active admin key, so administration is never locked out."""
+    if not principal.is_admin and key_id != principal.key_id:
+        raise Forbidden(
+            f"API key {principal.key_id} has scope {principal.scope}: it may revoke only itself; revoking another "
+            "key needs scope admin"
+        )
     row = keys.revoke_id(key_id=key_id)
     log.info("API key %s (%s) revoked by key %s", key_id, row["name"], principal.key_id)
     return Response(status_code=204)

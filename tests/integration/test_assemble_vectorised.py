@@ -50,9 +50,9 @@ def point_features(
     f["mparameters"] = (work.get("parameters") or 0) / 1e6
     f["parameter_tensors"] = work.get("parameter_tensors") or 0
     f["activation_memory_mbytes"] = (work.get("activation_bytes") or 0.0) * bs / 1e6
-    operators = [(sig, count) for sig, spec, count in op_members if not ops.is_optimizer(spec)]
+    operators = [(sig, spec, count) for sig, spec, count in op_members if not ops.is_optimizer(spec)]
     timed = 0
-    for sig, count in operators:
+    for sig, spec, count in operators:
         row = op_rows.get(sig)
         if row is None:
             continue
@@ -60,6 +60,8 @@ def point_features(
             return None
         if row["forward_ms"] is not None:
             f["other_ms"] += count * (row["forward_ms"] + row["backward_ms"])
+            if spec["op"] in ("linear", "bmm"):  # measured matmuls, also a part of other_ms
+                f["linear_ms"] += count * (row["forward_ms"] + row["backward_ms"])
             timed += 1
     f["ops_measured"] = float(bool(operators) and timed == len(operators))
     step = next((op_rows.get(sig) for sig, spec, _c in op_members if ops.is_optimizer(spec)), None)

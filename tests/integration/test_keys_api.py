@@ -179,3 +179,14 @@ def test_the_last_active_admin_key_is_kept(own_keys_api: tuple[Stack, str]) -> N
     revoked = subprocess.run([TRAINCAST, "keys", "revoke", survivor.split("_")[1]], env=env, capture_output=True)
     assert revoked.returncode == 0
     assert call(stack, "GET", "/v1/keys", survivor).status_code == 401
+
+
+def test_any_key_may_revoke_itself_and_only_itself(api_only: Stack) -> None:
+    """A read or submit key revokes itself at once (204, then 401), as README promises (issue 25: it got 403)."""
+    for scope in ("read", "submit"):
+        key, other = new_key(scope), new_key(scope)
+        key_id, other_id = key.split("_")[1], other.split("_")[1]
+        assert_problem(call(api_only, "DELETE", f"/v1/keys/{other_id}", key), 403, f"scope {scope}", "admin")
+        assert call(api_only, "DELETE", f"/v1/keys/{key_id}", key).status_code == 204
+        assert_problem(call(api_only, "GET", "/v1/jobs", key), 401, "revoked")
+        assert call(api_only, "GET", "/v1/jobs", other).status_code == 200
