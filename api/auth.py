@@ -3,12 +3,13 @@
 from collections.abc import Callable
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from api import ratelimit
 from shared import keys
+from shared.core.errors import Unauthorized
 from shared.core.settings import get_settings
 from shared.jobs import request as schemas
 from shared.keys import Principal
@@ -17,11 +18,35 @@ from shared.keys import Principal
 bearer = HTTPBearer(auto_error=False, description="An API key: `traincast keys create --name N --scope S`")
 
 
+def failure_buckets(request: Request, token: str | None) -> list[tuple[str, float]]:
+    """The failed-authentication buckets a request counts against: its client address, and the key id it names."""
+    per_min = get_settings().api_auth_failures_per_min
+    address = request.client.host if request.client else "unknown"
+    buckets = [(f"addr:{address}", per_min)]
+    match = keys.KEY.match(token or "")
+    if match:
+        buckets.append((f"key:{match.group(1)}", per_min * 10))
+    return buckets
+
+
+async def checked(request: Request, token: str | None) -> Principal:
+    """The token's principal; a failure counts against its address and key id, and once either has failed too often
+    (API_AUTH_FAILURES_PER_MIN) further attempts get 429 before any secret is compared."""
+    buckets = failure_buckets(request, token)
+    await run_in_threadpool(ratelimit.failed_auth, buckets=buckets, take=False)
+    try:
+        return await run_in_threadpool(keys.authenticate, token=token)
+    except Unauthorized:
+        if token:  # a request without a key guesses nothing
+            await run_in_threadpool(ratelimit.failed_auth, buckets=buckets, take=True)
+        raise
+
+
 async def authenticate(
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 ) -> Principal:
     """The request's key, checked and counted against its rate (once per request); sets its points per job limit."""
-    principal = await run_in_threadpool(keys.authenticate, token=credentials.credentials if credentials else None)
+    principal = await checked(request, credentials.credentials if credentials else None)
     rate = principal.rate_per_s or get_settings().api_rate_per_key_s
     await run_in_threadpool(ratelimit.take, key_id=principal.key_id, rate_per_s=rate)
     if principal.max_points_per_job is not None:

@@ -5,10 +5,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from shared import keys
+from api.auth import checked
 from shared.core.errors import TraincastError
 
 MEDIA_TYPE = "application/problem+json"
@@ -89,7 +88,7 @@ async def _unauthenticated(request: Request) -> JSONResponse | None:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     try:
-        await run_in_threadpool(keys.authenticate, token=token.strip() if scheme.lower() == "bearer" else None)
+        await checked(request, token.strip() if scheme.lower() == "bearer" else None)
     except TraincastError as exc:
         response = problem(exc.status, exc.title, exc.detail, str(request.url.path))
         response.headers.update(getattr(exc, "headers", None) or {})

@@ -3,7 +3,7 @@
 import hmac
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -15,12 +15,14 @@ from shared.core.settings import get_settings
 router = APIRouter(tags=["health"])
 
 
-async def scraper(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+async def scraper(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+) -> None:
     """Let the METRICS_TOKEN through (a scraper needs no API key); anyone else needs an admin key."""
     token = get_settings().metrics_token
     if token and credentials and hmac.compare_digest(credentials.credentials.encode(), token.encode()):
         return
-    keys.require(await authenticate(credentials), "admin")
+    keys.require(await authenticate(request, credentials), "admin")
 
 
 @router.get(

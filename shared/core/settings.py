@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     # API keys (issue 13): requests per second a key may send (token bucket in Redis, shared by every API
     # process; a burst of one second's worth), unless the key has a rate of its own (`keys create --rate`).
     api_rate_per_key_s: float = 20.0
+    # Failed authentications a client address may send a minute (a key id: ten times as many, from all addresses)
+    # before its next attempts get 429 unchecked: guessing secrets costs a minute per few dozen guesses.
+    api_auth_failures_per_min: float = 30.0
     # Limits per key (issue 13), each replaced by the key's own (`keys create --max-jobs / --bench-seconds-per-day`):
     # jobs queued or running at once, and the benchmark seconds its jobs sent agents in the last 24 h (each
     # (signature, batch size) point a plan sends counts 3 phases x BENCH_TIME_CAP_S). Points per job: below.
