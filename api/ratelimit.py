@@ -29,7 +29,8 @@ if wait > 0 then return {0, tostring(wait)} end
 return {1, '0'}
 """
 
-# KEYS[1]: a bucket of failures; ARGV: rate per second, capacity, 1 to take one (a failure) or 0 to look.
+# KEYS[1]: a bucket of failures (under traincast:rate:, which the API's Redis ACL user may write);
+# ARGV: rate per second, capacity, 1 to take one (a failure) or 0 to look.
 # Returns the seconds until the bucket holds a token (0: it holds one now).
 FAILURES = """
 local now_parts = redis.call('TIME')
@@ -61,6 +62,7 @@ def _take_script() -> Any:
 
 
 def _failures() -> Any:
+    """FAILURES registered once, as TAKE is."""
     global _failures_script
     if _failures_script is None:
         _failures_script = tasks.redis_client(socket_connect_timeout=1, socket_timeout=1).register_script(FAILURES)
@@ -72,7 +74,7 @@ def failed_auth(*, buckets: list[tuple[str, float]], take: bool) -> None:
     when a bucket is empty, before any secret is checked. Fails open when Redis is unreachable, as the rate does."""
     for name, per_min in buckets:
         try:
-            wait = float(_failures()(keys=[f"traincast:authfail:{name}"], args=[per_min / 60, per_min, int(take)]))
+            wait = float(_failures()(keys=[f"traincast:rate:authfail:{name}"], args=[per_min / 60, per_min, int(take)]))
         except redis.RedisError as exc:
             log.warning("failed authentications not counted for %s: Redis unreachable (%s)", name, exc)
             return
