@@ -260,3 +260,29 @@ def check_submission(principal: Principal, usage: "KeyUsage") -> None:
             bench_seconds_day=spent,
             limit=budget,
         )
+
+
+def bench_budget(*, key_id: str) -> float:
+    """The key's benchmark seconds a day: its own limit, else the setting's default (a revoked key's too)."""
+    with transaction() as cur:
+        cur.execute(SELECT_KEY, (key_id,))
+        row = cur.fetchone()
+    own = None if row is None else row["bench_seconds_per_day"]
+    return get_settings().max_bench_seconds_per_key_day if own is None else float(own)
+
+
+def check_charge(usage: "KeyUsage", *, key_id: str, budget_s: float, charge_s: float) -> None:
+    """RateLimited when a job's benchmark seconds would take the key past its budget of the last 24 h."""
+    spent = float(usage["bench_seconds_day"])
+    if spent + charge_s <= budget_s:
+        return
+    retry_after = max(1, math.ceil(float(usage["bench_frees_in_s"] or 0)))
+    raise RateLimited(
+        f"this job needs {charge_s:g} s of layer benchmarks on agents, and API key {key_id} has"
+        f" {max(0.0, budget_s - spent):g} s left of its {budget_s:g} s a day: ask for fewer CNNs, batch sizes or"
+        f" machine types, or retry after {retry_after} s",
+        retry_after_s=retry_after,
+        bench_seconds_day=spent,
+        charge=charge_s,
+        limit=budget_s,
+    )

@@ -4,12 +4,12 @@ import logging
 import uuid
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from shared import jobs, machine_types
+from shared import jobs, keys, machine_types
 from shared.cnn import registry as cnns
 from shared.core import collector, logs, tasks
-from shared.core.errors import TraincastError
+from shared.core.errors import RateLimited, TraincastError
 from shared.core.settings import get_settings
 from shared.core.transient import is_transient
 from shared.jobs import JobStatus, Plan, Progress
@@ -63,10 +63,10 @@ def _plan(job_id: uuid.UUID) -> None:
         job = jobs.open_job(job_id=job_id)
         # Ended meanwhile, or planned already (a running job's lost work is the reconciler's to re-send).
         if job is not None and job["status"] == JobStatus.QUEUED:
-            _plan_queued(job_id, JobRequest.stored(job["request"]))
+            _plan_queued(job_id, JobRequest.stored(job["request"]), owner=job["owner_key_id"])
 
 
-def _plan_queued(job_id: uuid.UUID, request: JobRequest) -> None:
+def _plan_queued(job_id: uuid.UUID, request: JobRequest, *, owner: str | None = None) -> None:
     """Resolve signatures, send what is missing to the agents; finish at once if nothing is waited for."""
     try:
         cnn_signatures = layers.register_all(
@@ -95,13 +95,10 @@ def _plan_queued(job_id: uuid.UUID, request: JobRequest) -> None:
     listed = coverage.listed_agents() if gaps or op_gaps else []  # read once for progress and routing
     counts = progress.of(plan, request, gaps, op_gaps, listed=listed)
     sent, sent_ops = coverage.routed(plan, gaps, op_gaps, listed=listed)
-    # Issue 13: what this job asks agents to measure, charged to its key's benchmark seconds (shared/jobs):
-    # three phases a conv point, two an op point at half a phase's cap (gpu_agent/app.py OP_CAP_FACTOR).
-    cap = get_settings().bench_time_cap_s
-    plan.bench_seconds = (sum(map(len, sent.values())) * 3 + sum(map(len, sent_ops.values()))) * cap
-    if not jobs.start(job_id=job_id, plan=plan, progress=counts):
-        log.info("job %s was canceled while it was planned: nothing sent", job_id)
+    started = _start_within_budget(job_id, owner, plan, counts, (sent, sent_ops))
+    if started is None:
         return
+    sent, sent_ops = started
     _send(sent, sent_ops, request, job_id)
     log.info(
         "job %s planned: %d layer and %d op benchmark points sent to agents",
@@ -119,6 +116,44 @@ def _plan_queued(job_id: uuid.UUID, request: JobRequest) -> None:
         # Nothing to wait for: finish with the counts just made rather than recounting every point (a job
         # canceled meanwhile is no longer running, and finish_if_complete leaves it as it is).
         finish_if_complete(job_id, counted=(gaps, op_gaps, counts))
+
+
+def _start_within_budget(
+    job_id: uuid.UUID, owner: str | None, plan: Plan, counts: Progress, work: tuple[coverage.Missing, coverage.Missing]
+) -> tuple[coverage.Missing, coverage.Missing] | None:
+    """Start the job with its benchmark seconds reserved against its key's daily budget; the work to send, or None.
+
+    Past the budget, work for types the reference answers is not sent (their answers do not wait on it); if what
+    the job waits for is past it alone, the job fails saying how much it needs and how much is left.
+    """
+    budget = keys.bench_budget(key_id=owner) if owner is not None else None
+    waited = cast(tuple[coverage.Missing, coverage.Missing], tuple(coverage.waited_for(w, plan) for w in work))
+    refused: RateLimited | None = None
+    # Same types (keys), same work: comparing the pair sets themselves could walk millions of pairs.
+    same = all(set(w) == set(v) for w, v in zip(work, waited, strict=True))
+    for attempt in (work,) if same else (work, waited):
+        plan.bench_seconds = _charge(*attempt)
+        admit = None
+        if budget is not None and owner is not None:
+            admit = partial(keys.check_charge, key_id=owner, budget_s=budget, charge_s=plan.bench_seconds)
+        try:
+            if jobs.start(job_id=job_id, plan=plan, progress=counts, owner_key_id=owner, admit=admit):
+                return attempt
+            log.info("job %s was canceled while it was planned: nothing sent", job_id)
+            return None
+        except RateLimited as exc:
+            refused = exc
+            log.info("job %s: %s", job_id, exc.detail)
+    assert refused is not None
+    jobs.finish(job_id=job_id, status=JobStatus.FAILED, error=refused.detail)
+    return None
+
+
+def _charge(sent: coverage.Missing, sent_ops: coverage.Missing) -> float:
+    """Benchmark seconds the work charges its key (issue 13): three phases a conv point, two an op point at half a
+    phase's cap (gpu_agent/app.py OP_CAP_FACTOR)."""
+    points = sum(map(len, sent.values())) * 3 + sum(map(len, sent_ops.values()))
+    return float(points * get_settings().bench_time_cap_s)
 
 
 def _op_plan(request: JobRequest) -> tuple[dict[str, list[tuple[int, int]]], list[int]]:

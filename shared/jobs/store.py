@@ -351,10 +351,26 @@ def open_job(*, job_id: uuid.UUID) -> JobRow | None:
         return row
 
 
-def start(*, job_id: uuid.UUID, plan: Plan, progress: Progress) -> bool:
-    """Mark an open job running with its plan and progress; False if it ended meanwhile."""
+def start(
+    *,
+    job_id: uuid.UUID,
+    plan: Plan,
+    progress: Progress,
+    owner_key_id: str | None = None,
+    admit: Callable[[KeyUsage], None] | None = None,
+) -> bool:
+    """Mark an open job running with its plan and progress; False if it ended meanwhile.
+
+    With `admit` (shared/keys.check_charge) a plan that charges benchmark seconds is stored under the owner's lock,
+    as create() stores a job: admit sees the owner's usage without this charge and raises to refuse it, so
+    concurrent plans of one key cannot together pass its daily budget.
+    """
     params = {"id": job_id, "plan": _doc(plan), "progress": _doc(progress)}
     with transaction() as cur:
+        if admit is not None and owner_key_id is not None and plan.bench_seconds > 0:
+            cur.execute(LOCK_OWNER, (OWNER_LOCK_CLASS, owner_key_id))
+            cur.execute(SELECT_KEY_USAGE, {"owner": owner_key_id, "key": None})
+            admit(cast(KeyUsage, cur.fetchone()))
         cur.execute(START_JOB, params)
         return cur.fetchone() is not None
 

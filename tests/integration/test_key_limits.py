@@ -4,12 +4,13 @@ import json
 import subprocess
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
 
-from shared import jobs, keys
+from shared import agents, jobs, keys
 from shared.core.db import transaction
 from shared.core.settings import get_settings
 from shared.jobs.request import JobRequest
@@ -231,6 +232,62 @@ def test_planning_charges_the_points_it_sends(limits_stack: Stack, clean_db: Non
     with transaction() as cur:
         cur.execute("UPDATE api_keys SET bench_seconds_per_day = %s WHERE id = %s", (charge, key_id(key)))
     assert submit(limits_stack, key, JOB).status_code == 202
+
+
+def set_budget(key: str, seconds: float) -> None:
+    """A key's own daily benchmark budget."""
+    with transaction() as cur:
+        cur.execute("UPDATE api_keys SET bench_seconds_per_day = %s WHERE id = %s", (seconds, key_id(key)))
+
+
+def test_planning_reserves_the_charge_and_refuses_what_would_pass_the_budget(clean_db: None) -> None:
+    """A plan's charge is reserved against its key's budget when it is sent, not only checked before the job: a
+    job whose awaited work would pass it fails saying what it needs and what is left, and sends and charges
+    nothing (issue 25: one job overran the budget by its whole size)."""
+    key = new_key()
+    first, _ = jobs.create(request=JobRequest.model_validate(sizes(2)), owner_key_id=key_id(key))
+    planning.plan_job(first["id"])
+    charge = jobs.get(job_id=first["id"])["plan"]["bench_seconds"]
+    assert charge > 0
+    set_budget(key, charge * 1.5)  # room for half of the same job again
+    queued = broker().llen("bench.local")
+    second, _ = jobs.create(request=JobRequest.model_validate(sizes(2)), owner_key_id=key_id(key))
+    planning.plan_job(second["id"])
+    refused = jobs.get(job_id=second["id"])
+    assert refused["status"] == "failed", refused
+    assert f"needs {charge:g} s of layer benchmarks" in refused["error"], refused["error"]
+    assert f"has {charge * 0.5:g} s left of its {charge * 1.5:g} s a day" in refused["error"], refused["error"]
+    assert broker().llen("bench.local") == queued
+    assert jobs.key_usage(owner_key_id=key_id(key))["bench_seconds_day"] == charge
+    set_budget(key, charge * 2)  # exactly room for it: planned and charged
+    third, _ = jobs.create(request=JobRequest.model_validate(sizes(2)), owner_key_id=key_id(key))
+    planning.plan_job(third["id"])
+    assert jobs.get(job_id=third["id"])["status"] == "running"
+    assert jobs.key_usage(owner_key_id=key_id(key))["bench_seconds_day"] == charge * 2
+
+
+def test_reference_answered_work_past_the_budget_is_not_sent_and_the_job_is_answered(clean_db: None) -> None:
+    """Work for a type the reference answers (queued for a live agent of it) is dropped, not charged, when it
+    would pass the budget, and the job is answered by the reference; with room it is sent and charged."""
+    from gpu_agent import environment  # the agent's own environment row, as its heartbeat stores it
+
+    beat: dict[str, Any] = {"host": "budget-test", "pid": 1, "device": "cpu", "started_at": datetime.now(UTC)}
+    beat |= {"environment_id": environment.environment_id("cpu"), "instance_id": None}
+    # A heartbeat of a g4dn.xlarge agent: no agent of it can run here (no GPU), and routing reads only this row.
+    agents.beat(agent_id=uuid.uuid4(), machine_type="g4dn.xlarge", **beat)
+    body = {**sizes(2), "machines": ["g4dn.xlarge"]}
+    key = new_key(bench_seconds_per_day=1.0)
+    poor, _ = jobs.create(request=JobRequest.model_validate(body), owner_key_id=key_id(key))
+    planning.plan_job(poor["id"])
+    answered = jobs.get(job_id=poor["id"])
+    assert answered["status"] == "succeeded", answered
+    assert answered["plan"]["bench_seconds"] == 0 and broker().llen("bench.g4dn.xlarge") == 0
+    set_budget(key, 1e6)
+    rich, _ = jobs.create(request=JobRequest.model_validate(body), owner_key_id=key_id(key))
+    planning.plan_job(rich["id"])
+    sent = jobs.get(job_id=rich["id"])
+    assert sent["status"] == "succeeded" and sent["plan"]["bench_seconds"] > 1.0
+    assert broker().llen("bench.g4dn.xlarge") > 0
 
 
 def test_cli_creates_and_lists_limits(service_env: dict[str, str]) -> None:
