@@ -1,11 +1,13 @@
-"""Bounds applied at the door, before any route runs: body sizes, control characters, points per job.
+"""Bounds applied at the door, before any route runs: body sizes and deadlines, control characters, points per job.
 
 A pure ASGI middleware, so a body is counted as it arrives: a declared Content-Length over the
 limit is refused before a byte of the body is read, and a chunked body (no Content-Length) is cut
 off with the same 413 at the first chunk that passes the limit. Uploads (POST /v1/cnns) get
-MAX_UPLOAD_BYTES; every other body MAX_JSON_BYTES.
+MAX_UPLOAD_BYTES; every other body MAX_JSON_BYTES. A body not in by its deadline (API_BODY_TIMEOUT_S, uploads
+API_UPLOAD_TIMEOUT_S, from the route's first read) gets a 408 and the connection is closed.
 """
 
+import asyncio
 import logging
 import re
 from urllib.parse import unquote_to_bytes
@@ -25,7 +27,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class _TooLarge(Exception):
-    """The body passed its limit while the route was reading it."""
+    """The body passed its limit, or its deadline, while the route was reading it."""
 
 
 class RequestLimits:
@@ -57,16 +59,34 @@ class RequestLimits:
             await problem(413, "Content too large", detail, path)(scope, receive, send)
             return
 
+        timeout = settings.api_upload_timeout_s if upload else settings.api_body_timeout_s
+        deadline: float | None = None  # set at the route's first read
+        whole = False
         received = 0
         started = False  # the app began its response: too late for ours
         answered = False  # we sent the 413: what the app sends after is dropped
 
         async def counting_receive() -> Message:
-            nonlocal received, answered
+            nonlocal received, answered, deadline, whole
             if answered:
                 return {"type": "http.disconnect"}
-            message = await receive()
+            if whole:  # the body is in: later reads wait for a disconnect, which has no deadline
+                return await receive()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout if deadline is None else deadline
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                if not started:
+                    detail = f"{what} did not arrive within {timeout:g} s"
+                    late = problem(408, "Request timeout", detail, path)
+                    late.headers["Connection"] = "close"  # uvicorn then closes it: the rest of the body is not read
+                    await late(scope, receive, send)
+                    answered = True
+                log.info("%s to %s cut off: not complete within %g s", what, path, timeout)
+                raise _TooLarge from None
             if message["type"] == "http.request":
+                whole = not message.get("more_body", False)
                 received += len(message.get("body", b""))
                 if received > allowed:
                     if not started:

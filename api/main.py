@@ -1,4 +1,4 @@
-"""The FastAPI app: `uvicorn api.main:app`."""
+"""The FastAPI app: `uvicorn api.main:app --http api.server:Protocol` (api/server.py: request heads have a deadline)."""
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager

@@ -2,6 +2,7 @@
 
 from functools import lru_cache
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -80,6 +81,12 @@ class Settings(BaseSettings):
     max_json_bytes: int = 1024 * 1024
     max_points_per_job: int = 200_000
     max_onnx_nodes: int = 20_000
+    # Slow clients (issue 25): a request's line and headers must arrive within this many seconds of their first byte
+    # (api/server.py), a JSON body within api_body_timeout_s of the route's first read and an upload within
+    # api_upload_timeout_s (api/limits.py); else 408 and the connection closes. 200 MB in 600 s: ~2.8 Mbit/s.
+    api_header_timeout_s: float = Field(default=10.0, gt=0)
+    api_body_timeout_s: float = Field(default=30.0, gt=0)
+    api_upload_timeout_s: float = Field(default=600.0, gt=0)
     # A job that waits this long for an agent on a machine type with none alive fails, saying so.
     agent_wait_timeout_s: float = 1800.0
     # A job fails when one of its missing layer benchmarks raised this many times since it started.

@@ -29,6 +29,8 @@ TEST_ENV |= {f"{kind.upper()}_DB_PASSWORD": f"{kind}-db-test-pw" for kind in log
 TEST_ENV |= {variable: f"{kind}-redis-test-pw" for kind, variable in redis_acl.PASSWORD_VARIABLES.items()}
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 SEED_SQL = (ROOT / "migrations" / "0002_seed_machine_types.sql").read_text()
+# uvicorn's protocol with a deadline for request heads (api/server.py), which every launch of the API must name.
+HEAD_DEADLINE = "api.server:Protocol"
 PYTHON_SERVICES = ("migrate", "db-logins", "api", "worker", "beat", "agent", "gpu-agent", "fleet")
 APP_SERVICES = ("api", "worker", "beat", "agent", "gpu-agent", "fleet")
 # Only these connect as the owner: they run once and exit (and `docker compose run --rm migrate traincast …`).
@@ -174,6 +176,8 @@ def command_problems(compose: dict[str, Any]) -> list[str]:
                 module, attr = argv[1].split(":")
                 if not isinstance(getattr(importlib.import_module(module), attr, None), FastAPI):
                     problems.append(f"{name}: {argv[1]} is not a FastAPI app")
+                if "--http" not in argv or argv[argv.index("--http") + 1] != HEAD_DEADLINE:
+                    problems.append(f"{name}: uvicorn without --http {HEAD_DEADLINE}: request heads have no deadline")
             elif argv[0] == "celery":
                 if not isinstance(getattr(importlib.import_module(argv[argv.index("-A") + 1]), "app", None), Celery):
                     problems.append(f"{name}: -A module has no Celery `app`")
@@ -335,6 +339,7 @@ def test_dockerfile_copies_what_commands_need() -> None:
         ("command", "agent", "command", ["python", "-m", "gpu_agentx"]),
         ("command", "migrate", "command", "python -m shared.core.settings"),
         ("command", "api", "command", ["uvicorn", "api.main:application"]),
+        ("command", "api", "command", ["uvicorn", "api.main:app", "--host", "0.0.0.0"]),
         ("command", "worker", "command", ["celery", "-A", "worker.appx", "worker"]),
         ("command", "worker", "command", ["celery", "-A", "worker.app", "worker", "-Q", "jobz"]),
         ("command", "agent", "environment", {"BENCH_TIME_CAP_S": "soon"}),
@@ -355,3 +360,18 @@ def test_broken_compose_is_rejected(check: str, service: str, key: str, value: A
     broken = copy.deepcopy(COMPOSE)
     broken["services"][service][key] = value
     assert CHECKS[check](broken) != []
+
+
+def test_every_launch_of_the_api_names_the_protocol_with_a_head_deadline() -> None:
+    """The Dockerfile, compose, Kubernetes, `make up` and the tests' and benches' stacks all run api.server's
+    protocol (without it a half-sent request head holds a connection for as long as the client likes)."""
+    launches = ["Dockerfile", "docker-compose.yml", "deploy/k8s/api.yaml", "scripts/up.sh", "tests/support/stack.py",
+                "bench/service.py", "bench/metrics.py"]  # fmt: skip
+    for path in launches:
+        lines = [line for line in (ROOT / path).read_text().splitlines() if "api.main:app" in line]
+        assert lines and all(HEAD_DEADLINE in line for line in lines), (path, lines)
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    from api import server
+
+    assert issubclass(server.Protocol, H11Protocol)
