@@ -96,7 +96,8 @@ def serve_and_time(db_url: str, redis_url: str, cache_s: str, scrapes: int) -> t
     env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": redis_url, "METRICS_TOKEN": TOKEN,
            "METRICS_CACHE_S": cache_s, "LOG_FORMAT": "json"}  # fmt: skip
     api = subprocess.Popen(
-        [str(Path(sys.executable).parent / "uvicorn"), "api.main:app", "--http", "api.server:Protocol", "--port", str(port)],
+        [str(Path(sys.executable).parent / "uvicorn"), "api.main:app", "--http", "api.server:Protocol",
+         "--port", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:

@@ -91,7 +91,19 @@ class Stack:
         bindir = Path(sys.executable).parent
         port = self.url.rsplit(":", 1)[1]
         celery = [str(bindir / "celery"), "-A"]
-        self._start("api", [str(bindir / "uvicorn"), "api.main:app", "--http", "api.server:Protocol", "--host", "127.0.0.1", "--port", port])
+        self._start(
+            "api",
+            [
+                str(bindir / "uvicorn"),
+                "api.main:app",
+                "--http",
+                "api.server:Protocol",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                port,
+            ],
+        )
         self.worker_command = [*celery, "worker.app", "worker", "-Q", "jobs", "--concurrency", "2", "-l", "INFO"]
         self._start("worker", self.worker_command)
         noop = [*celery, "bench.service:app", "worker", "-Q", NOOP_QUEUE, "--concurrency", "2", "-l", "WARNING"]

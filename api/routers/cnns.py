@@ -30,7 +30,36 @@ def list_cnns(principal: Reader) -> CnnList:
     return {"cnns": cnns.list_all(owner=principal.visible_owner)}
 
 
-@router.post("", status_code=201)
+# The form the route reads itself (so its size is checked before it is parsed), declared for clients and fuzzers.
+UPLOAD_FORM = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["name", "file"],
+                    "properties": {
+                        "name": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": 64,
+                            "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                        },
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "an ONNX model or a JSON layer list",
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post("", status_code=201, openapi_extra=UPLOAD_FORM)
 async def register_cnn(request: Request, principal: Submitter) -> cnns.CnnListed:
     """Register a CNN owned by this key: multipart form with `name` and `file` (an ONNX model or a JSON layer list)."""
     limit = get_settings().max_upload_bytes

@@ -116,22 +116,26 @@ def create(*, name: str, data: bytes, owner_key_id: str | None = None) -> CnnLis
         layers = layer_list.parse(data)
         row = (name, "json", Json(layers.model_dump(mode="json")), None, layers.parameters, owner_key_id)
     else:
-        model = onnx_reader.parse(data)
-        graph = onnx_reader.strip(model)
-        h, w = onnx_reader.input_size(model)
-        size = h if h is not None and h == w else 224
-        _signatures, workload = onnx_reader.read(graph, size)  # fails now, not in a job, if unreadable
-        definition = {
-            "input_size": [h, w],
-            "opset": [o.version for o in model.opset_import],
-            "nodes": len(model.graph.node),
-        }
-        row = (name, "onnx", Json(definition), graph, workload["parameters"], owner_key_id)
+        graph, definition, parameters = checked_onnx(data)
+        row = (name, "onnx", Json(definition), graph, parameters, owner_key_id)
     with transaction() as cur:
         cur.execute(INSERT_CUSTOM, row)
         if cur.fetchone() is None:
             raise Conflict(f"a CNN named {name!r} is already registered", cnn=name)
     return get_by_name(name=name)
+
+
+def checked_onnx(data: bytes) -> tuple[bytes, dict[str, Any], Any]:
+    """An uploaded ONNX file read as registration stores it: (stripped graph, definition, parameters), or a
+    TraincastError saying why not (tests/unit/test_onnx_fuzz.py holds it to that)."""
+    model = onnx_reader.parse(data)
+    graph = onnx_reader.strip(model)
+    h, w = onnx_reader.input_size(model)
+    size = h if h is not None and h == w else 224
+    _signatures, workload = onnx_reader.read(graph, size)  # fails now, not in a job, if unreadable
+    opsets = [o.version for o in model.opset_import]
+    definition = {"input_size": [h, w], "opset": opsets, "nodes": len(model.graph.node)}
+    return graph, definition, workload["parameters"]
 
 
 def get_by_name(*, name: str, owner: str | None = None) -> CnnListed:

@@ -85,7 +85,16 @@ class Stack:
         """Start one of api, worker, agent, fleet (with settings of its own, if given)."""
         bindir = Path(sys.executable).parent
         commands = {
-            "api": [str(bindir / "uvicorn"), "api.main:app", "--http", "api.server:Protocol", "--host", "127.0.0.1", "--port", str(self.port)],
+            "api": [
+                str(bindir / "uvicorn"),
+                "api.main:app",
+                "--http",
+                "api.server:Protocol",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
             "worker": [
                 str(bindir / "celery"),
                 "-A",

@@ -1,0 +1,264 @@
+"""Hostile input against a running API, with /healthz timed throughout: server errors and the probe's latency.
+
+Starts the API (uvicorn with api/server.py's protocol, as `make up` does; no worker, so jobs only queue) on a scratch
+database and Redis db, and a prober that GETs /healthz every --probe-ms on a connection of its own. Then, one phase
+after another:
+
+- idle: nothing else (the baseline);
+- schemathesis: every operation of the OpenAPI document, JSON and multipart bodies, query and path parameters
+  (as tests/integration/test_fuzz.py runs it, --examples per operation);
+- hostile bodies: issue 25's (839 KB of strings in `batch_sizes`, 50,000 unknown fields, a 5,000-digit number, an
+  ONNX input of rank 20 with 2^62 dimensions, offsets past int4), --rounds times;
+- generated ONNX: --graphs uploads from tests/unit/test_onnx_fuzz.py's generator, within and past the bounds;
+- slow clients: --slow connections at once that send half a request head and wait.
+
+Prints and writes the "Hostile input" section of docs/PERFORMANCE.md: requests and 5xx answers per phase, and the
+probe's p50 / p99 / max beside the idle phase's.
+
+    .venv/bin/python bench/hostile.py [--examples 20] [--rounds 5] [--graphs 300] [--slow 100] [--probe-ms 50]
+"""
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+METRICS_TOKEN = "bench-hostile"
+GOOD: dict[str, Any] = {"cnns": ["resnet18"], "machines": ["g5.xlarge"], "batch_sizes": [8, 16], "image_size": 64}
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of values, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+class Prober(threading.Thread):
+    """GET /healthz every period on its own connection; each latency is filed under the phase running then."""
+
+    def __init__(self, url: str, period_s: float) -> None:
+        super().__init__(daemon=True)
+        self.url, self.period_s, self.phase = url, period_s, "idle"
+        self.times: dict[str, list[float]] = {}
+        self.failures: dict[str, int] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        """Probe until told to stop."""
+        with httpx.Client(timeout=30) as client:
+            while not self.done.is_set():
+                phase, began = self.phase, time.perf_counter()
+                try:
+                    ok = client.get(f"{self.url}/healthz").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                self.times.setdefault(phase, []).append(time.perf_counter() - began)
+                if not ok:
+                    self.failures[phase] = self.failures.get(phase, 0) + 1
+                self.done.wait(max(0.0, self.period_s - (time.perf_counter() - began)))
+
+
+def hostile_requests(url: str, key: str, rounds: int) -> Iterator[Callable[[httpx.Client], httpx.Response]]:
+    """Issue 25's bodies and queries, `rounds` times."""
+    from tests.unit.test_onnx_bounds import huge_input
+
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    strings = json.dumps(GOOD | {"batch_sizes": ["x"] * 209_695}).encode()
+    fields = json.dumps(GOOD | {f"field{i}": i for i in range(50_000)}).encode()
+    digits = json.dumps(GOOD).replace("[8, 16]", "[" + "9" * 5000 + "]").encode()
+    onnx = huge_input(20, 2**62)()
+    for _ in range(rounds):
+        yield lambda c: c.post(f"{url}/v1/jobs", content=strings, headers=headers)
+        yield lambda c: c.post(f"{url}/v1/jobs", content=fields, headers=headers)
+        yield lambda c: c.post(f"{url}/v1/jobs", content=digits, headers=headers)
+        yield lambda c: c.post(f"{url}/v1/cnns", files={"file": ("x.onnx", onnx)}, data={"name": "huge"},
+                               headers={"Authorization": f"Bearer {key}"})  # fmt: skip
+        yield lambda c: c.get(f"{url}/v1/jobs/00000000-0000-0000-0000-000000000000",
+                              params={"predictions_offset": 2**31 - 1, "predictions_limit": 10_000},
+                              headers={"Authorization": f"Bearer {key}"})  # fmt: skip
+
+
+def generated_graphs(count: int) -> list[bytes]:
+    """`count` graphs of the ONNX fuzz's generator, the same every run."""
+    from hypothesis import HealthCheck, given, settings
+
+    from tests.unit.test_onnx_fuzz import graphs
+
+    made: list[bytes] = []
+
+    @settings(max_examples=count, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(graphs())
+    def collect(data: bytes) -> None:
+        made.append(data)
+
+    collect()
+    return made[:count]
+
+
+def upload(client: httpx.Client, *, url: str, key: str, name: str, graph: bytes) -> httpx.Response:
+    """POST /v1/cnns with a graph."""
+    auth = {"Authorization": f"Bearer {key}"}
+    return client.post(f"{url}/v1/cnns", files={"file": ("g.onnx", graph)}, data={"name": name}, headers=auth)
+
+
+def run_requests(url: str, requests: Sequence[Callable[[httpx.Client], httpx.Response]]) -> tuple[int, int]:
+    """Send each request; (requests, answers of 500 or more)."""
+    errors = 0
+    with httpx.Client(timeout=120) as client:
+        for send in requests:
+            errors += send(client).status_code >= 500
+    return len(requests), errors
+
+
+def slow_clients(port: int, count: int, hold_s: float) -> tuple[int, int]:
+    """`count` connections that each send half a head and wait; (connections, those the server left open)."""
+    socks = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=hold_s)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        socks.append(sock)
+    still_open = 0
+    for sock in socks:
+        try:
+            while sock.recv(65536):
+                pass
+        except TimeoutError:
+            still_open += 1
+        sock.close()
+    return count, still_open
+
+
+def answered(url: str) -> tuple[int, int]:
+    """Requests the API answered other than the probe's and the scrape's, and those of 500 or more (its counter)."""
+    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=30).text
+    total = errors = 0
+    for line in text.splitlines():
+        if line.startswith("traincast_http_requests_total{") and 'route="/healthz"' not in line:
+            if 'route="/metrics"' in line:
+                continue
+            count = int(float(line.rsplit(" ", 1)[1]))
+            total += count
+            errors += count if 'status="5' in line else 0
+    return total, errors
+
+
+def schemathesis(url: str, key: str, examples: int) -> tuple[int, int]:
+    """Run schemathesis over the document; (operations run, failing ones: server errors)."""
+    from xml.etree import ElementTree
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [str(Path(sys.executable).parent / "schemathesis"), "run", f"{url}/openapi.json", "--checks",
+               "not_a_server_error", "--header", f"Authorization: Bearer {key}", "--max-examples", str(examples),
+               "--seed", "13", "--phases", "examples,coverage,fuzzing", "--workers", "1", "--request-timeout", "60",
+               "--report", "junit", "--report-dir", tmp]  # fmt: skip
+        subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env={**os.environ, "NO_COLOR": "1"})
+        [report] = Path(tmp).glob("junit-*.xml")
+        suite = ElementTree.parse(report).getroot()
+        return int(suite.get("tests", 0)), int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+
+
+def main() -> int:
+    """Start the API, run the phases with the prober going, print and record."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--graphs", type=int, default=300)
+    parser.add_argument("--slow", type=int, default=100)
+    parser.add_argument("--probe-ms", type=float, default=50)
+    parser.add_argument("--idle-s", type=float, default=10)
+    args = parser.parse_args()
+    from shared.core.migrate import migrate
+    from tests.support.services import fresh_database, fresh_redis_db, server_urls
+    from tests.support.stack import Stack
+
+    admin_db, redis_server = server_urls()
+    with (
+        fresh_database(admin_db) as db_url,
+        fresh_redis_db(redis_server) as redis_url,
+        tempfile.TemporaryDirectory() as logs,
+    ):
+        migrate(db_url)
+        env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": redis_url}
+        made = subprocess.run([str(Path(sys.executable).parent / "traincast"), "keys", "create", "--name", "hostile",
+                               "--scope", "admin", "--rate", "100000"], env=env, capture_output=True, text=True,
+                              check=True)  # fmt: skip
+        key = made.stdout.strip().splitlines()[-1]
+        stack = Stack(
+            {
+                "DATABASE_URL": db_url,
+                "REDIS_URL": redis_url,
+                "API_AUTH_FAILURES_PER_MIN": "1e6",
+                "METRICS_TOKEN": METRICS_TOKEN,
+            },
+            Path(logs),
+        )
+        stack.start("api")
+        try:
+            stack.wait_ready()
+            prober = Prober(stack.url, args.probe_ms / 1000)
+            prober.start()
+            counted: dict[str, tuple[int, int]] = {}
+            time.sleep(args.idle_s)
+            prober.phase = "schemathesis"
+            before = answered(stack.url)
+            operations, failing = schemathesis(stack.url, key, args.examples)
+            after = answered(stack.url)
+            counted["schemathesis"] = (after[0] - before[0], after[1] - before[1])
+            fuzz_note = f"schemathesis: {operations} operations, {failing} failing; requests counted by the API"
+            prober.phase = "hostile bodies"
+            counted["hostile bodies"] = run_requests(stack.url, list(hostile_requests(stack.url, key, args.rounds)))
+            graphs = generated_graphs(args.graphs)
+            prober.phase = "generated ONNX"
+            uploads = [partial(upload, url=stack.url, key=key, name=f"fuzz{i}", graph=g) for i, g in enumerate(graphs)]
+            counted["generated ONNX"] = run_requests(stack.url, uploads)
+            prober.phase = "slow clients"
+            counted["slow clients"] = slow_clients(stack.port, args.slow, hold_s=30)
+            prober.done.set()
+            prober.join()
+        finally:
+            stack.stop("api")
+    idle = [t * 1000 for t in prober.times["idle"]]
+    lines = [
+        f"`python bench/hostile.py --examples {args.examples} --rounds {args.rounds} --graphs {args.graphs} "
+        f"--slow {args.slow} --probe-ms {args.probe_ms:g}` on {platform.node()} ({os.cpu_count()} cores), "
+        f"{time.strftime('%Y-%m-%d')}: one API process (uvicorn, api/server.py's protocol), no worker; /healthz "
+        f"probed every {args.probe_ms:g} ms on its own connection through every phase. For slow clients the last "
+        f"column counts connections the server had not closed after 30 s; {fuzz_note}.",
+        "",
+        "| phase | requests | 5xx (slow clients: left open) | /healthz p50 ms | p99 ms | max ms | "
+        "p99 / idle p99 | probe failures |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| idle (baseline) | – | – | {percentile(idle, 0.5):.1f} | {percentile(idle, 0.99):.1f} | "
+        f"{max(idle):.1f} | 1.00 | {prober.failures.get('idle', 0)} |",
+    ]
+    for phase, (sent, bad) in counted.items():
+        ms = [t * 1000 for t in prober.times.get(phase, [0.0])]
+        lines.append(
+            f"| {phase} | {sent} | {bad} | {percentile(ms, 0.5):.1f} | {percentile(ms, 0.99):.1f} | {max(ms):.1f} | "
+            f"{percentile(ms, 0.99) / percentile(idle, 0.99):.2f} | {prober.failures.get(phase, 0)} |"
+        )
+    body = "\n".join(lines)
+    print(body)
+    from bench.perf_doc import write_section
+
+    write_section("Hostile input: server errors and /healthz latency", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
