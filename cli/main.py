@@ -44,6 +44,17 @@ def _split(values: list[str]) -> list[str]:
     return [v for item in values for v in item.split(",") if v]
 
 
+def _counts(text: str, flag: str) -> list[int]:
+    """GPU or node counts: 8, or 1,2,4,8 to compare them."""
+    try:
+        counts = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"traincast: {flag} {text!r}: give whole numbers, e.g. 8 or 1,2,4,8") from None
+    if not counts:
+        raise SystemExit(f"traincast: {flag} is empty: give whole numbers, e.g. 8 or 1,2,4,8")
+    return counts
+
+
 def cmd_predict(api: Api, args: argparse.Namespace) -> int:
     """Submit a job, follow its progress, print the table."""
     body = {
@@ -56,6 +67,10 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
         **training_of(args).model_dump(),
         "wait_for_benchmarks": args.wait_for_benchmarks,
     }
+    if args.gpus is not None:
+        body["gpus"] = _counts(args.gpus, "--gpus")
+    if args.nodes is not None:
+        body["nodes"] = _counts(args.nodes, "--nodes")
     job = api.call("POST", "/v1/jobs", json=body)
     if not args.quiet:
         print(f"job {job['id']} submitted", file=sys.stderr)
@@ -290,6 +305,13 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--epochs", type=int, default=90)
     pr.add_argument("--dataset-size", type=int, default=1_281_167)
     pr.add_argument("--image-size", type=int, default=224)
+    pr.add_argument(
+        "--gpus",
+        default=None,
+        help="GPUs per machine, data parallel (batch sizes are per GPU); 1,2,4,8 compares them "
+        "(default: every GPU of each machine type)",
+    )
+    pr.add_argument("--nodes", default=None, help="machines of the type trained together; 1,2,4 compares (default 1)")
     add_training_flags(pr)
     pr.add_argument(
         "--wait-for-benchmarks",

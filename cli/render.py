@@ -49,11 +49,14 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 def result(job: dict[str, Any]) -> str:
     """A finished job as a prediction table and the best choices."""
     res = job["result"]
+    # GPU and node columns only where a point trains on more than one GPU.
+    spread = any(p.get("gpus_used", 1) > 1 or p.get("nodes", 1) > 1 for p in res["predictions"])
     rows = [
         [
             p["cnn"],
             p["machine"],
             str(p["batch_size"]),
+            *([_layout(p), _efficiency(p)] if spread else []),
             duration(p["iteration_seconds"]) if p["fits_in_memory"] is not False else "out of memory",
             duration(p["epoch_seconds"]),
             duration(p["total_seconds"]),
@@ -64,7 +67,8 @@ def result(job: dict[str, Any]) -> str:
         ]
         for p in res["predictions"]
     ]
-    header = ["cnn", "machine", "batch", "iteration", "epoch", "total", "cost", "energy", "memory", "source"]
+    header = ["cnn", "machine", "batch", *(["gpus x nodes (global batch)", "scaling"] if spread else []), "iteration",
+              "epoch", "total", "cost", "energy", "memory", "source"]  # fmt: skip
     out = [table(rows, header)]
     if res.get("training"):
         out.append("training: " + training(res["training"]))
@@ -74,9 +78,10 @@ def result(job: dict[str, Any]) -> str:
         if b["min_time"]:
             t, c = b["min_time"], b["min_cost"]
             out.append(
-                f"{b['cnn']} on {b['machine']}: fastest at batch {t['batch_size']} "
+                f"{b['cnn']} on {b['machine']}: fastest at batch {t['batch_size']}{_on(t, spread)} "
                 f"({duration(t['total_seconds'])}, {money(t['cost_usd'])}); "
-                f"cheapest at batch {c['batch_size']} ({duration(c['total_seconds'])}, {money(c['cost_usd'])})"
+                f"cheapest at batch {c['batch_size']}{_on(c, spread)} "
+                f"({duration(c['total_seconds'])}, {money(c['cost_usd'])})"
                 + fits
                 + (" [reference]" if t.get("source") == "reference" else "")
             )
@@ -91,6 +96,22 @@ def result(job: dict[str, Any]) -> str:
         else:
             out.append(f"{machine_type}: {model['detail']}")
     return "\n".join(out)
+
+
+def _layout(point: dict[str, Any]) -> str:
+    """GPUs x nodes and the global batch."""
+    return f"{point.get('gpus_used', 1)} x {point.get('nodes', 1)} ({point.get('global_batch_size')})"
+
+
+def _efficiency(point: dict[str, Any]) -> str:
+    """Scaling efficiency as a percentage, or a dash."""
+    eff = point.get("scaling_efficiency")
+    return "—" if eff is None else f"{eff * 100:.0f}%"
+
+
+def _on(choice: dict[str, Any], spread: bool) -> str:
+    """' on 8 GPUs x 4 nodes' where layouts differ."""
+    return f" on {choice.get('gpus', 1)} GPUs x {choice.get('nodes', 1)} nodes" if spread else ""
 
 
 def _memory(point: dict[str, Any]) -> str:

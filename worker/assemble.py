@@ -21,13 +21,13 @@ from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
 from shared.measurements import environments, layers, ops
 from shared.measurements.environments import Row
-from worker import features, memory, predictor, reference, reference_store, step_cache
+from worker import features, layouts, memory, predictor, reference, reference_store, step_cache
 from worker.points import best_of, blank, blanks, fill_many, significant
 
-ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPU count × time (GPUs rarely draw full power)"
+ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPUs used × time (GPUs rarely draw full power)"
 GPU_NOTE = (
-    "a point is training on one GPU of the machine (gpus_used); cost_usd is the machine's price for that time, "
-    "cost_per_gpu_usd its share per GPU"
+    "a point trains on gpus_used GPUs of the machine (nodes machines of it); cost_usd is their price for that time, "
+    "cost_per_gpu_usd each of their GPUs' share"
 )
 CHANNELS_LAST_NOTE = (
     "channels_last is not modelled by the reference predictor (no public measurements of it): its answers are "
@@ -83,6 +83,8 @@ def result(
             else:
                 points = _reference(cnn, machine_type, members, work, info, request, sizes, digest=digests[cnn])
             oom = [p["batch_size"] for p in points if p["fits_in_memory"] is False]  # measured: before the model
+            weights = float(work.get("parameters") or 0)
+            points = layouts.spread(points, machine_type=machine_type, info=info, request=request, parameters=weights)
             memo = memos[cnn]
             memory.annotate(points, work, info, request, peaks=memo.peaks)
             predictions.extend(points)
@@ -96,6 +98,8 @@ def result(
         "energy_note": ENERGY_NOTE,
         "gpu_note": GPU_NOTE,
     }
+    if any(p["gpus_used"] > 1 or p["nodes"] > 1 for p in predictions):
+        out["parallel_note"] = layouts.NOTE
     if training.channels_last and any(m["source"] == "reference" for m in model_info.values()):
         out["channels_last_note"] = CHANNELS_LAST_NOTE
     return out

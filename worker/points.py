@@ -49,6 +49,11 @@ def blanks(cnn: str, machine_type: str, info: MachineTypeInfo, source: str) -> M
         "fits_in_memory": None,
         "conv_ms": None,
         "gpus_used": 1 if info.get("gpu_count") else 0,
+        "nodes": 1,
+        "global_batch_size": None,
+        "allreduce_ms": None,
+        "exposed_allreduce_ms": None,
+        "scaling_efficiency": None,
         "layer_environments": None,
         "measured_on": None,
         "cost_per_gpu_usd": None,
@@ -58,6 +63,7 @@ def blanks(cnn: str, machine_type: str, info: MachineTypeInfo, source: str) -> M
     def make(bs: int, fits: bool | None, conv_ms: float | None) -> dict[str, Any]:
         point = template.copy()
         point["batch_size"], point["fits_in_memory"], point["conv_ms"] = bs, fits, conv_ms
+        point["global_batch_size"] = bs
         point["layer_environments"], point["measured_on"] = [], []  # each point its own lists
         return point
 
@@ -84,30 +90,35 @@ def fill_many(points: list[dict[str, Any]], ms: np.ndarray, info: MachineTypeInf
     """Times, cost and energy of points from their (P10, median, P90) iteration times in ms, (points × 3)."""
     if not points:
         return
-    batch = np.fromiter((p["batch_size"] for p in points), dtype=np.float64, count=len(points))
+    # Data parallel (worker/layouts.py): batch_size is per GPU; a step takes it on every GPU of every node.
+    nodes = np.fromiter((p.get("nodes", 1) for p in points), dtype=np.float64, count=len(points))
+    used = np.fromiter((max(1, p.get("gpus_used", 1)) for p in points), dtype=np.float64, count=len(points))
+    batch = np.fromiter((p["batch_size"] for p in points), dtype=np.float64, count=len(points)) * used * nodes
     iterations = np.ceil(request.dataset_size / batch) * request.epochs
     gpus = info.get("gpu_count") or 0
-    power_kw = (info.get("gpu_tdp_watts") or 0) * gpus / 1000
+    # The GPUs that train draw power; a machine's idle ones are not counted.
+    power_kw = (info.get("gpu_tdp_watts") or 0) * (used * nodes if gpus else 0) / 1000
     seconds = ms.T / 1000  # (3, points): P10, median, P90 as _SUFFIXES
     total = seconds * iterations
-    cost = info["price_usd_per_hour"] * total / 3600
+    cost = info["price_usd_per_hour"] * nodes * total / 3600
     rows, keys = [seconds, total / request.epochs, total, cost], list(_FILLED)
-    if power_kw:
+    if np.any(power_kw):
         rows.append(power_kw * total / 3600)
         keys += _ENERGY
     if gpus:
-        rows.append(cost[1:2] / gpus)
+        rows.append(cost[1:2] / (gpus * nodes))
         keys.append("cost_per_gpu_usd")
     # One rounding over every figure of every point: a call per figure cost 0.1 s in a 63,488-point job.
     for point, values in zip(points, significant(np.vstack(rows)).T.tolist(), strict=True):
         point.update(zip(keys, values, strict=True))
-    if not power_kw:
+    if not np.any(power_kw):
         for point in points:
             point.update(_NO_ENERGY)
 
 
 def best_of(cnn: str, machine_type: str, points: list[dict[str, Any]], max_batch_size: int | None) -> dict[str, Any]:
-    """The fastest and the cheapest batch size of one CNN on one machine type (None when no point is usable)."""
+    """The fastest and the cheapest batch size (and GPU and node count) of one CNN on one machine type (None when no
+    point is usable)."""
     # A point that does not fit is never best; one whose fit is unknown may be.
     usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
 
@@ -117,6 +128,8 @@ def best_of(cnn: str, machine_type: str, points: list[dict[str, Any]], max_batch
         p = min(usable, key=key)
         return {
             "batch_size": p["batch_size"],
+            "gpus": p.get("gpus_used", 1),
+            "nodes": p.get("nodes", 1),
             "total_seconds": p["total_seconds"],
             "cost_usd": p["cost_usd"],
             "source": p["source"],

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api import waits
 from api.auth import Reader, Submitter, require
-from shared import jobs, keys, machine_types
+from shared import interconnect, jobs, keys, machine_types
 from shared.cnn import registry as cnns
 from shared.core import logs, tasks
 from shared.core.errors import InvalidRequest, NotFound
@@ -78,12 +78,31 @@ def _validate_names(request: JobRequest, owner: str | None) -> None:
         if lacking:
             named = ", ".join(f"{m['name']} ({m['gpu']})" for m in lacking)
             raise InvalidRequest(f"precision amp_bf16 needs a GPU with bf16; these machine types have none: {named}")
+    _check_layouts(request)
     unknown_cnns = cnns.unknown(names=request.cnns, owner=owner)
     if unknown_cnns:
         raise InvalidRequest(f"unknown CNN(s): {', '.join(unknown_cnns)}; see GET /v1/cnns")
     for name in request.cnns:
         # A clear error now if a CNN cannot run at this size or with these classes, where that is known without torch.
         cnns.check_runs(name=name, image_size=request.image_size, num_classes=request.num_classes)
+
+
+def _check_layouts(request: JobRequest) -> None:
+    """422 for more GPUs than a machine type has, or several nodes of one that cannot be clustered."""
+    if request.gpus is None and request.node_counts() == [1]:
+        return
+    infos = machine_types.by_names(names=request.machines)
+    most = max(request.gpu_counts(0))
+    over = [f"{m} ({i['gpu_count']})" for m, i in infos.items() if most > max(1, i["gpu_count"] or 0)]
+    if over and request.gpus is not None:
+        raise InvalidRequest(f"gpus asks for {most} GPUs a machine; these machine types have fewer: {', '.join(over)}")
+    if max(request.node_counts()) > 1:
+        alone = [m for m, i in infos.items() if i["provider"] == "local" or not interconnect.network_gbps(m)]
+        if alone:
+            raise InvalidRequest(
+                f"nodes > 1 needs machine types with a known network between machines; these have none: "
+                f"{', '.join(alone)} (see docs/API.md, data-parallel training)"
+            )
 
 
 def _set_poll_header(response: Response, job: Mapping[str, Any]) -> None:

@@ -406,9 +406,25 @@
       dataset_size: whole("dataset-size", "The dataset size"),
       image_size: whole("image-size", "The image size"),
       ...trainingSettings(),
+      ...layoutSettings(),
       // Unticked (the default): GPU types with no benchmarks of their own are answered at once by the reference.
       wait_for_benchmarks: $("#wait-benchmarks").checked,
     };
+  }
+
+  // GPUs per machine (empty: all of each machine type's) and machines, each a count or counts to compare.
+  function layoutSettings() {
+    const out = {};
+    for (const [id, key, label] of [["gpus", "gpus", "GPUs per machine"], ["nodes", "nodes", "Machines"]]) {
+      const text = $(`#${id}`).value.trim();
+      if (text === "") continue;
+      const parts = text.split(/[\s,;]+/).filter(Boolean);
+      if (!parts.every((p) => /^\d+$/.test(p))) {
+        throw new FormError(`${label} must be whole numbers separated by commas, like 1,2,4,8 (got "${text}")`);
+      }
+      out[key] = parts.length === 1 ? Number(parts[0]) : parts.map(Number);
+    }
+    return out;
   }
 
   function decimal(id, label) {
@@ -448,6 +464,10 @@
     $("#channels-last").checked = Boolean(request.channels_last);
     syncOptimizer();
     $("#wait-benchmarks").checked = Boolean(request.wait_for_benchmarks);
+    for (const key of ["gpus", "nodes"]) {
+      const value = request[key];
+      $(`#${key}`).value = value == null ? (key === "nodes" ? "1" : "") : [].concat(value).join(",");
+    }
     const sizes = request.batch_sizes;
     const range = sizes && !Array.isArray(sizes);
     $(`input[name="batch-mode"][value="${range ? "range" : "list"}"]`).checked = true;
@@ -760,6 +780,13 @@
     return axis;
   }
 
+  // "8 GPUs × 4 machines": a point's data-parallel layout.
+  function layoutOf(p) {
+    const gpus = p.gpus_used || 1;
+    const nodes = p.nodes || 1;
+    return `${gpus} GPU${gpus === 1 ? "" : "s"}` + (nodes > 1 ? ` × ${nodes} machines` : "");
+  }
+
   // Predictions by "cnn\u0000machine", each list sorted by batch size: one pass over tens of thousands of points.
   function byPair(predictions) {
     const groups = new Map();
@@ -818,10 +845,16 @@
         const points = all.filter(drawable);
         const ctx = { name, cnn, machine, unit, s, models, gl, banded };
         if (points.length) {
-          // One line per source (normally a CNN × machine has one): the dash says which.
+          // One line per source (normally a CNN × machine has one): the dash says which. Data parallel (issue 26):
+          // one line per GPU and node count too, named by it.
+          const layouts = [...new Set(points.map(layoutOf))];
           for (const source of [...new Set(points.map((p) => p.source))]) {
-            const mine = points.filter((p) => p.source === source);
-            lineTraces.push(...timeTraces(ctx, mine, source));
+            for (const layout of layouts) {
+              const mine = points.filter((p) => p.source === source && layoutOf(p) === layout);
+              if (!mine.length) continue;
+              const named = layouts.length > 1 ? { ...ctx, name: `${name} · ${layout}` } : ctx;
+              lineTraces.push(...timeTraces(named, mine, source));
+            }
             sources.add(source || "benchmarked");
           }
           for (const p of points) {
@@ -996,7 +1029,10 @@
     const m = machineSpec(machine);
     if (!m || !(m.gpu_count > 1)) return "";
     const used = p.gpus_used || 1;
-    return `<br>on ${used} of its ${m.gpu_count} GPUs; cost per GPU ${money(p.cost_per_gpu_usd)}`;
+    const nodes = p.nodes > 1 ? ` on each of ${p.nodes} machines` : "";
+    const scaling = used * (p.nodes || 1) > 1 && typeof p.scaling_efficiency === "number"
+      ? `; global batch ${p.global_batch_size}, scaling efficiency ${Math.round(p.scaling_efficiency * 100)}%` : "";
+    return `<br>on ${used} of its ${m.gpu_count} GPUs${nodes}; cost per GPU ${money(p.cost_per_gpu_usd)}${scaling}`;
   }
 
   function timeTraces(ctx, points, source) {

@@ -97,7 +97,18 @@ class Prediction(BaseModel):
     fits_in_memory: bool | None
     peak_memory_gib: float | None = None
     conv_ms: float | None
-    gpus_used: int
+    gpus_used: int = Field(description="GPUs of each machine the step runs on (0: a CPU)")
+    nodes: int = Field(default=1, description="machines of the type trained on together")
+    global_batch_size: int | None = Field(default=None, description="batch_size (per GPU) x GPUs x nodes")
+    allreduce_ms: float | None = Field(
+        default=None, description="modelled time of one step's gradient all-reduce (0 on one GPU)"
+    )
+    exposed_allreduce_ms: float | None = Field(
+        default=None, description="the part of allreduce_ms that backward does not hide, added to the step"
+    )
+    scaling_efficiency: float | None = Field(
+        default=None, description="a GPU's throughput here over one GPU's alone at the same per-GPU batch"
+    )
     layer_environments: list[int]
     measured_on: list[str]
     iteration_seconds: float | None
@@ -131,6 +142,8 @@ class Choice(BaseModel):
 
     model_config = _Stored
     batch_size: int
+    gpus: int = 1
+    nodes: int = 1
     total_seconds: float
     cost_usd: float
     source: Source
@@ -175,6 +188,7 @@ class Result(BaseModel):
     models: dict[str, ModelSummary]
     energy_note: str
     gpu_note: str
+    parallel_note: str | None = None
     channels_last_note: str | None = None
 
 

@@ -82,6 +82,18 @@ class BatchRange(BaseModel):
         return list(range(self.min, stop + 1, self.step))
 
 
+MAX_GPUS = 64  # a machine's GPU count is at most this (MachineCreate)
+MAX_NODES = 1024
+MAX_LAYOUTS = 16  # GPU counts x node counts compared in one job
+GpuCount = Annotated[int, Field(ge=1, le=MAX_GPUS)]
+NodeCount = Annotated[int, Field(ge=1, le=MAX_NODES)]
+GPUS_HELP = (
+    "GPUs per machine the batch is spread over (data parallel, as PyTorch DDP); a list compares the counts; "
+    "omitted: every GPU of each machine type. batch_sizes are per GPU"
+)
+NODES_HELP = "machines of the same type trained on together (1: one machine); a list compares the counts"
+
+
 class JobRequest(BaseModel):
     """What a user asks: predict these CNNs on these machines over these batch sizes."""
 
@@ -107,6 +119,10 @@ class JobRequest(BaseModel):
     # False: a GPU machine type with no benchmarks of its own is answered at once by the reference
     # predictor (its layer benchmarks are still queued where an agent or the fleet can measure them).
     wait_for_benchmarks: bool = False
+    # Data parallelism (issue 26): batch_sizes are per GPU; each step runs on `gpus` GPUs of each of `nodes` machines
+    # of the same type. None: every GPU of each machine type. A list compares the counts (points for each).
+    gpus: GpuCount | list[GpuCount] | None = Field(default=None, description=GPUS_HELP)
+    nodes: NodeCount | list[NodeCount] = Field(default=1, description=NODES_HELP)
     # The batch sizes, sorted without repeats: worked out once, when the request is validated or loaded.
     _sizes: list[int] = PrivateAttr(default_factory=list)
 
@@ -157,18 +173,41 @@ class JobRequest(BaseModel):
             self.batch_sizes = sizes  # stored merged: [16, 8, 8] and [8, 16] are one request
         self.cnns = list(dict.fromkeys(self.cnns))
         self.machines = list(dict.fromkeys(self.machines))
+        if isinstance(self.gpus, list):
+            self.gpus = sorted(set(self.gpus))
+            if not self.gpus:
+                raise ValueError("gpus is an empty list; omit it for every GPU of each machine type")
+        if isinstance(self.nodes, list):
+            self.nodes = sorted(set(self.nodes))
+            if not self.nodes:
+                raise ValueError("nodes is an empty list; omit it for one machine")
+        layouts = len(self.gpus if isinstance(self.gpus, list) else [0]) * len(self.node_counts())
+        if layouts > MAX_LAYOUTS:
+            raise ValueError(f"{layouts} GPU and node count pairs requested; at most {MAX_LAYOUTS} are compared")
         limit = points_limit.get()
         points = self.points()
         if limit is not None and points > limit:
             raise ValueError(
                 f"{points} prediction points requested ({len(self.cnns)} CNNs x {len(self.machines)} machine types"
-                f" x {len(sizes)} batch sizes); at most {limit} are allowed per job"
+                f" x {len(sizes)} batch sizes{f' x {layouts} GPU and node counts' if layouts > 1 else ''});"
+                f" at most {limit} are allowed per job"
             )
         return self
 
     def points(self) -> int:
-        """Prediction points of the job: CNNs x machine types x batch sizes."""
-        return len(self.cnns) * len(self.machines) * len(self.batch_size_list())
+        """Prediction points of the job: CNNs x machine types x batch sizes x GPU counts x node counts."""
+        layouts = len(self.gpus if isinstance(self.gpus, list) else [0]) * len(self.node_counts())
+        return len(self.cnns) * len(self.machines) * len(self.batch_size_list()) * layouts
+
+    def gpu_counts(self, machine_gpus: int) -> list[int]:
+        """The GPU counts a machine type with `machine_gpus` GPUs is answered for (a CPU counts as one device)."""
+        if self.gpus is None:
+            return [max(1, machine_gpus)]
+        return self.gpus if isinstance(self.gpus, list) else [self.gpus]
+
+    def node_counts(self) -> list[int]:
+        """The node counts asked for."""
+        return self.nodes if isinstance(self.nodes, list) else [self.nodes]
 
     def batch_size_list(self) -> list[int]:
         """The batch sizes as a sorted list without repeats (worked out once, at validation)."""

@@ -49,15 +49,20 @@ def test_gpu_types_with_no_agent_are_answered_at_once_and_labelled(clean_db: Non
         assert point["reference_error_pct"] == result["models"][point["machine"]]["whole_step_mape"] > 0
         assert 0 < point["iteration_seconds_p10"] <= point["iteration_seconds"] <= point["iteration_seconds_p90"]
         # Memory is modelled for reference points too: these small CNNs fit on every one of these GPUs.
-        assert point["gpus_used"] == 1 and point["fits_in_memory"] is True and point["peak_memory_gib"] > 0
         info = machine_types.get_by_name(name=point["machine"])
+        # Every GPU of the machine by default (issue 26), each at the batch size.
+        assert (
+            point["gpus_used"] == info["gpu_count"]
+            and point["global_batch_size"] == point["batch_size"] * (info["gpu_count"])
+        )
+        assert point["fits_in_memory"] is True and point["peak_memory_gib"] > 0
         assert point["cost_usd"] == pytest.approx(info["price_usd_per_hour"] * point["total_seconds"] / 3600, rel=1e-5)
         assert point["cost_per_gpu_usd"] == pytest.approx(point["cost_usd"] / info["gpu_count"], rel=1e-5)
     assert {m["status"] for m in result["models"].values()} == {"reference"}
     assert all(b["min_time"]["source"] == "reference" for b in result["best"])
     # One GPU of an 8-GPU machine is no faster than one GPU of a 1-GPU machine with the same GPU model.
     single = type_with(gpu="A100-SXM4-40GB", provider="gcp")["name"]
-    pair = run(cnns=["resnet18"], machines=[single, multi["name"]], batch_sizes=[64], image_size=224)["result"]
+    pair = run(cnns=["resnet18"], machines=[single, multi["name"]], batch_sizes=[64], image_size=224, gpus=1)["result"]
     one, eight = (p["iteration_seconds"] for p in pair["predictions"])
     assert one == pytest.approx(eight)
     # Nobody would measure them: no agent and no fleet, so nothing is queued.

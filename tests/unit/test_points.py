@@ -41,13 +41,22 @@ def test_times_cost_and_energy_use_ceil_iterations_price_and_board_power() -> No
 
 
 def test_a_machine_with_several_gpus_shares_its_cost_and_one_without_has_no_energy() -> None:
-    """Four GPUs: the cost per GPU is a quarter, energy counts all four boards; a CPU has no energy figure."""
+    """Four GPUs: the cost per GPU is a quarter, energy counts the boards that train (all four, or the one of a
+    one-GPU point); a CPU has no energy figure. Two nodes: twice the price, global batch of both."""
     request = JobRequest(cnns=["resnet18"], machines=["local"], batch_sizes=[10], epochs=1, dataset_size=100)
-    many, cpu = {"batch_size": 10}, {"batch_size": 10}
+    many, one, cpu = {"batch_size": 10, "gpus_used": 4}, {"batch_size": 10, "gpus_used": 1}, {"batch_size": 10}
     made.fill(many, (100.0, 100.0, 100.0), FOUR_GPUS, request)
+    made.fill(one, (100.0, 100.0, 100.0), FOUR_GPUS, request)
     made.fill(cpu, (100.0, 100.0, 100.0), LOCAL, request)
     assert many["cost_per_gpu_usd"] == approx6(many["cost_usd"] / 4)
-    assert many["energy_kwh"] == approx6(4 * 300 * 1.0 / 3.6e6)
+    assert many["total_seconds"] == approx6(0.1 * math.ceil(100 / 40)) and one["total_seconds"] == approx6(1.0)
+    assert many["energy_kwh"] == approx6(4 * 300 * many["total_seconds"] / 3.6e6)
+    assert one["energy_kwh"] == approx6(300 * 1.0 / 3.6e6)
+    pair = {"batch_size": 10, "gpus_used": 4, "nodes": 2}
+    made.fill(pair, (100.0, 100.0, 100.0), FOUR_GPUS, request)
+    assert pair["total_seconds"] == approx6(0.1 * math.ceil(100 / 80))
+    assert pair["cost_usd"] == approx6(2 * 5.672 * pair["total_seconds"] / 3600)
+    assert pair["cost_per_gpu_usd"] == approx6(pair["cost_usd"] / 8)
     assert cpu["energy_kwh"] is None and cpu["cost_usd"] == 0.0 and "cost_per_gpu_usd" not in cpu
 
 
@@ -63,7 +72,9 @@ def test_best_batch_sizes_among_several_points() -> None:
     ]
     best = made.best_of("resnet18", "g5.xlarge", points, 48)
     assert best["cnn"] == "resnet18" and best["machine"] == "g5.xlarge" and best["max_batch_size"] == 48
-    assert best["min_time"] == {"batch_size": 32, "total_seconds": 150.0, "cost_usd": 0.28, "source": "x"}
+    assert best["min_time"] == {
+        "batch_size": 32, "gpus": 1, "nodes": 1, "total_seconds": 150.0, "cost_usd": 0.28, "source": "x"
+    }  # fmt: skip
     assert best["min_cost"]["batch_size"] == 4
 
 

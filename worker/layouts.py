@@ -1,0 +1,68 @@
+"""Data-parallel layouts (issue 26): a CNN's one-GPU points spread over the GPU and node counts a job asks for.
+
+A point's compute is its one-GPU step at the per-GPU batch (measured or reference); each layout adds the part of
+the gradient all-reduce that backward does not hide (worker/parallel.py, from the machine type's links in
+data/interconnect.csv), and its times, cost and energy are worked out again for the global batch.
+"""
+
+from typing import Any
+
+import numpy as np
+
+from shared import interconnect
+from shared.jobs.request import JobRequest
+from shared.machine_types import MachineTypeInfo
+from worker import parallel
+from worker.points import fill_many
+
+# Backward is about two thirds of a step's compute (twice the forward's work: gradients of inputs and weights); DDP
+# overlaps the all-reduce of each gradient bucket with the backward still to come.
+BACKWARD_FRACTION = 2 / 3
+# Gradients are all-reduced in the parameters' dtype: fp32 under autocast too (its parameters stay fp32).
+GRADIENT_BYTES_PER_PARAMETER = 4
+# A user's own machine type with no row in data/interconnect.csv: its GPUs on PCIe 4.0 x16 (NCCL's 24 GB/s).
+PCIE_DEFAULT = interconnect.Links(
+    intra_link="pcie", intra_gbs=24.0, network_gbps=None, network_kind="unknown",
+    source="assumed: PCIe 4.0 x16 (no row in data/interconnect.csv)",
+)  # fmt: skip
+NOTE = (
+    "batch_size is per GPU; a point trains on gpus_used GPUs of each of `nodes` machines (data parallel, as PyTorch "
+    "DDP): its step is the one-GPU step at that batch plus the exposed part of the gradient all-reduce "
+    "(exposed_allreduce_ms, modelled from the machine type's links, data/interconnect.csv); cost_usd is every "
+    "node's price for that time"
+)
+
+
+def spread(
+    points: list[dict[str, Any]], *, machine_type: str, info: MachineTypeInfo, request: JobRequest, parameters: float
+) -> list[dict[str, Any]]:
+    """The points for every (GPUs, nodes) layout the request asks of this machine type, one-GPU ones first."""
+    machine_gpus = info.get("gpu_count") or 0
+    layouts = [(g, n) for g in request.gpu_counts(machine_gpus) for n in request.node_counts()]
+    if not machine_gpus or layouts == [(1, 1)]:
+        for point in points:  # a CPU, or one GPU: nothing to exchange
+            point["allreduce_ms"] = point["exposed_allreduce_ms"] = 0.0 if point["iteration_seconds"] else None
+            point["scaling_efficiency"] = 1.0 if point["iteration_seconds"] else None
+        return points
+    links = interconnect.links_for(machine_type) or PCIE_DEFAULT
+    out: list[dict[str, Any]] = []
+    for gpus, nodes in layouts:
+        copies = [{**p, "layer_environments": list(p["layer_environments"]), "measured_on": list(p["measured_on"])}
+                  for p in points]  # fmt: skip
+        for point in copies:
+            point["gpus_used"], point["nodes"] = gpus, nodes
+            point["global_batch_size"] = point["batch_size"] * gpus * nodes
+        timed = [p for p in copies if p["iteration_seconds"] is not None]
+        if timed:
+            compute = np.array([[p[f"iteration_seconds{s}"] for s in ("_p10", "", "_p90")] for p in timed]) * 1000
+            total, exposed = parallel.exposed_many(
+                compute[:, 1], backward_fraction=BACKWARD_FRACTION, gpus_per_node=gpus, nodes=nodes, links=links,
+                gradient_bytes=parameters * GRADIENT_BYTES_PER_PARAMETER,
+            )  # fmt: skip
+            for point, late, median in zip(timed, exposed.tolist(), compute[:, 1].tolist(), strict=True):
+                point["allreduce_ms"] = round(total, 3)
+                point["exposed_allreduce_ms"] = round(late, 3)
+                point["scaling_efficiency"] = round(median / (median + late), 4)
+            fill_many(timed, compute + exposed[:, None], info, request)
+        out.extend(copies)
+    return out
