@@ -55,6 +55,19 @@ def _counts(text: str, flag: str) -> list[int]:
     return counts
 
 
+def _schedule(text: str) -> list[dict[str, int]]:
+    """Phases EPOCHSxBATCH[:GPUS[:NODES]], comma-separated (an empty GPUS: the job's most): 5x256,85x1024::4."""
+    phases = []
+    for item in (v.strip() for v in text.split(",") if v.strip()):
+        epochs, _, rest = item.partition("x")
+        fields = [epochs, *rest.split(":")]
+        if len(fields) > 4 or not all(f.isdigit() for f in fields[:2]) or not all(f.isdigit() or not f for f in fields):
+            raise SystemExit(f"traincast: --schedule {item!r}: write EPOCHSxBATCH[:GPUS[:NODES]], e.g. 5x256,85x1024")
+        names = ("epochs", "batch_size", "gpus", "nodes")
+        phases.append({name: int(f) for name, f in zip(names, fields, strict=False) if f})
+    return phases
+
+
 def cmd_predict(api: Api, args: argparse.Namespace) -> int:
     """Submit a job, follow its progress, print the table."""
     body = {
@@ -71,6 +84,8 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
         body["gpus"] = _counts(args.gpus, "--gpus")
     if args.nodes is not None:
         body["nodes"] = _counts(args.nodes, "--nodes")
+    if args.schedule:
+        body["schedule"] = _schedule(args.schedule)
     job = api.call("POST", "/v1/jobs", json=body)
     if not args.quiet:
         print(f"job {job['id']} submitted", file=sys.stderr)
@@ -310,6 +325,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="GPUs per machine, data parallel (batch sizes are per GPU); 1,2,4,8 compares them "
         "(default: every GPU of each machine type)",
+    )
+    pr.add_argument(
+        "--schedule",
+        default=None,
+        help="batch-size schedule, phases EPOCHSxBATCH[:GPUS[:NODES]]: 5x256,85x1024 (priced beside the best constant)",
     )
     pr.add_argument("--nodes", default=None, help="machines of the type trained together; 1,2,4 compares (default 1)")
     add_training_flags(pr)

@@ -87,6 +87,8 @@ def result(job: dict[str, Any]) -> str:
             )
         elif fits:
             out.append(f"{b['cnn']} on {b['machine']}: no usable batch size{fits}")
+    for sched in res.get("schedules") or []:
+        out.append(_schedule_line(sched))
     for machine_type, model in res["models"].items():
         if model["status"] == "ok":
             mape = model.get("loco_mape")
@@ -96,6 +98,21 @@ def result(job: dict[str, Any]) -> str:
         else:
             out.append(f"{machine_type}: {model['detail']}")
     return "\n".join(out)
+
+
+def _schedule_line(sched: dict[str, Any]) -> str:
+    """A schedule's phases, its total and the best constant batch size beside it."""
+    phases = " then ".join(f"{p['epochs']} epochs at {p['batch_size']} ({p['gpus']} GPUs x {p['nodes']})"
+                           for p in sched["phases"])  # fmt: skip
+    head = f"{sched['cnn']} on {sched['machine']}: schedule {phases}: "
+    if sched["total_seconds"] is None:
+        return head + f"no total ({sched['missing']})"
+    line = head + f"{duration(sched['total_seconds'])}, {money(sched['cost_usd'])}"
+    best = sched.get("best_constant")
+    if best:
+        line += (f"; best constant batch {best['batch_size']} ({best['gpus']} GPUs x {best['nodes']}): "
+                 f"{duration(best['total_seconds'])}, {money(best['cost_usd'])}")  # fmt: skip
+    return line
 
 
 def _layout(point: dict[str, Any]) -> str:

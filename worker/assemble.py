@@ -21,7 +21,7 @@ from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
 from shared.measurements import environments, layers, ops
 from shared.measurements.environments import Row
-from worker import features, layouts, memory, predictor, reference, reference_store, step_cache
+from worker import features, layouts, memory, predictor, reference, reference_store, schedules, step_cache
 from worker.points import best_of, blank, blanks, fill_many, significant
 
 ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPUs used × time (GPUs rarely draw full power)"
@@ -58,6 +58,7 @@ def result(
     op_members: dict[str, list[tuple[int, dict[str, Any], int]]] | None = None
     predictions: list[dict[str, Any]] = []
     best: list[dict[str, Any]] = []
+    priced: list[dict[str, Any]] = []
     model_info: dict[str, Any] = {}
     for machine_type in request.machines:
         info = infos[machine_type]
@@ -90,6 +91,8 @@ def result(
             predictions.extend(points)
             largest = memory.max_batch_size(work, info, request, measured_oom=oom, largest=memo.largest)
             best.append(best_of(cnn, machine_type, points, largest))
+            if (schedule := schedules.priced(cnn, machine_type, points, request)) is not None:
+                priced.append(schedule)
     out = {
         "training": training.model_dump(),
         "predictions": predictions,
@@ -98,6 +101,8 @@ def result(
         "energy_note": ENERGY_NOTE,
         "gpu_note": GPU_NOTE,
     }
+    if priced:
+        out["schedules"], out["schedule_note"] = priced, schedules.NOTE
     if any(p["gpus_used"] > 1 or p["nodes"] > 1 for p in predictions):
         out["parallel_note"] = layouts.NOTE
     if training.channels_last and any(m["source"] == "reference" for m in model_info.values()):

@@ -160,6 +160,45 @@ class Best(BaseModel):
     min_cost: Choice | None
 
 
+class PricedPhase(BaseModel):
+    """One phase of a schedule and what it costs (None where its point has no time or does not fit)."""
+
+    model_config = _Stored
+    epochs: int
+    batch_size: int
+    gpus: int
+    nodes: int
+    epoch_seconds: float | None
+    seconds: float | None
+    cost_usd: float | None
+
+
+class ConstantChoice(BaseModel):
+    """The fastest constant batch size (and GPU and node count) over the schedule's epochs."""
+
+    model_config = _Stored
+    batch_size: int
+    gpus: int
+    nodes: int
+    total_seconds: float
+    cost_usd: float
+
+
+class PricedSchedule(BaseModel):
+    """A batch-size schedule on one CNN and machine type: its phases summed, beside the best constant batch size."""
+
+    model_config = _Stored
+    cnn: str
+    machine: str
+    epochs: int
+    phases: list[PricedPhase]
+    total_seconds: float | None
+    cost_usd: float | None
+    missing: str | None = Field(description="why the schedule has no total (a phase without a time, or that won't fit)")
+    best_constant: ConstantChoice | None
+    time_vs_best_constant: float | None = Field(description="the schedule's time over the best constant one's")
+
+
 class ModelSummary(BaseModel):
     """How a machine type was answered: its own model (`ok`), none yet (`no_model`) or the reference."""
 
@@ -189,6 +228,8 @@ class Result(BaseModel):
     energy_note: str
     gpu_note: str
     parallel_note: str | None = None
+    schedules: list[PricedSchedule] | None = None
+    schedule_note: str | None = None
     channels_last_note: str | None = None
 
 

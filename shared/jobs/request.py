@@ -94,6 +94,19 @@ GPUS_HELP = (
 NODES_HELP = "machines of the same type trained on together (1: one machine); a list compares the counts"
 
 
+MAX_PHASES = 20
+
+
+class Phase(BaseModel):
+    """One phase of a batch-size schedule: so many epochs at a per-GPU batch size (and GPU and node count)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    epochs: int = Field(ge=1, le=100_000)
+    batch_size: int = Field(ge=1, le=_HUGE, description="per GPU; added to the job's batch sizes")
+    gpus: GpuCount | None = Field(default=None, description="one of the job's gpus; omitted: the most it asks")
+    nodes: NodeCount | None = Field(default=None, description="one of the job's nodes; omitted: the most it asks")
+
+
 class JobRequest(BaseModel):
     """What a user asks: predict these CNNs on these machines over these batch sizes."""
 
@@ -123,6 +136,9 @@ class JobRequest(BaseModel):
     # of the same type. None: every GPU of each machine type. A list compares the counts (points for each).
     gpus: GpuCount | list[GpuCount] | None = Field(default=None, description=GPUS_HELP)
     nodes: NodeCount | list[NodeCount] = Field(default=1, description=NODES_HELP)
+    # Batch-size control (issue 26): phases run one after another; their time and cost are summed and shown beside
+    # the best constant batch size over the same epochs.
+    schedule: list[Phase] | None = Field(default=None, min_length=1, max_length=MAX_PHASES)
     # The batch sizes, sorted without repeats: worked out once, when the request is validated or loaded.
     _sizes: list[int] = PrivateAttr(default_factory=list)
 
@@ -156,11 +172,11 @@ class JobRequest(BaseModel):
     @model_validator(mode="after")
     def _batch_sizes_in_bounds(self, info: ValidationInfo) -> "JobRequest":
         if info.context and info.context.get(_STORED):
-            self._sizes = _sorted_sizes(self.batch_sizes, at_most=None)
+            self._sizes = self._with_phases(_sorted_sizes(self.batch_sizes, at_most=None))
             return self
         settings = get_settings()
         # Capped before materialising, so a huge range cannot exhaust memory (it is refused just below).
-        sizes = self._sizes = _sorted_sizes(self.batch_sizes, at_most=settings.max_batch_sizes)
+        sizes = self._sizes = self._with_phases(_sorted_sizes(self.batch_sizes, at_most=settings.max_batch_sizes))
         if not sizes:
             raise ValueError("batch_sizes is empty")
         if len(sizes) > settings.max_batch_sizes:
@@ -184,6 +200,7 @@ class JobRequest(BaseModel):
         layouts = len(self.gpus if isinstance(self.gpus, list) else [0]) * len(self.node_counts())
         if layouts > MAX_LAYOUTS:
             raise ValueError(f"{layouts} GPU and node count pairs requested; at most {MAX_LAYOUTS} are compared")
+        self._check_phases()
         limit = points_limit.get()
         points = self.points()
         if limit is not None and points > limit:
@@ -193,6 +210,23 @@ class JobRequest(BaseModel):
                 f" at most {limit} are allowed per job"
             )
         return self
+
+    def _with_phases(self, sizes: list[int]) -> list[int]:
+        """The batch sizes with every phase's (a schedule is priced from the job's own points)."""
+        if not self.schedule:
+            return sizes
+        return sorted(set(sizes) | {phase.batch_size for phase in self.schedule})
+
+    def _check_phases(self) -> None:
+        """A phase's GPU and node counts must be among the job's (they are answered from its points)."""
+        for i, phase in enumerate(self.schedule or []):
+            if phase.gpus is not None:
+                if self.gpus is None:
+                    raise ValueError(f"schedule[{i}] names gpus {phase.gpus}: give the job's gpus to name them here")
+                if phase.gpus not in self.gpu_counts(0):
+                    raise ValueError(f"schedule[{i}]: gpus {phase.gpus} is not among the job's gpus {self.gpus}")
+            if phase.nodes is not None and phase.nodes not in self.node_counts():
+                raise ValueError(f"schedule[{i}]: nodes {phase.nodes} is not among the job's nodes {self.nodes}")
 
     def points(self) -> int:
         """Prediction points of the job: CNNs x machine types x batch sizes x GPU counts x node counts."""

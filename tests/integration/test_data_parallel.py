@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from shared import machine_types
+from tests.integration.test_end_to_end import cli
 from tests.integration.test_reference_jobs import run
 from tests.support.stack import Stack, http
 
@@ -60,6 +61,34 @@ def test_gpu_counts_compared_and_one_gpu_as_before(clean_db: None) -> None:
     assert points_of(single)[0]["iteration_seconds"] == pytest.approx(points[0]["iteration_seconds"], rel=1e-4)
 
 
+def test_a_two_phase_schedule_is_priced_beside_the_best_constant_batch(clean_db: None) -> None:
+    """Sony's shape: a few epochs at a small batch, then a large one (added to the batch sizes) on 4 nodes; each
+    phase is its epochs x its point's epoch time and cost, the total their sum, and the best constant batch size
+    over the same epochs is shown with the ratio."""
+    schedule = [{"epochs": 5, "batch_size": 32}, {"epochs": 85, "batch_size": 1024, "nodes": 4}]
+    job = run(cnns=["resnet50"], machines=[P5], batch_sizes=[32, 256], image_size=224, nodes=[1, 4],
+              precision="amp_bf16", schedule=schedule)  # fmt: skip
+    points = points_of(job)
+    assert sorted({p["batch_size"] for p in points}) == [32, 256, 1024]
+    [priced] = job["result"]["schedules"]
+    index = {(p["batch_size"], p["gpus_used"], p["nodes"]): p for p in points}
+    first, second = priced["phases"]
+    assert (first["gpus"], first["nodes"], second["gpus"], second["nodes"]) == (8, 4, 8, 4)  # omitted: the most
+    for phase in priced["phases"]:
+        point = index[(phase["batch_size"], phase["gpus"], phase["nodes"])]
+        assert phase["seconds"] == pytest.approx(point["epoch_seconds"] * phase["epochs"])
+        assert phase["cost_usd"] == pytest.approx(point["cost_usd"] / 90 * phase["epochs"])
+    assert priced["epochs"] == 90 and priced["missing"] is None
+    assert priced["total_seconds"] == pytest.approx(first["seconds"] + second["seconds"])
+    usable = [p for p in points if p["fits_in_memory"] is not False]
+    fastest = min(usable, key=lambda p: p["epoch_seconds"])
+    assert priced["best_constant"]["total_seconds"] == pytest.approx(fastest["epoch_seconds"] * 90)
+    assert priced["time_vs_best_constant"] == pytest.approx(
+        priced["total_seconds"] / priced["best_constant"]["total_seconds"]
+    )
+    assert "accuracy" in job["result"]["schedule_note"]
+
+
 @pytest.mark.parametrize(
     ("changes", "words"),
     [
@@ -69,6 +98,13 @@ def test_gpu_counts_compared_and_one_gpu_as_before(clean_db: None) -> None:
         ({"machines": [P5], "gpus": []}, "gpus is an empty list"),
         ({"machines": [P5], "nodes": 0}, "nodes"),
         ({"machines": [P5], "gpus": "8"}, "gpus"),
+        ({"machines": [P5], "schedule": []}, "schedule"),
+        ({"machines": [P5], "schedule": [{"epochs": 0, "batch_size": 32}]}, "epochs"),
+        ({"machines": [P5], "schedule": [{"epochs": 5, "batch_size": 32, "gpus": 4}]}, "give the job's gpus"),
+        (
+            {"machines": [P5], "nodes": [1, 2], "schedule": [{"epochs": 5, "batch_size": 32, "nodes": 4}]},
+            "nodes 4 is not among the job's nodes",
+        ),
     ],
 )
 def test_bad_combinations_are_422(api_only: Stack, changes: dict[str, Any], words: str) -> None:
@@ -77,3 +113,20 @@ def test_bad_combinations_are_422(api_only: Stack, changes: dict[str, Any], word
     r = http.post(f"{api_only.url}/v1/jobs", json=body)
     assert r.status_code == 422, r.text
     assert words in r.text, r.text
+
+
+def test_cli_compares_layouts_and_prices_a_schedule(no_agent: Stack, clean_db: None) -> None:
+    """`traincast predict --nodes 1,4 --schedule ...`: GPU and node columns with the global batch, the best line
+    naming the layout, the schedule beside the best constant batch; more GPUs than the type has: one line, exit 1."""
+    out = cli(no_agent, "predict", "resnet50", "--machine", P5, "--batch-sizes", "32,256", "--nodes", "1,4",
+              "--schedule", "5x32,85x256::4")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "gpus x nodes (global batch)" in lines[0] and any("8 x 4 (1024)" in line for line in lines)
+    assert any(line.startswith(f"resnet50 on {P5}: fastest at batch") and "GPUs x 4 nodes" in line for line in lines)
+    [schedule] = [line for line in lines if "schedule 5 epochs at 32 (8 GPUs x 4) then 85 epochs at 256" in line]
+    assert "best constant batch" in schedule
+    bad = cli(no_agent, "predict", "resnet50", "--machine", P5, "--batch-sizes", "32", "--gpus", "16")
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "have fewer" in bad.stderr, bad.stderr
+    typo = cli(no_agent, "predict", "resnet50", "--machine", P5, "--schedule", "5by32")
+    assert typo.returncode != 0 and "EPOCHSxBATCH" in typo.stderr

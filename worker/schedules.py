@@ -1,0 +1,58 @@
+"""Batch-size schedules (issue 26): a job's phases priced from its own points, beside the best constant batch size."""
+
+from typing import Any
+
+from shared.jobs.request import JobRequest
+
+NOTE = (
+    "a schedule's phases are priced from the job's points (each phase: its epochs x the point's epoch time and "
+    "cost); the best constant batch size is priced over the same epochs. Whether the schedule reaches the accuracy "
+    "of the constant batch in as many epochs is not predicted"
+)
+
+
+def _usable(point: dict[str, Any] | None) -> bool:
+    return point is not None and point["epoch_seconds"] is not None and point["fits_in_memory"] is not False
+
+
+def priced(cnn: str, machine_type: str, points: list[dict[str, Any]], request: JobRequest) -> dict[str, Any] | None:
+    """The schedule of the request on one CNN and machine type, or None when the request has none."""
+    if not request.schedule or not points:
+        return None
+    epochs = sum(phase.epochs for phase in request.schedule)
+    index = {(p["batch_size"], p["gpus_used"], p["nodes"]): p for p in points}
+    most_gpus, most_nodes = max(p["gpus_used"] for p in points), max(request.node_counts())
+    phases, missing = [], []
+    for i, phase in enumerate(request.schedule):
+        gpus, nodes = phase.gpus or most_gpus, phase.nodes or most_nodes
+        point = index.get((phase.batch_size, gpus, nodes))
+        row: dict[str, Any] = {"epochs": phase.epochs, "batch_size": phase.batch_size, "gpus": gpus, "nodes": nodes,
+                               "epoch_seconds": None, "seconds": None, "cost_usd": None}  # fmt: skip
+        if point is not None and _usable(point):
+            row["epoch_seconds"] = point["epoch_seconds"]
+            row["seconds"] = point["epoch_seconds"] * phase.epochs
+            row["cost_usd"] = point["cost_usd"] / request.epochs * phase.epochs
+        else:
+            fits = point is not None and point["fits_in_memory"] is False
+            missing.append(f"phase {i + 1} (batch {phase.batch_size}) {'does not fit' if fits else 'has no time'}")
+        phases.append(row)
+    usable = [p for p in points if _usable(p)]
+    best = min(usable, key=lambda p: (p["epoch_seconds"], p["batch_size"])) if usable else None
+    constant = None
+    if best is not None:
+        constant = {"batch_size": best["batch_size"], "gpus": best["gpus_used"], "nodes": best["nodes"],
+                    "total_seconds": best["epoch_seconds"] * epochs,
+                    "cost_usd": best["cost_usd"] / request.epochs * epochs}  # fmt: skip
+    total = None if missing else sum(r["seconds"] for r in phases)
+    cost = None if missing else sum(r["cost_usd"] for r in phases)
+    return {
+        "cnn": cnn,
+        "machine": machine_type,
+        "epochs": epochs,
+        "phases": phases,
+        "total_seconds": total,
+        "cost_usd": cost,
+        "missing": "; ".join(missing) or None,
+        "best_constant": constant,
+        "time_vs_best_constant": total / constant["total_seconds"] if total is not None and constant else None,
+    }
