@@ -914,10 +914,55 @@
     } else {
       Plotly.purge("plot-memory");
     }
+    renderGpus(hasPlots ? gpuTraces(cnns, machines, pairs, style, drawable, unit) : [], unit);
     renderSourceKey(hasPlots ? sources : new Set(), result);
     renderLegend(hasPlots ? legend : []);
     renderBest(result, cnns, machines, pairs);
     renderMachines();
+  }
+
+  // Data parallel (issue 26): per CNN × machine × node count, its fastest training time against the GPUs it uses
+  // (GPUs per machine × machines), drawn only when a result compares GPU or node counts.
+  function gpuTraces(cnns, machines, pairs, style, drawable, unit) {
+    const traces = [];
+    for (const cnn of cnns) {
+      for (const machine of machines) {
+        const points = (pairs.get(`${cnn}\u0000${machine}`) || []).filter(drawable);
+        const fastest = new Map();  // total GPUs → its fastest point
+        for (const p of points) {
+          const gpus = (p.gpus_used || 1) * (p.nodes || 1);
+          const seen = fastest.get(gpus);
+          if (!seen || p.total_seconds < seen.total_seconds) fastest.set(gpus, p);
+        }
+        if (fastest.size < 2) continue;
+        const chosen = [...fastest.entries()].sort((a, b) => a[0] - b[0]);
+        const s = style(cnn, machine);
+        traces.push({
+          type: "scatter", mode: "lines+markers", name: `${cnn} · ${machine}`,
+          x: chosen.map(([g]) => g), y: chosen.map(([, p]) => p.total_seconds / unit.seconds),
+          line: { color: s.color, width: 2 }, marker: { color: s.color, symbol: s.symbol, size: 8 },
+          meta: { cnn, machine, role: "gpus" },
+          text: chosen.map(([, p]) => `${cnn} on ${machine}: ${layoutOf(p)} at batch ${p.batch_size} per GPU`
+            + ` (global ${p.global_batch_size})<br>${sig3(p.total_seconds / unit.seconds)} ${unit.name}, `
+            + `${money(p.cost_usd)}, scaling efficiency ${Math.round((p.scaling_efficiency ?? 1) * 100)}%`),
+          hovertemplate: "%{text}<extra></extra>",
+        });
+      }
+    }
+    return traces;
+  }
+
+  function renderGpus(traces, unit) {
+    $("#plot-gpus").hidden = traces.length === 0;
+    if (!traces.length) {
+      Plotly.purge("plot-gpus");
+      return;
+    }
+    const layout = baseLayout("Fastest training time vs GPUs (GPUs per machine × machines)", "GPUs",
+                              `Predicted training time (${unit.name})`);
+    const gpus = [...new Set(traces.flatMap((t) => t.x))].sort((a, b) => a - b);
+    Object.assign(layout.xaxis, batchAxis(gpus));
+    Plotly.react("plot-gpus", traces, layout, PLOT_CONFIG);
   }
 
   // Values a factor of 30 or more apart: a linear axis would flatten the small ones onto zero, so use a log axis.
@@ -963,7 +1008,7 @@
       button.addEventListener("click", () => {
         const shown = button.getAttribute("aria-pressed") !== "true";
         button.setAttribute("aria-pressed", String(shown));
-        for (const id of ["plot-batch", "plot-cost", "plot-memory"]) {
+        for (const id of ["plot-batch", "plot-cost", "plot-memory", "plot-gpus"]) {
           const indices = [];
           document.getElementById(id).data.forEach((t, i) => {
             if (t.meta && t.meta.cnn === entry.cnn && t.meta.machine === entry.machine) indices.push(i);

@@ -738,3 +738,32 @@ def test_every_chosen_cnn_chip_stays_in_view(page: Page) -> None:
     assert len(page.driver.find_elements(By.CSS_SELECTOR, "#cnn-picker .picker-selected .chip")) == len(names)
     assert covered == []
     assert page.find("#cnn-picker .picker-selected .count").text == f"{len(names)} chosen:"
+
+
+def test_gpu_and_node_counts_are_compared_and_plotted(page: Page) -> None:
+    """ResNet-50 on a p5.48xlarge over 1, 2, 4, 8 GPUs and 1 or 2 machines: the form sends the counts, the batch plot
+    draws a line per layout, the GPUs plot the fastest time per GPU count (falling), the hover names the layout, and
+    the form comes back from the job."""
+    page.open()
+    page.choose("cnn-picker", "resnet50")
+    page.choose("machine-picker", "p5.48xlarge")
+    page.type_into("#batch-list", "32,256")
+    page.type_into("#gpus", "1,2,4,8")
+    page.type_into("#nodes", "1,2")
+    assert page.search(timeout=120) == "done", page.find("#error").text
+    job = job_of(page)
+    assert (job["request"]["gpus"], job["request"]["nodes"]) == ([1, 2, 4, 8], [1, 2])
+    assert len(roles(page.traces("plot-batch"), "line")) == 8  # one per GPU and node count
+    [line] = page.traces("plot-gpus")
+    assert line["x"] == [1, 2, 4, 8, 16]
+    assert all(a > b for a, b in zip(line["y"], line["y"][1:], strict=False)), line["y"]
+    assert page.find("#plot-gpus").is_displayed()
+    label = page.hover("plot-gpus", 0, 4)
+    sixteen = [p for p in job["result"]["predictions"] if p["gpus_used"] * p["nodes"] == 16]
+    fastest = min(sixteen, key=lambda p: p["total_seconds"])
+    assert "8 GPUs × 2 machines" in label and f"global {fastest['global_batch_size']})" in label, label
+    assert f"scaling efficiency {round(fastest['scaling_efficiency'] * 100)}%" in label, label
+    page.open(f"?job={job['id']}")
+    wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
+    assert (page.find("#gpus").get_attribute("value"), page.find("#nodes").get_attribute("value")) == ("1,2,4,8", "1,2")
+    page.open()  # the other tests start from the default form
