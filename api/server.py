@@ -34,6 +34,11 @@ def _timeout_response(seconds: float) -> bytes:
     return head.encode() + body
 
 
+def command(uvicorn: str, *, host: str, port: int | str) -> list[str]:
+    """The argv that serves the API with this protocol (the tests' and benches' stacks run it)."""
+    return [uvicorn, "api.main:app", "--http", "api.server:Protocol", "--host", host, "--port", str(port)]
+
+
 class Protocol(H11Protocol):
     """H11Protocol whose every request head has a deadline."""
 

@@ -90,14 +90,14 @@ def scrape_times(url: str, scrapes: int) -> dict[str, list[float]]:
 
 def serve_and_time(db_url: str, redis_url: str, cache_s: str, scrapes: int) -> tuple[dict[str, list[float]], int]:
     """Start the API with METRICS_CACHE_S=cache_s, time it; the times and the answer's size in bytes."""
+    from api import server
     from tests.support.stack import free_port
 
     port = free_port()
     env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": redis_url, "METRICS_TOKEN": TOKEN,
            "METRICS_CACHE_S": cache_s, "LOG_FORMAT": "json"}  # fmt: skip
     api = subprocess.Popen(
-        [str(Path(sys.executable).parent / "uvicorn"), "api.main:app", "--http", "api.server:Protocol",
-         "--port", str(port)],
+        server.command(str(Path(sys.executable).parent / "uvicorn"), host="127.0.0.1", port=port),
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:

@@ -91,18 +91,11 @@ class Stack:
         bindir = Path(sys.executable).parent
         port = self.url.rsplit(":", 1)[1]
         celery = [str(bindir / "celery"), "-A"]
+        from api import server
+
         self._start(
             "api",
-            [
-                str(bindir / "uvicorn"),
-                "api.main:app",
-                "--http",
-                "api.server:Protocol",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                port,
-            ],
+            server.command(str(bindir / "uvicorn"), host="127.0.0.1", port=port),
         )
         self.worker_command = [*celery, "worker.app", "worker", "-Q", "jobs", "--concurrency", "2", "-l", "INFO"]
         self._start("worker", self.worker_command)

@@ -155,16 +155,12 @@ def data_parallel_step(
     if not sizes:
         return ParallelStep(compute_ms, compute_ms, 0.0, 0.0, 1.0, "none", "none", 0.0, 0)
     bus, bottleneck = bus_bandwidth(gpus_per_node=gpus_per_node, nodes=nodes, links=links)
-    backward = compute_ms * backward_fraction
-    done = produced = busy = 0.0
-    for size in sizes:
-        produced += size
-        ready = backward * produced / gradient_bytes
-        cost, _ = allreduce_ms(size, gpus_per_node=gpus_per_node, nodes=nodes, links=links)
-        done = max(ready, done) + cost  # one communication stream: a bucket waits for the one before it
-        busy += cost
+    busy, late = exposed_many(
+        np.array([compute_ms]), backward_fraction=backward_fraction, gradient_bytes=gradient_bytes,
+        gpus_per_node=gpus_per_node, nodes=nodes, links=links, bucket_bytes=bucket_bytes,
+    )  # fmt: skip
     _, algorithm = allreduce_ms(max(sizes), gpus_per_node=gpus_per_node, nodes=nodes, links=links)
-    exposed = max(0.0, done - backward)
+    exposed = float(late[0])
     step = compute_ms + exposed
     return ParallelStep(step, compute_ms, busy, exposed, compute_ms / step, algorithm, bottleneck, bus, len(sizes))
 
@@ -179,7 +175,7 @@ def exposed_many(
     links: LinkFigures,
     bucket_bytes: float = BUCKET_BYTES,
 ) -> tuple[float, np.ndarray]:
-    """data_parallel_step for many one-GPU steps of one CNN and layout at once: (allreduce_ms, exposed_ms per step).
+    """The all-reduce of many one-GPU steps of one CNN and layout at once: (allreduce_ms, exposed_ms per step).
 
     The buckets' all-reduce times do not depend on the step, so they are worked out once (a large job has tens of
     thousands of points)."""
@@ -192,5 +188,6 @@ def exposed_many(
     produced = 0.0
     for size, cost in zip(sizes, costs, strict=True):
         produced += size
+        # One communication stream: a bucket starts once it is ready and the one before it is done.
         done = np.maximum(backward * produced / gradient_bytes, done) + cost
     return float(sum(costs)), np.maximum(0.0, done - backward)

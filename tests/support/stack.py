@@ -14,6 +14,7 @@ import httpx
 import pytest
 import redis
 
+from api import server
 from shared.core.settings import get_settings
 from tests.support.agent_role import agent_url
 
@@ -85,16 +86,7 @@ class Stack:
         """Start one of api, worker, agent, fleet (with settings of its own, if given)."""
         bindir = Path(sys.executable).parent
         commands = {
-            "api": [
-                str(bindir / "uvicorn"),
-                "api.main:app",
-                "--http",
-                "api.server:Protocol",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-            ],
+            "api": server.command(str(bindir / "uvicorn"), host="127.0.0.1", port=self.port),
             "worker": [
                 str(bindir / "celery"),
                 "-A",
