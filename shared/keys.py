@@ -48,6 +48,8 @@ UPDATE api_keys SET last_used_at = now()
 WHERE id = %s AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')"""
 SELECT_BY_REF = f"SELECT {SHOWN} FROM api_keys WHERE id = %(ref)s OR (name = %(ref)s AND revoked_at IS NULL)"
 SELECT_KEY = f"SELECT {SHOWN} FROM api_keys WHERE id = %s"
+# The worker's one read of api_keys (migrations/0028): the column it is granted, for planning's budget check.
+SELECT_BUDGET = "SELECT bench_seconds_per_day FROM api_keys WHERE id = %s"
 # Row locks on every active admin key: of two concurrent revocations of the last two, the second sees one left.
 LOCK_ACTIVE_ADMINS = "SELECT id FROM api_keys WHERE scope = 'admin' AND revoked_at IS NULL ORDER BY id FOR UPDATE"
 REVOKE_KEY = f"UPDATE api_keys SET revoked_at = now() WHERE id = %s AND revoked_at IS NULL RETURNING {SHOWN}"
@@ -265,7 +267,7 @@ def check_submission(principal: Principal, usage: "KeyUsage") -> None:
 def bench_budget(*, key_id: str) -> float:
     """The key's benchmark seconds a day: its own limit, else the setting's default (a revoked key's too)."""
     with transaction() as cur:
-        cur.execute(SELECT_KEY, (key_id,))
+        cur.execute(SELECT_BUDGET, (key_id,))
         row = cur.fetchone()
     own = None if row is None else row["bench_seconds_per_day"]
     return get_settings().max_bench_seconds_per_key_day if own is None else float(own)

@@ -66,6 +66,8 @@ DENIED = [
     ("api", "SELECT stats FROM layer_benchmarks"),  # /metrics reads machine_type and measured_s only
     ("api", "SELECT version FROM schema_migrations"),
     ("worker", "SELECT secret_sha256 FROM api_keys"),
+    ("worker", "SELECT name, scope FROM api_keys"),  # its one column there is bench_seconds_per_day (0028)
+    ("worker", "UPDATE api_keys SET bench_seconds_per_day = 1e9"),
     ("worker", "INSERT INTO jobs (id, request, request_hash) VALUES (gen_random_uuid(), '{}', 'x')"),
     ("worker", "UPDATE layer_benchmarks SET forward_ms = 0"),
     ("worker", "DELETE FROM cnns"),
