@@ -22,8 +22,10 @@ secrets.load_from_environment()
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Load the built-in CNNs' registry (a JSON file; no torch) before the first request, not during it."""
+    """Load the built-in CNNs' registry (a JSON file; no torch) and build the OpenAPI document before the first
+    request, not during it (the document took ~170 ms on the event loop, stalling every other request)."""
     cnn_registry.names()
+    app.openapi()
     yield
     waits.stop()
 

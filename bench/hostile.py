@@ -5,6 +5,7 @@ database and Redis db, and a prober that GETs /healthz every --probe-ms on a con
 after another:
 
 - idle: nothing else (the baseline);
+  (the prober is a process of its own, so the bench's own work cannot delay its requests);
 - schemathesis: every operation of the OpenAPI document, JSON and multipart bodies, query and path parameters
   (as tests/integration/test_fuzz.py runs it, --examples per operation);
 - hostile bodies: issue 25's (839 KB of strings in `batch_sizes`, 50,000 unknown fields, a 5,000-digit number, an
@@ -20,13 +21,14 @@ probe's p50 / p99 / max beside the idle phase's.
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
+import queue
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
@@ -48,29 +50,59 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-class Prober(threading.Thread):
-    """GET /healthz every period on its own connection; each latency is filed under the phase running then."""
+def _probe(url: str, period_s: float, done: Any, out: Any) -> None:
+    """GET /healthz every period until `done` is set; (monotonic start, seconds, ok) of each onto `out`."""
+    with httpx.Client(timeout=30) as client:
+        while not done.is_set():
+            began = time.monotonic()
+            try:
+                ok = client.get(f"{url}/healthz").status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            out.put((began, time.monotonic() - began, ok))
+            done.wait(max(0.0, period_s - (time.monotonic() - began)))
+
+
+class Prober:
+    """/healthz probed from a process of its own (so this process's work, building 839 KB bodies, cannot hold the
+    probe's GIL), each latency filed under the phase that was running when it began."""
 
     def __init__(self, url: str, period_s: float) -> None:
-        super().__init__(daemon=True)
-        self.url, self.period_s, self.phase = url, period_s, "idle"
+        self.done = multiprocessing.Event()
+        self.queue: Any = multiprocessing.Queue()  # (monotonic start, seconds, ok) of each probe
+        self.process = multiprocessing.Process(target=_probe, args=(url, period_s, self.done, self.queue), daemon=True)
+        self.starts: list[tuple[float, str]] = [(0.0, "idle")]
         self.times: dict[str, list[float]] = {}
         self.failures: dict[str, int] = {}
-        self.done = threading.Event()
 
-    def run(self) -> None:
-        """Probe until told to stop."""
-        with httpx.Client(timeout=30) as client:
-            while not self.done.is_set():
-                phase, began = self.phase, time.perf_counter()
-                try:
-                    ok = client.get(f"{self.url}/healthz").status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                self.times.setdefault(phase, []).append(time.perf_counter() - began)
-                if not ok:
-                    self.failures[phase] = self.failures.get(phase, 0) + 1
-                self.done.wait(max(0.0, self.period_s - (time.perf_counter() - began)))
+    def start(self) -> None:
+        """Start probing."""
+        self.process.start()
+
+    @property
+    def phase(self) -> str:
+        """The phase running now."""
+        return self.starts[-1][1]
+
+    @phase.setter
+    def phase(self, name: str) -> None:
+        self.starts.append((time.monotonic(), name))
+
+    def join(self) -> None:
+        """Stop probing and file every sample under its phase."""
+        self.done.set()
+        samples = []
+        while self.process.is_alive() or not self.queue.empty():
+            try:
+                samples.append(self.queue.get(timeout=0.5))
+            except queue.Empty:
+                continue
+        self.process.join()
+        for began, seconds, ok in samples:
+            phase = next(name for start, name in reversed(self.starts) if start <= began)
+            self.times.setdefault(phase, []).append(seconds)
+            if not ok:
+                self.failures[phase] = self.failures.get(phase, 0) + 1
 
 
 def hostile_requests(url: str, key: str, rounds: int) -> Iterator[Callable[[httpx.Client], httpx.Response]]:
@@ -220,15 +252,15 @@ def main() -> int:
             after = answered(stack.url)
             counted["schemathesis"] = (after[0] - before[0], after[1] - before[1])
             fuzz_note = f"schemathesis: {operations} operations, {failing} failing; requests counted by the API"
+            bodies = list(hostile_requests(stack.url, key, args.rounds))  # built before the phase starts
             prober.phase = "hostile bodies"
-            counted["hostile bodies"] = run_requests(stack.url, list(hostile_requests(stack.url, key, args.rounds)))
+            counted["hostile bodies"] = run_requests(stack.url, bodies)
             graphs = generated_graphs(args.graphs)
             prober.phase = "generated ONNX"
             uploads = [partial(upload, url=stack.url, key=key, name=f"fuzz{i}", graph=g) for i, g in enumerate(graphs)]
             counted["generated ONNX"] = run_requests(stack.url, uploads)
             prober.phase = "slow clients"
             counted["slow clients"] = slow_clients(stack.port, args.slow, hold_s=30)
-            prober.done.set()
             prober.join()
         finally:
             stack.stop("api")
