@@ -197,7 +197,7 @@ class JobRequest(BaseModel):
             self.nodes = sorted(set(self.nodes))
             if not self.nodes:
                 raise ValueError("nodes is an empty list; omit it for one machine")
-        layouts = len(self.gpus if isinstance(self.gpus, list) else [0]) * len(self.node_counts())
+        layouts = self.layout_count()
         if layouts > MAX_LAYOUTS:
             raise ValueError(f"{layouts} GPU and node count pairs requested; at most {MAX_LAYOUTS} are compared")
         self._check_phases()
@@ -230,8 +230,11 @@ class JobRequest(BaseModel):
 
     def points(self) -> int:
         """Prediction points of the job: CNNs x machine types x batch sizes x GPU counts x node counts."""
-        layouts = len(self.gpus if isinstance(self.gpus, list) else [0]) * len(self.node_counts())
-        return len(self.cnns) * len(self.machines) * len(self.batch_size_list()) * layouts
+        return len(self.cnns) * len(self.machines) * len(self.batch_size_list()) * self.layout_count()
+
+    def layout_count(self) -> int:
+        """GPU and node count pairs asked of each machine type (omitted gpus: one, its own count)."""
+        return len(self.gpus if isinstance(self.gpus, list) else [0]) * len(self.node_counts())
 
     def gpu_counts(self, machine_gpus: int) -> list[int]:
         """The GPU counts a machine type with `machine_gpus` GPUs is answered for (a CPU counts as one device)."""
