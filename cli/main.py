@@ -86,6 +86,11 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
         body["nodes"] = _counts(args.nodes, "--nodes")
     if args.schedule:
         body["schedule"] = _schedule(args.schedule)
+    if args.input != "memory" or args.dataloader_workers is not None or args.network_gbps is not None:
+        body["input"] = {"source": args.input} | {
+            k: v for k, v in (("dataloader_workers", args.dataloader_workers), ("network_gbps", args.network_gbps))
+            if v is not None
+        }  # fmt: skip
     job = api.call("POST", "/v1/jobs", json=body)
     if not args.quiet:
         print(f"job {job['id']} submitted", file=sys.stderr)
@@ -332,6 +337,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="batch-size schedule, phases EPOCHSxBATCH[:GPUS[:NODES]]: 5x256,85x1024 (priced beside the best constant)",
     )
     pr.add_argument("--nodes", default=None, help="machines of the type trained together; 1,2,4 compares (default 1)")
+    pr.add_argument(
+        "--input",
+        choices=("memory", "local_jpeg", "network_jpeg"),
+        default="memory",
+        help="how images arrive: memory (no input cost), JPEGs decoded from local disk or read over a network "
+        "(default: %(default)s)",
+    )
+    pr.add_argument("--dataloader-workers", type=int, default=None, help="DataLoader workers per GPU (default: vCPUs "
+                    "split over the GPUs)")  # fmt: skip
+    pr.add_argument("--network-gbps", type=float, default=None, help="network_jpeg: the read bandwidth in Gbit/s")
     add_training_flags(pr)
     pr.add_argument(
         "--wait-for-benchmarks",

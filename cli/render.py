@@ -51,24 +51,26 @@ def result(job: dict[str, Any]) -> str:
     res = job["result"]
     # GPU and node columns only where a point trains on more than one GPU.
     spread = any(p.get("gpus_used", 1) > 1 or p.get("nodes", 1) > 1 for p in res["predictions"])
-    rows = [
-        [
+    fed = any(p.get("input_ms") is not None for p in res["predictions"])
+    rows = []
+    for p in res["predictions"]:
+        ok = p["fits_in_memory"] is not False  # a point that does not fit has no time or cost worth reading
+        rows.append([
             p["cnn"],
             p["machine"],
             str(p["batch_size"]),
             *([_layout(p), _efficiency(p)] if spread else []),
-            duration(p["iteration_seconds"]) if p["fits_in_memory"] is not False else "out of memory",
-            duration(p["epoch_seconds"]),
-            duration(p["total_seconds"]),
-            money(p["cost_usd"]),
-            energy(p.get("energy_kwh")),
+            duration(p["iteration_seconds"]) if ok else "out of memory",
+            duration(p["epoch_seconds"]) if ok else "-",
+            duration(p["total_seconds"]) if ok else "-",
+            money(p["cost_usd"]) if ok else "-",
+            energy(p.get("energy_kwh")) if ok else "-",
+            *([_input(p)] if fed else []),
             _memory(p),
             _source(p),
-        ]
-        for p in res["predictions"]
-    ]
+        ])  # fmt: skip
     header = ["cnn", "machine", "batch", *(["gpus x nodes (global batch)", "scaling"] if spread else []), "iteration",
-              "epoch", "total", "cost", "energy", "memory", "source"]  # fmt: skip
+              "epoch", "total", "cost", "energy", *(["input"] if fed else []), "memory", "source"]  # fmt: skip
     out = [table(rows, header)]
     if res.get("training"):
         out.append("training: " + training(res["training"]))
@@ -89,6 +91,8 @@ def result(job: dict[str, Any]) -> str:
             out.append(f"{b['cnn']} on {b['machine']}: no usable batch size{fits}")
     for sched in res.get("schedules") or []:
         out.append(_schedule_line(sched))
+    for machine_type, fed_by in (res.get("inputs") or {}).items():
+        out.append(f"input on {machine_type}: {fed_by['detail']}")
     for machine_type, model in res["models"].items():
         if model["status"] == "ok":
             mape = model.get("loco_mape")
@@ -98,6 +102,16 @@ def result(job: dict[str, Any]) -> str:
         else:
             out.append(f"{machine_type}: {model['detail']}")
     return "\n".join(out)
+
+
+def _input(point: dict[str, Any]) -> str:
+    """Whether the input pipeline or the GPU sets the step, by how much, and the echo factor that would hide it."""
+    ratio = point.get("input_bound_ratio")
+    if ratio is None:
+        return "-"
+    if not point.get("input_bound"):
+        return f"keeps up ({ratio:.2f}x)"
+    return f"BOUND {ratio:.1f}x, echo {point['echo_factor']}"
 
 
 def _schedule_line(sched: dict[str, Any]) -> str:

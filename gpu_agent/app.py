@@ -10,7 +10,7 @@ from typing import Any
 from celery import signals
 from celery.exceptions import Reject
 
-from gpu_agent import environment, instance, layer_bench, lifecycle, op_bench, runner, step_bench, store
+from gpu_agent import environment, input_bench, instance, layer_bench, lifecycle, op_bench, runner, step_bench, store
 from gpu_agent.runner import SignatureWork, TaskWork
 from gpu_agent.timing import Policy
 from gpu_agent.windows import Outcome
@@ -133,6 +133,26 @@ def _bench_ops(machine_type: str, config: TrainConfig, items: list[dict[str, Any
         prepare=prepare, save_many=lambda measured: store.save_ops(measured=measured, variants=variants, **key)
     )
     return runner.run_items(tasks.BENCH_OPS, machine_type, items, work)
+
+
+@app.task(name=tasks.BENCH_INPUT)
+def bench_input(machine_type: str) -> int:
+    """Measure this host's JPEG decode and augmentation rate (issue 26) once per environment; 1 if it was stored."""
+    _check_machine(machine_type)
+    return _retrying_outages(tasks.BENCH_INPUT, partial(_bench_input, machine_type))
+
+
+def _bench_input(machine_type: str) -> int:
+    env_id = environment.environment_id(str(environment.device()))
+    if store.input_rate_stored(machine_type=machine_type, environment_id=env_id):
+        return 0
+    lifecycle.set_work({"task": tasks.BENCH_INPUT, "since": datetime.now(UTC).isoformat()})
+    try:
+        rate = input_bench.measure(machine_type=machine_type, environment_id=env_id, stop=lifecycle.stop_requested)
+    finally:
+        lifecycle.set_work(None)
+    store.save_input_rate(rate=rate)
+    return 1
 
 
 @app.task(name=tasks.MEASURE_STEPS)

@@ -5,7 +5,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpu_agent.windows import Outcome
-from shared.measurements import layers, ops, steps
+from shared.measurements import inputs, layers, ops, steps
 from shared.training import TrainConfig
 
 METHOD = "interleaved-rounds"
@@ -162,3 +162,13 @@ def save_op_failure(
         signature_id=signature_id, machine_type=machine_type, variant=variant, environment_id=environment_id,
         batch_sizes=batch_sizes, error=error,
     )  # fmt: skip
+
+
+def input_rate_stored(*, machine_type: str, environment_id: int) -> bool:
+    """Whether this environment's input-pipeline rate is stored for the machine type."""
+    return inputs.stored(machine_type=machine_type, environment_id=environment_id)
+
+
+def save_input_rate(*, rate: inputs.InputRate) -> None:
+    """Store an input-pipeline measurement (once per machine type and environment)."""
+    inputs.save(rate=rate)

@@ -20,8 +20,9 @@ from shared.core.errors import TraincastError
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
 from shared.measurements import environments, layers, ops
+from shared.measurements import inputs as input_rates
 from shared.measurements.environments import Row
-from worker import features, layouts, memory, predictor, reference, reference_store, schedules, step_cache
+from worker import features, inputs, layouts, memory, predictor, reference, reference_store, schedules, step_cache
 from worker.points import best_of, blank, blanks, fill_many, significant
 
 ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPUs used × time (GPUs rarely draw full power)"
@@ -60,8 +61,13 @@ def result(
     best: list[dict[str, Any]] = []
     priced: list[dict[str, Any]] = []
     model_info: dict[str, Any] = {}
+    pipeline: dict[str, Any] = {}
+    rates = input_rates.newest() if request.input is not None and request.input.decodes else None
     for machine_type in request.machines:
         info = infos[machine_type]
+        fed = inputs.sourced(machine_type, rates) if rates is not None else None
+        if fed is not None and request.input is not None:
+            pipeline[machine_type] = inputs.summary(fed, info, request.input)
         fitted_on = next((p for p in peers[machine_type] if p in models), None)
         model = models.get(fitted_on) if fitted_on else None
         measured = machine_type not in incomplete and (
@@ -86,6 +92,8 @@ def result(
             oom = [p["batch_size"] for p in points if p["fits_in_memory"] is False]  # measured: before the model
             weights = float(work.get("parameters") or 0)
             points = layouts.spread(points, machine_type=machine_type, info=info, request=request, parameters=weights)
+            if fed is not None:
+                inputs.apply(points, info=info, request=request, src=fed)
             memo = memos[cnn]
             memory.annotate(points, work, info, request, peaks=memo.peaks)
             predictions.extend(points)
@@ -101,6 +109,8 @@ def result(
         "energy_note": ENERGY_NOTE,
         "gpu_note": GPU_NOTE,
     }
+    if pipeline:
+        out["inputs"], out["input_note"] = pipeline, inputs.NOTE
     if priced:
         out["schedules"], out["schedule_note"] = priced, schedules.NOTE
     if any(p["gpus_used"] > 1 or p["nodes"] > 1 for p in predictions):

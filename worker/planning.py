@@ -16,6 +16,7 @@ from shared.jobs import JobStatus, Plan, Progress
 from shared.jobs.models import check_result
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
+from shared.measurements import inputs as input_rates
 from shared.measurements import layers, ops
 from worker import assemble, coverage, progress, withdrawal
 
@@ -100,6 +101,8 @@ def _plan_queued(job_id: uuid.UUID, request: JobRequest, *, owner: str | None = 
         return
     sent, sent_ops = started
     _send(sent, sent_ops, request, job_id)
+    if request.input is not None and request.input.decodes:
+        _ask_input_rates(request)
     log.info(
         "job %s planned: %d layer and %d op benchmark points sent to agents",
         job_id,
@@ -167,6 +170,17 @@ def _send(gaps: coverage.Missing, op_gaps: coverage.Missing, request: JobRequest
     ids = [str(job_id)]
     coverage.send_work(gaps, training.layer_precision, training.channels_last, job_ids=ids)
     coverage.send_op_work(op_gaps, training, job_ids=ids)
+
+
+def _ask_input_rates(request: JobRequest) -> None:
+    """Ask the live agent of each machine type with no input rate of its own to measure it (issue 26).
+
+    Not waited for: until it is stored, the job's points use the other types' rates, labelled reference.
+    """
+    missing = set(request.machines) - set(input_rates.newest())
+    alive = {a["machine_type"] for a in coverage.listed_agents() if a["alive"]} if missing else set()
+    for machine_type in sorted(missing & alive):
+        tasks.send(tasks.BENCH_INPUT, queue=tasks.bench_queue(machine_type), machine_type=machine_type)
 
 
 def _waits_on(request: JobRequest, infos: dict[str, MachineTypeInfo]) -> list[str]:

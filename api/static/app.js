@@ -407,6 +407,7 @@
       image_size: whole("image-size", "The image size"),
       ...trainingSettings(),
       ...layoutSettings(),
+      ...inputSettings(),
       // Unticked (the default): GPU types with no benchmarks of their own are answered at once by the reference.
       wait_for_benchmarks: $("#wait-benchmarks").checked,
     };
@@ -425,6 +426,21 @@
       out[key] = parts.length === 1 ? Number(parts[0]) : parts.map(Number);
     }
     return out;
+  }
+
+  // How images arrive (issue 26): omitted for images in memory, as before.
+  function inputSettings() {
+    const source = $("#input-source").value;
+    const gbps = $("#network-gbps").value.trim();
+    const workers = $("#dataloader-workers").value.trim();
+    if (source === "memory" && gbps === "" && workers === "") return {};
+    const spec = { source };
+    if (gbps !== "") spec.network_gbps = decimal("network-gbps", "Network Gbit/s");
+    if (workers !== "") {
+      if (!/^\d+$/.test(workers)) throw new FormError(`Loader workers per GPU must be a whole number (got "${workers}")`);
+      spec.dataloader_workers = Number(workers);
+    }
+    return { input: spec };
   }
 
   function decimal(id, label) {
@@ -464,6 +480,10 @@
     $("#channels-last").checked = Boolean(request.channels_last);
     syncOptimizer();
     $("#wait-benchmarks").checked = Boolean(request.wait_for_benchmarks);
+    const spec = request.input || {};
+    $("#input-source").value = spec.source || "memory";
+    $("#network-gbps").value = spec.network_gbps ?? "";
+    $("#dataloader-workers").value = spec.dataloader_workers ?? "";
     for (const key of ["gpus", "nodes"]) {
       const value = request[key];
       $(`#${key}`).value = value == null ? (key === "nodes" ? "1" : "") : [].concat(value).join(",");
@@ -1080,6 +1100,14 @@
     return `<br>on ${used} of its ${m.gpu_count} GPUs${nodes}; cost per GPU ${money(p.cost_per_gpu_usd)}${scaling}`;
   }
 
+  // The input pipeline's share of a step (issue 26): who sets the step, and the echo factor that would hide it.
+  function inputLine(p) {
+    if (typeof p.input_ms !== "number") return "";
+    if (!p.input_bound) return `<br>input pipeline keeps up (${duration(p.input_ms / 1000)} a step)`;
+    return `<br><b>input-bound</b>: images take ${duration(p.input_ms / 1000)} a step, ${p.input_bound_ratio.toFixed(1)}× the GPU step;`
+      + ` data echoing ×${p.echo_factor} would hide it (up to ${duration(p.echo_total_seconds)} in all, if echoed images help as much as fresh ones)`;
+  }
+
   function timeTraces(ctx, points, source) {
     const { name, cnn, machine, unit, s, models, gl, banded } = ctx;
     const src = sourceStyle(source);
@@ -1102,7 +1130,7 @@
       if (typeof p.total_seconds_p10 === "number" && typeof p.total_seconds_p90 === "number") {
         t += ` (80% interval ${duration(p.total_seconds_p10)}–${duration(p.total_seconds_p90)})`;
       }
-      t += `<br>cost ${money(p.cost_usd)}${gpuShare(p, machine)}<br>one iteration ${duration(p.iteration_seconds)}`;
+      t += `<br>cost ${money(p.cost_usd)}${gpuShare(p, machine)}<br>one iteration ${duration(p.iteration_seconds)}${inputLine(p)}`;
       if (typeof p.energy_kwh === "number") t += `<br>energy ≤ ${sig3(p.energy_kwh)} kWh`;
       t += memoryText(p, machine);
       const from = sourceText(p, machine, models);

@@ -24,6 +24,7 @@ RECONCILE = "worker.reconcile"
 BENCH_LAYERS = "gpu_agent.bench_layers"
 MEASURE_STEPS = "gpu_agent.measure_steps"
 BENCH_OPS = "gpu_agent.bench_ops"
+BENCH_INPUT = "gpu_agent.bench_input"
 
 
 _MACHINE_NAME = re.compile(MACHINE_NAME.removeprefix("^").removesuffix("$"))

@@ -135,6 +135,18 @@ class Prediction(BaseModel):
     launch_bound: bool | None = Field(
         default=None, description="reference points: the host's dispatch of kernels, not the GPU, sets the step"
     )
+    input_ms: float | None = Field(default=None, description="a step's input pipeline on the machine's CPUs (input)")
+    input_bound: bool | None = Field(default=None, description="the input pipeline, not the GPUs, sets the step")
+    input_bound_ratio: float | None = Field(default=None, description="input_ms over the GPU step")
+    dataloader_workers: int | None = Field(default=None, description="DataLoader workers per GPU assumed")
+    echo_factor: int | None = Field(default=None, description="input-bound: the data echoing factor that removes it")
+    echo_factor_before_augmentation: int | None = Field(
+        default=None, description="the same, echoing before augmentation (null: augmentation alone is too slow)"
+    )
+    echo_speedup: float | None = Field(default=None, description="a step's speed-up at echo_factor")
+    echo_total_seconds: float | None = Field(
+        default=None, description="total time at echo_factor if echoed examples are as useful as fresh ones"
+    )
 
 
 class Choice(BaseModel):
@@ -217,6 +229,19 @@ class ModelSummary(BaseModel):
     evaluated_on: Any = None
 
 
+class InputSummary(BaseModel):
+    """Where a machine type's input-pipeline rate comes from (issue 26)."""
+
+    model_config = _Stored
+    source: Literal["measured", "reference", "none"]
+    detail: str
+    images_per_s_per_cpu: float | None
+    vcpus: int | None
+    environment_id: int | None
+    pipeline: str
+    input: str
+
+
 class Result(BaseModel):
     """A succeeded job's answer (worker/assemble.py)."""
 
@@ -230,6 +255,8 @@ class Result(BaseModel):
     parallel_note: str | None = None
     schedules: list[PricedSchedule] | None = None
     schedule_note: str | None = None
+    inputs: dict[str, InputSummary] | None = None
+    input_note: str | None = None
     channels_last_note: str | None = None
 
 

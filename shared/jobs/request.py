@@ -3,7 +3,7 @@
 import re
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
 
@@ -107,6 +107,42 @@ class Phase(BaseModel):
     nodes: NodeCount | None = Field(default=None, description="one of the job's nodes; omitted: the most it asks")
 
 
+InputSource = Literal["memory", "local_jpeg", "network_jpeg"]
+# ILSVRC2012's training set: 1,281,167 JPEGs in ~138 GiB (image-net.org), ~115 KB each.
+IMAGENET_JPEG_KB = 115.0
+
+
+class InputSpec(BaseModel):
+    """How training images reach the GPUs (issue 26): in memory, JPEGs decoded from local disk, or over a network."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    source: InputSource = Field(
+        default="memory",
+        description="memory: tensors ready (synthetic, pre-decoded), no input cost; local_jpeg: JPEGs decoded and "
+        "augmented by DataLoader workers; network_jpeg: the same, read over the network at network_gbps",
+    )
+    dataloader_workers: int | None = Field(
+        default=None, ge=1, le=1024, description="DataLoader workers per GPU; omitted: the machine's vCPUs split evenly"
+    )
+    network_gbps: float | None = Field(default=None, gt=0, le=100_000, description="network_jpeg: read bandwidth")
+    jpeg_kb: float = Field(default=IMAGENET_JPEG_KB, gt=0, le=100_000, description="mean size of a JPEG (ImageNet's)")
+
+    @model_validator(mode="after")
+    def _coherent(self) -> "InputSpec":
+        if self.source == "network_jpeg" and self.network_gbps is None:
+            raise ValueError("input source network_jpeg needs network_gbps, the bandwidth images are read at")
+        if self.source != "network_jpeg" and self.network_gbps is not None:
+            raise ValueError(f"network_gbps is only for input source network_jpeg, not {self.source}")
+        if self.source == "memory" and self.dataloader_workers is not None:
+            raise ValueError("dataloader_workers needs an input source that decodes JPEGs (local_jpeg, network_jpeg)")
+        return self
+
+    @property
+    def decodes(self) -> bool:
+        """Whether images are decoded and augmented on the CPUs (not ready in memory)."""
+        return self.source != "memory"
+
+
 class JobRequest(BaseModel):
     """What a user asks: predict these CNNs on these machines over these batch sizes."""
 
@@ -139,6 +175,8 @@ class JobRequest(BaseModel):
     # Batch-size control (issue 26): phases run one after another; their time and cost are summed and shown beside
     # the best constant batch size over the same epochs.
     schedule: list[Phase] | None = Field(default=None, min_length=1, max_length=MAX_PHASES)
+    # The input pipeline (issue 26): None, as before, is images ready in memory.
+    input: InputSpec | None = None
     # The batch sizes, sorted without repeats: worked out once, when the request is validated or loaded.
     _sizes: list[int] = PrivateAttr(default_factory=list)
 

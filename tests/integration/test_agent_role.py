@@ -19,6 +19,7 @@ from tests.support.agent_role import AGENT_LOGIN, agent_url
 
 GRANTED_TABLES = {
     "environments",
+    "input_rates",
     "layer_benchmarks",
     "op_benchmarks",
     "step_measurements",

@@ -767,3 +767,35 @@ def test_gpu_and_node_counts_are_compared_and_plotted(page: Page) -> None:
     wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
     assert (page.find("#gpus").get_attribute("value"), page.find("#nodes").get_attribute("value")) == ("1,2,4,8", "1,2")
     page.open()  # the other tests start from the default form
+
+
+def test_images_over_a_network_are_sent_and_an_input_bound_point_says_so(page: Page) -> None:
+    """JPEGs over a 0.25 Gbit/s link to a p4d: the form sends the input, the hover says the point is input-bound and
+    the echo factor that hides it, and the form comes back from the job."""
+    from gpu_agent import app as agent
+
+    agent.bench_input("local")  # this host's rate (stored once): the p4d's reference
+    page.open()
+    page.choose("cnn-picker", "resnet18")
+    page.choose("machine-picker", "p4d.24xlarge")
+    page.type_into("#batch-list", "128")
+    Select(page.find("#input-source")).select_by_value("network_jpeg")
+    page.type_into("#network-gbps", "0.25")
+    assert page.search(timeout=120) == "done", page.find("#error").text
+    job = job_of(page)
+    assert job["request"]["input"] | {"dataloader_workers": None} == {
+        "source": "network_jpeg",
+        "network_gbps": 0.25,
+        "jpeg_kb": 115.0,
+        "dataloader_workers": None,
+    }
+    [point] = job["result"]["predictions"]
+    assert point["input_bound"] is True
+    index = next(i for i, t in enumerate(page.traces("plot-batch")) if t["meta"]["role"] == "line")
+    label = page.hover("plot-batch", index)
+    assert "input-bound" in label and f"data echoing ×{point['echo_factor']}" in label, label
+    page.open(f"?job={job['id']}")
+    wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
+    assert page.find("#input-source").get_attribute("value") == "network_jpeg"
+    assert page.find("#network-gbps").get_attribute("value") == "0.25"
+    page.open()  # the other tests start from the default form

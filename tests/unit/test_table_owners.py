@@ -22,6 +22,7 @@ OWNERS = {
     "op_signatures": "shared.measurements.ops",
     "op_benchmarks": "shared.measurements.ops",
     "op_failures": "shared.measurements.ops",
+    "input_rates": "shared.measurements.inputs",
     "step_measurements": "shared.measurements.steps",
     "step_failures": "shared.measurements.steps",
     "environments": "shared.measurements.environments",

@@ -1,0 +1,122 @@
+"""The input pipeline's CPU cost on this host (issue 26): JPEGs decoded and augmented as DataLoader workers do it.
+
+The agent makes its own images (no dataset on the host): ImageNet's most common size, 500x375, with smooth
+structure and enough grain that at quality 90 they come to ~107 KB, about ImageNet's mean JPEG (~115 KB). Each is
+decoded with PIL and put through torchvision's standard ImageNet training transforms (RandomResizedCrop 224,
+RandomHorizontalFlip, ToTensor, Normalize) in one thread, as a DataLoader worker runs them. Two figures: one worker
+alone (decode and augment apart), and every CPU busy with a worker of its own (what an input-bound job sees).
+"""
+
+import io
+import multiprocessing as mp
+import os
+import statistics
+import time
+from collections.abc import Callable
+from multiprocessing.synchronize import Barrier
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torchvision import transforms
+
+from shared.measurements.inputs import PIPELINE, InputRate
+
+WIDTH, HEIGHT, QUALITY, CROP = 500, 375, 90, 224
+IMAGES = 32
+GRAIN = 20  # std of the grain: ~107 KB a JPEG, where 6 gave 60 KB and decoded 30% faster
+ROUNDS = 5
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def make_jpegs(n: int = IMAGES, seed: int = 0) -> list[bytes]:
+    """n photograph-like JPEGs: coarse random colour fields upscaled smoothly, with fine grain."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        coarse = Image.fromarray(rng.integers(0, 256, (HEIGHT // 16, WIDTH // 16, 3), dtype=np.uint8))
+        smooth = np.asarray(coarse.resize((WIDTH, HEIGHT), Image.Resampling.BICUBIC), dtype=np.float32)
+        grain = rng.normal(0, GRAIN, smooth.shape)
+        buf = io.BytesIO()
+        Image.fromarray(np.clip(smooth + grain, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=QUALITY)
+        out.append(buf.getvalue())
+    return out
+
+
+def _augment() -> Callable[[Image.Image], torch.Tensor]:
+    return transforms.Compose([  # type: ignore[no-any-return]
+        transforms.RandomResizedCrop(CROP), transforms.RandomHorizontalFlip(), transforms.ToTensor(),
+        transforms.Normalize(MEAN, STD),
+    ])  # fmt: skip
+
+
+def _decode(data: bytes) -> Image.Image:
+    return Image.open(io.BytesIO(data)).convert("RGB")  # convert() forces the decode
+
+
+def _one_pass(jpegs: list[bytes], augment: Callable[[Image.Image], torch.Tensor]) -> tuple[float, float]:
+    """Seconds spent decoding and augmenting every image once."""
+    decode_s = augment_s = 0.0
+    for data in jpegs:
+        t0 = time.perf_counter()
+        image = _decode(data)
+        t1 = time.perf_counter()
+        augment(image)
+        decode_s, augment_s = decode_s + t1 - t0, augment_s + time.perf_counter() - t1
+    return decode_s, augment_s
+
+
+def _worker(jpegs: list[bytes], rounds: int, barrier: Barrier, results: Any) -> None:
+    torch.set_num_threads(1)  # as torch sets it in a DataLoader worker
+    augment = _augment()
+    _one_pass(jpegs, augment)  # warm-up: imports, allocator, caches
+    barrier.wait()
+    start = time.perf_counter()
+    for _ in range(rounds):
+        _one_pass(jpegs, augment)
+    results.put((len(jpegs) * rounds, start, time.perf_counter()))
+
+
+def host_cpus() -> int:
+    """The CPUs this process may run on (a container's or taskset's limit, not the machine's)."""
+    return len(os.sched_getaffinity(0))
+
+
+def measure(
+    *, machine_type: str, environment_id: int, images: int = IMAGES, rounds: int = ROUNDS,
+    stop: Callable[[], bool] = lambda: False,
+) -> InputRate:  # fmt: skip
+    """Measure decode and augment per image in one worker, then images per second with a worker on every CPU."""
+    jpegs = make_jpegs(images)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        augment = _augment()
+        _one_pass(jpegs, augment)  # warm-up
+        passes = [_one_pass(jpegs, augment) for _ in range(rounds) if not stop()]
+    finally:
+        torch.set_num_threads(threads)
+    decode = statistics.median(p[0] for p in passes) / images * 1000
+    aug = statistics.median(p[1] for p in passes) / images * 1000
+    cpus = host_cpus()
+    # fork, as DataLoader workers start on Linux: the images and modules are shared, nothing is re-imported.
+    ctx = mp.get_context("fork")
+    barrier, results = ctx.Barrier(cpus), ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(jpegs, rounds, barrier, results), daemon=True) for _ in range(cpus)]
+    for p in procs:
+        p.start()
+    done = [results.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    total = sum(d[0] for d in done)
+    wall = max(d[2] for d in done) - min(d[1] for d in done)
+    return InputRate(
+        machine_type=machine_type, environment_id=environment_id, pipeline=PIPELINE, host_cpus=cpus,
+        decode_ms=decode, augment_ms=aug, images_per_s_all=total / wall,
+        jpeg_kb=sum(map(len, jpegs)) / len(jpegs) / 1000,
+        stats={"images": images, "rounds": len(passes), "solo_images_per_s": 1000 / (decode + aug),
+               "decode_ms_rounds": [p[0] / images * 1000 for p in passes],
+               "augment_ms_rounds": [p[1] / images * 1000 for p in passes], "workers": cpus,
+               "pillow": Image.__version__},
+    )  # fmt: skip

@@ -1,0 +1,26 @@
+"""The CLI's result table: a point that does not fit shows no time or cost (issue 27)."""
+
+from typing import Any
+
+from cli import render
+
+
+def point(batch: int, *, fits: bool, seconds: float) -> dict[str, Any]:
+    """A one-GPU point with times and a cost."""
+    return {
+        "cnn": "resnet50", "machine": "g4dn.xlarge", "batch_size": batch, "source": "benchmarked",
+        "fits_in_memory": fits, "iteration_seconds": seconds, "epoch_seconds": seconds * 5000,
+        "total_seconds": seconds * 450_000, "cost_usd": seconds * 66.0, "energy_kwh": 1.5, "gpus_used": 1,
+        "nodes": 1, "peak_memory_gib": 20.0 if not fits else 9.0, "layer_environments": [1], "measured_on": [],
+    }  # fmt: skip
+
+
+def test_out_of_memory_rows_have_no_time_cost_or_energy() -> None:
+    """resnet50 at 256 on a T4: "out of memory" and dashes, not a cheaper-looking cost than the batch that fits."""
+    job = {"result": {"predictions": [point(128, fits=True, seconds=0.8), point(256, fits=False, seconds=1.2)],
+                      "best": [], "models": {}}}  # fmt: skip
+    lines = render.result(job).splitlines()
+    [fits] = [line for line in lines if line.startswith("resnet50") and " 128 " in line]
+    [oom] = [line for line in lines if line.startswith("resnet50") and " 256 " in line]
+    assert "$" in fits and "kWh" in fits
+    assert oom.split("out of memory")[1].split()[:4] == ["-", "-", "-", "-"], oom  # epoch, total, cost, energy

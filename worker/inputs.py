@@ -1,0 +1,144 @@
+"""The input pipeline (issue 26): a point's step as the slower of its upstream (reading, decoding, augmenting the
+batch on the machine's CPUs) and its downstream (the GPUs' step), and what data echoing would gain.
+
+Upstream per step = images a step takes on one machine (per-GPU batch x GPUs) x a CPU's time per image with every
+CPU busy (measured by the machine type's agent, gpu_agent/input_bench.py) / the workers that run (DataLoader
+workers per GPU x GPUs, at most the vCPUs), or the time to read those images over network_gbps, whichever is
+longer (the two overlap). Data echoing (Choi et al., 2019, arXiv:1907.05550): reusing each upstream batch e times
+makes a step max(upstream / e, downstream).
+"""
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shared.jobs.request import InputSpec, JobRequest
+from shared.machine_types import MachineTypeInfo
+from shared.measurements.inputs import PIPELINE, InputRate
+from worker.points import fill_many
+
+AUGMENT_PX = 224  # the crop the agent's augmentation produced; other sizes scale its share by pixels
+MAX_ECHO = 64
+NOTE = (
+    "input: a point's step is the slower of its input pipeline (input_ms: reading, decoding and augmenting one step's "
+    "images with DataLoader workers on the machine's vCPUs, at the rate its agent measured with every CPU busy) and "
+    "its GPU step; input_bound says which, input_bound_ratio by how much. echo_factor: the data echoing factor e "
+    "(Choi et al. 2019: each batch reused e times, after augmentation; batch and example echoing cost the same) "
+    "that removes the bottleneck, echo_speedup its gain per step; echo_total_seconds is the best case (echoed "
+    "examples as useful as fresh ones), while the worst case (worth nothing) is total_seconds: more epochs may be "
+    "needed. echo_factor_before_augmentation: the same when only reading and decoding are reused (null when "
+    "augmentation alone is the bottleneck). Local disk reads are not modelled (page cache or NVMe assumed)"
+)
+
+
+@dataclass(frozen=True)
+class Sourced:
+    """The rate a machine type's points use, and where it comes from."""
+
+    rate: InputRate | None
+    source: str  # "measured", "reference" (other machine types'), or "none"
+    detail: str
+    per_cpu: float | None  # images per second per CPU, every CPU busy
+
+
+def sourced(machine_type: str, rates: dict[str, InputRate]) -> Sourced:
+    """The machine type's own measured rate, else the median per-CPU rate of the types measured (labelled)."""
+    own = rates.get(machine_type)
+    if own is not None:
+        detail = (
+            f"measured on {machine_type} by its agent (environment {own.environment_id}, {own.host_cpus} CPUs, "
+            f"{own.per_cpu:.0f} images/s per CPU with all busy; {PIPELINE})"
+        )
+        return Sourced(own, "measured", detail, own.per_cpu)
+    if not rates:
+        return Sourced(None, "none", f"no input rate measured on any machine type yet: {machine_type}'s agent "
+                       "measures it when a job asks (bench_input)", None)  # fmt: skip
+    per_cpu = statistics.median(r.per_cpu for r in rates.values())
+    ref = min(rates.values(), key=lambda r: abs(r.per_cpu - per_cpu))
+    detail = (
+        f"not measured on {machine_type} yet: reference, the median per-CPU rate of {len(rates)} measured machine "
+        f"type(s) ({', '.join(sorted(rates))}): {per_cpu:.0f} images/s per CPU; its agent measures its own when it runs"
+    )
+    return Sourced(ref, "reference", detail, per_cpu)
+
+
+def summary(src: Sourced, info: MachineTypeInfo, spec: InputSpec) -> dict[str, Any]:
+    """What a result says of a machine type's input pipeline."""
+    return {
+        "source": src.source,
+        "detail": src.detail,
+        "images_per_s_per_cpu": None if src.per_cpu is None else round(src.per_cpu, 1),
+        "vcpus": _vcpus(info, src),
+        "environment_id": src.rate.environment_id if src.source == "measured" and src.rate else None,
+        "pipeline": PIPELINE,
+        "input": spec.source,
+    }
+
+
+def _vcpus(info: MachineTypeInfo, src: Sourced) -> int | None:
+    if info.get("vcpus"):
+        return int(info["vcpus"] or 0)
+    # A user's own machine (`local`) has no catalog vCPUs: its agent's host CPUs, when it measured them itself.
+    return src.rate.host_cpus if src.source == "measured" and src.rate else None
+
+
+def apply(points: list[dict[str, Any]], *, info: MachineTypeInfo, request: JobRequest, src: Sourced) -> None:
+    """Set each timed GPU point's input figures; the step becomes max(input, GPU step), its times and cost again."""
+    spec = request.input
+    if spec is None or not spec.decodes:
+        return
+    vcpus, timed, rows = _vcpus(info, src), [], []
+    for point in points:
+        point.update(input_ms=None, input_bound=None, input_bound_ratio=None, dataloader_workers=None,
+                     echo_factor=None, echo_factor_before_augmentation=None, echo_speedup=None,
+                     echo_total_seconds=None)  # fmt: skip
+        gpus = point["gpus_used"]
+        if not gpus or point["iteration_seconds"] is None or src.rate is None or src.per_cpu is None or not vcpus:
+            continue  # a CPU trains on the cores that decode: not modelled
+        workers = spec.dataloader_workers or max(1, vcpus // gpus)
+        busy = min(workers * gpus, vcpus)
+        images = point["batch_size"] * gpus
+        decode, augment = _per_image_ms(src, request.image_size)
+        cpu_ms = images * (decode + augment) / busy
+        read_ms = images * spec.jpeg_kb * 8e3 / (spec.network_gbps * 1e9) * 1e3 if spec.network_gbps else 0.0
+        upstream = max(cpu_ms, read_ms)
+        ms = [point[f"iteration_seconds{s}"] * 1000 for s in ("_p10", "", "_p90")]
+        down = ms[1]
+        point["input_ms"] = round(upstream, 3)
+        point["dataloader_workers"] = workers
+        point["input_bound"] = upstream > down
+        point["input_bound_ratio"] = round(upstream / down, 3)
+        if upstream > down:
+            e = math.ceil(upstream / down)
+            point["echo_factor"] = e
+            point["echo_speedup"] = round(upstream / max(upstream / e, down), 3)
+            point["echo_factor_before_augmentation"] = _echo_before(images * decode / busy, images * augment / busy,
+                                                                    read_ms, down)  # fmt: skip
+        timed.append(point)
+        rows.append([max(upstream, m) for m in ms])
+    if timed:
+        fill_many(timed, np.array(rows, dtype=float), info, request)
+        for point in timed:
+            if point["echo_speedup"]:
+                point["echo_total_seconds"] = round(point["total_seconds"] / point["echo_speedup"], 6)
+
+
+def _per_image_ms(src: Sourced, image_size: int) -> tuple[float, float]:
+    """A CPU's decode and augment time per image with every CPU busy, the augment share scaled to the image size."""
+    assert src.rate is not None and src.per_cpu is not None
+    busy_ms = 1000 / src.per_cpu
+    share = src.rate.augment_ms / (src.rate.decode_ms + src.rate.augment_ms)
+    return busy_ms * (1 - share), busy_ms * share * (image_size / AUGMENT_PX) ** 2
+
+
+def _echo_before(decode_ms: float, augment_ms: float, read_ms: float, down: float) -> int | None:
+    """The least e that makes max(read / e, decode / e + augment) no slower than the GPU step, or None."""
+    if augment_ms >= down:
+        return None
+    for e in range(1, MAX_ECHO + 1):
+        if max(read_ms / e, decode_ms / e + augment_ms) <= down:
+            return e
+    return None
