@@ -62,9 +62,7 @@ def main() -> None:
     runs = [input_bench.measure(machine_type="local", environment_id=0) for _ in range(RUNS)]
     per_cpu = [r.per_cpu for r in runs]
     lines = [
-        f"Command: `{COMMAND}`. Host: {_cpu()}, {runs[0].host_cpus} CPUs; {runs[0].stats['pillow']=}".replace(
-            "runs[0].stats['pillow']=", "Pillow "
-        ),
+        f"Command: `{COMMAND}`. Host: {_cpu()}, {runs[0].host_cpus} CPUs; Pillow {runs[0].stats['pillow']}.",
         "",
         f"### This host's rate ({RUNS} runs; {runs[0].stats['images']} JPEGs of {runs[0].jpeg_kb:.0f} KB, "
         f"500x375, to 224 px)",
