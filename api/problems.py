@@ -1,5 +1,6 @@
 """Every error as RFC 9457 application/problem+json."""
 
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -26,9 +27,31 @@ def problem(status: int, title: str, detail: str, instance: str | None = None, *
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE)
 
 
+# pydantic's names for the branches of a union ("list[int]", "function-after[_ordered(), BatchRange]", "int"): not
+# fields, and no help to a person reading where the error is.
+_BRANCH = re.compile(r"[\[(]|^(int|str|float|bool|dict|list|constrained-\w+)$")
+# A union's branch the input was not even shaped like (a range given, "should be a valid list" for the list branch).
+_SHAPE = frozenset({"list_type", "dict_type", "model_type", "model_attributes_type", "int_type", "float_type"})
+
+
 def _where(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
-    return ".".join(parts) or "request body"
+    return ".".join(p for p in parts if not _BRANCH.search(p)) or "request body"
+
+
+def _relevant(every: list[Any]) -> list[Any]:
+    """The errors, less those saying the input was not shaped like one branch of a union (a range given: "should be
+    a valid list") where another error names the same field: that one says what is wrong."""
+
+    def parts(err: Any) -> list[str]:
+        return [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header")]
+
+    def shape_only(err: Any) -> bool:
+        loc = parts(err)
+        return err.get("type") in _SHAPE and len(loc) == 2 and bool(_BRANCH.search(loc[1]))
+
+    telling = {parts(err)[0] for err in every if parts(err) and not shape_only(err)}
+    return [err for err in every if not (shape_only(err) and parts(err)[0] in telling)]
 
 
 def install(app: FastAPI) -> None:
@@ -46,7 +69,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        every = exc.errors()
+        raw = exc.errors()
+        every = _relevant(list(raw[:1000]))
         if any(err.get("type") == "json_invalid" for err in every[:1]):
             # FastAPI parses a body before the dependencies run: who asks is checked before saying why it is bad.
             refused = await _unauthenticated(request)
@@ -59,9 +83,10 @@ def install(app: FastAPI) -> None:
                 msg = f"malformed JSON: {err.get('ctx', {}).get('error', msg)}"
             errors.append({"where": _where(tuple(err.get("loc", ()))[:8])[:200], "message": msg[:MAX_MESSAGE]})
         detail = "; ".join(f"{e['where']}: {e['message']}" for e in errors[:5])
-        if len(every) > len(errors):
-            detail += f" (and {len(every) - len(errors)} more)"
-        return problem(422, "Invalid request", detail, str(request.url.path), errors=errors, error_count=len(every))
+        more = len(raw) - (min(len(raw), 1000) - len(every)) - len(errors)  # less the branches left out
+        if more > 0:
+            detail += f" (and {more} more)"
+        return problem(422, "Invalid request", detail, str(request.url.path), errors=errors, error_count=len(raw))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

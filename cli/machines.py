@@ -5,7 +5,21 @@ import json
 from typing import Any
 
 from cli import render
-from cli.client import Api
+from cli.client import Api, CliError
+
+# Words a person may use for a provider, as the page accepts them (api/static/app.js PROVIDER_WORDS).
+PROVIDER_WORDS = {"aws": "aws amazon ec2", "gcp": "gcp google cloud gce", "azure": "azure microsoft",
+                  "local": "local"}  # fmt: skip
+
+
+def provider_of(word: str, present: set[str]) -> str:
+    """The provider a word names ('google' → gcp, case aside); CliError for none of the listed machine types'."""
+    folded = word.casefold()
+    for provider in sorted(present):
+        if folded == provider.casefold() or folded in PROVIDER_WORDS.get(provider, "").split():
+            return provider
+    raise CliError(f"--provider {word!r}: no machine type has that provider; known: {', '.join(sorted(present))}")
+
 
 # `machines add` flags → POST /v1/machines fields; the API validates them (one place).
 FIGURES = {
@@ -21,7 +35,11 @@ def add_parser(sub: Any) -> None:
     ma = sub.add_parser("machines", help="machine types (aws, gcp, azure, your own): list, add")
     msub = ma.add_subparsers(dest="machines_command")
     ls = msub.add_parser("list", help="every machine type with its GPU and prices (the default)")
-    ls.add_argument("--provider", default=None, help="only this provider: aws, gcp, azure, local, own, …")
+    ls.add_argument(
+        "--provider",
+        default=None,
+        help="only this provider: aws (amazon), gcp (google), azure (microsoft), local, or your own",
+    )
     ls.add_argument("--json", action="store_true")
     ad = msub.add_parser("add", help="register a machine type by its GPU's figures; predicted at once")
     ad.add_argument("name")
@@ -44,8 +62,9 @@ def run(api: Api, args: argparse.Namespace) -> int:
         print(f"{row['name']}: registered ({row['gpu_count']} x {row['gpu']}, ${row['price_usd_per_hour']:.2f}/h)")
         return 0
     rows = api.call("GET", "/v1/machines")["machines"]
-    provider = getattr(args, "provider", None)
-    rows = [r for r in rows if provider is None or r["provider"] == provider]
+    if (word := getattr(args, "provider", None)) is not None:
+        provider = provider_of(word, {r["provider"] for r in rows})
+        rows = [r for r in rows if r["provider"] == provider]
     if getattr(args, "json", False):
         print(json.dumps(rows, indent=2))
         return 0

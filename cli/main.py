@@ -70,6 +70,8 @@ def _schedule(text: str) -> list[dict[str, int]]:
 
 def cmd_predict(api: Api, args: argparse.Namespace) -> int:
     """Submit a job, follow its progress, print the table."""
+    unnamed = not args.machine_type
+    args.machine_type = args.machine_type or ["local"]
     body = {
         "cnns": _split(args.cnns),
         "machines": _split(args.machine_type),
@@ -91,11 +93,26 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
             k: v for k, v in (("dataloader_workers", args.dataloader_workers), ("network_gbps", args.network_gbps))
             if v is not None
         }  # fmt: skip
+    if unnamed:  # said once the flags are known good, before anything is sent
+        print("no --machine given: predicting for local (this machine); `traincast machines list` names the others",
+              file=sys.stderr)  # fmt: skip
     job = api.call("POST", "/v1/jobs", json=body)
     if not args.quiet:
         print(f"job {job['id']} submitted", file=sys.stderr)
     job = follow(api, job["id"], show=not args.quiet)
     return _print_job(job, as_json=args.json)
+
+
+def cmd_cnns(api: Api, args: argparse.Namespace) -> int:
+    """List the CNNs a job may name: built-in and registered."""
+    rows = api.call("GET", "/v1/cnns")["cnns"]
+    if args.json:
+        print(dumps(rows))
+        return 0
+    table = [[c["name"], c["source"], "-" if c.get("parameters") is None else f"{c['parameters'] / 1e6:.1f} M",
+              str(c.get("image_size", "any"))] for c in rows]  # fmt: skip
+    print(render.table(table, ["cnn", "source", "parameters", "image size"]))
+    return 0
 
 
 def follow(api: Api, job_id: str, *, show: bool, poll_s: float = 0.5) -> dict[str, Any]:
@@ -125,6 +142,9 @@ def _bar(job: dict[str, Any], width: int = 30) -> str:
     if not lb:
         return f"{job['status']}…"
     needed, done = lb["needed"], lb["done"]
+    if JobStatus(job["status"]) == JobStatus.SUCCEEDED and done < needed:
+        # Answered without waiting for them (the reference): "0/736" would read as stuck or failed.
+        return f"succeeded: answered from reference; {needed - done} layer benchmarks queued for later"
     filled = int(width * done / needed) if needed else width
     return f"{job['status']:<9} [{'#' * filled}{'.' * (width - filled)}] {done}/{needed} layer benchmarks"
 
@@ -288,10 +308,11 @@ def _print_model(model: "PredictorModel") -> None:
 
 def add_training_flags(p: argparse.ArgumentParser) -> None:
     """--optimizer, --momentum, --weight-decay, --precision, --channels-last (shared/training.py)."""
-    p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd")
+    p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="torch.optim's (default: sgd)")
     p.add_argument("--momentum", type=float, default=0.0, help="SGD only (default 0, as PyTorch)")
     p.add_argument("--weight-decay", type=float, default=None, help="default PyTorch's: 0, or 0.01 for adamw")
-    p.add_argument("--precision", choices=list(PRECISIONS), default="fp32")
+    p.add_argument("--precision", choices=list(PRECISIONS), default="fp32", help="fp32 (PyTorch's defaults), tf32, or "
+                   "autocast amp_fp16 / amp_bf16 (default: fp32)")  # fmt: skip
     p.add_argument("--channels-last", action="store_true", help="model and images in channels_last memory format")
 
 
@@ -306,25 +327,36 @@ def training_of(args: argparse.Namespace) -> TrainConfig:
         raise InvalidRequest("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
 
 
+class _Defaults(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with each default, unless there is none or the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line grammar."""
     p = argparse.ArgumentParser(prog="traincast", description=__doc__)
     p.add_argument("--api-url", default=os.environ.get("TRAINCAST_API_URL", DEFAULT_API), help="API base URL")
     sub = p.add_subparsers(dest="command", required=True)
 
-    pr = sub.add_parser("predict", help="predict training time and cost")
-    pr.add_argument("cnns", nargs="+", help="CNN names (see GET /v1/cnns)")
+    pr = sub.add_parser("predict", help="predict training time and cost", formatter_class=_Defaults)
+    pr.add_argument("cnns", nargs="+", help="CNN names (`traincast cnns` lists them)")
     pr.add_argument(
         "--machine",
         dest="machine_type",
         action="append",
         default=None,
-        help="machine type(s); repeat or comma-separate",
+        help="machine type(s), repeat or comma-separate (`traincast machines list`); none given: local, this "
+        "machine, said on stderr",
     )
-    pr.add_argument("--batch-sizes", default="8,16,32,64", help="8,16,32 or 1-256 or 1-256:8")
-    pr.add_argument("--epochs", type=int, default=90)
-    pr.add_argument("--dataset-size", type=int, default=1_281_167)
-    pr.add_argument("--image-size", type=int, default=224)
+    pr.add_argument("--batch-sizes", default="8,16,32,64", help="8,16,32 or 1-256 or 1-256:8 (per GPU)")
+    pr.add_argument("--epochs", type=int, default=90, help="epochs of training")
+    pr.add_argument("--dataset-size", type=int, default=1_281_167, help="images an epoch (ImageNet's)")
+    pr.add_argument("--image-size", type=int, default=224, help="image height and width in pixels")
     pr.add_argument(
         "--gpus",
         default=None,
@@ -341,8 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--input",
         choices=("memory", "local_jpeg", "network_jpeg"),
         default="memory",
-        help="how images arrive: memory (no input cost), JPEGs decoded from local disk or read over a network "
-        "(default: %(default)s)",
+        help="how images arrive: memory (no input cost), JPEGs decoded from local disk or read over a network",
     )
     pr.add_argument("--dataloader-workers", type=int, default=None, help="DataLoader workers per GPU (default: vCPUs "
                     "split over the GPUs)")  # fmt: skip
@@ -355,6 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--json", action="store_true", help="print the job as JSON")
     pr.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    cn = sub.add_parser("cnns", help="the CNNs a job may name (built-in and registered)")
+    cn.add_argument("--json", action="store_true")
 
     st = sub.add_parser("status", help="show a job")
     st.add_argument("id")
@@ -418,8 +452,9 @@ def main(argv: list[str] | None = None) -> int:
     api = Api(args.api_url)
     try:
         if args.command == "predict":
-            args.machine_type = args.machine_type or ["local"]
             return cmd_predict(api, args)
+        if args.command == "cnns":
+            return cmd_cnns(api, args)
         handlers = {"status": cmd_status, "jobs": cmd_jobs, "cancel": cmd_cancel, "agents": cmd_agents}
         if args.command in handlers:
             return handlers[args.command](api, args)
@@ -439,6 +474,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `traincast machines list | head`: the reader has gone; say nothing more, as cat and ls do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again
+        return 141
 
 
 if __name__ == "__main__":

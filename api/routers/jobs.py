@@ -1,5 +1,6 @@
 """Prediction jobs: submit, poll, list, cancel."""
 
+import difflib
 import functools
 import logging
 import re
@@ -69,10 +70,23 @@ def job_view(job: Mapping[str, Any], *, full: bool = True) -> dict[str, Any]:
     return view
 
 
+def did_you_mean(unknown: list[str], known: list[str]) -> str:
+    """' (did you mean 'resnet50'?)' for the names nearest the unknown ones, letter case aside; '' when none is near."""
+    by_folded = {name.casefold(): name for name in known}
+    guesses = []
+    for name in unknown:
+        near = difflib.get_close_matches(name.casefold(), list(by_folded), n=1, cutoff=0.75)
+        if near:
+            guesses.append(repr(by_folded[near[0]]))
+    return f" (did you mean {', '.join(guesses)}?)" if guesses else ""
+
+
 def _validate_names(request: JobRequest, owner: str | None) -> None:
     unknown_machines = machine_types.missing(names=request.machines)
     if unknown_machines:
-        raise InvalidRequest(f"unknown machine type(s): {', '.join(unknown_machines)}; see GET /v1/machines")
+        known = [m["name"] for m in machine_types.list_all()]
+        hint = did_you_mean(unknown_machines, known)
+        raise InvalidRequest(f"unknown machine type(s): {', '.join(unknown_machines)}{hint}; see GET /v1/machines")
     if request.precision == "amp_bf16":
         lacking = machine_types.without_bf16(names=request.machines)
         if lacking:
@@ -81,7 +95,8 @@ def _validate_names(request: JobRequest, owner: str | None) -> None:
     _check_layouts(request)
     unknown_cnns = cnns.unknown(names=request.cnns, owner=owner)
     if unknown_cnns:
-        raise InvalidRequest(f"unknown CNN(s): {', '.join(unknown_cnns)}; see GET /v1/cnns")
+        hint = did_you_mean(unknown_cnns, [c["name"] for c in cnns.list_all(owner=owner)])
+        raise InvalidRequest(f"unknown CNN(s): {', '.join(unknown_cnns)}{hint}; see GET /v1/cnns")
     for name in request.cnns:
         # A clear error now if a CNN cannot run at this size or with these classes, where that is known without torch.
         cnns.check_runs(name=name, image_size=request.image_size, num_classes=request.num_classes)

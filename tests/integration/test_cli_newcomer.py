@@ -1,0 +1,73 @@
+"""A newcomer's CLI (issue 27): "did you mean", `traincast cnns`, providers as the page names them, defaults in
+--help, the machine type said when none is given, a quiet closed pipe, one-line human errors, honest progress."""
+
+import subprocess
+
+from cli import main as cli_main
+from tests.integration.test_end_to_end import TRAINCAST, cli
+from tests.support.stack import Stack, http
+
+
+def test_typos_get_a_suggestion_in_one_line(no_agent: Stack) -> None:
+    """resnet5O and P5.48XLARGE: 'did you mean' with the right names, one line on stderr, exit 1."""
+    out = cli(no_agent, "predict", "resnet5O", "--machine", "p5.48xlarge")
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert "did you mean 'resnet50'?" in out.stderr, out.stderr
+    out = cli(no_agent, "predict", "resnet50", "--machine", "P5.48XLARGE")
+    assert out.returncode == 1 and "did you mean 'p5.48xlarge'?" in out.stderr, out.stderr
+    body = {"cnns": ["resnet50"], "machines": ["zzzz-nothing"], "batch_sizes": [8]}
+    r = http.post(f"{no_agent.url}/v1/jobs", json=body)
+    assert r.status_code == 422 and "did you mean" not in r.json()["detail"]  # nothing near: no guess
+
+
+def test_a_bad_range_step_is_one_human_line(no_agent: Stack) -> None:
+    """--batch-sizes 16-256:0: the range's step named, no pydantic branch names or 'valid list' noise."""
+    out = cli(no_agent, "predict", "resnet50", "--machine", "p5.48xlarge", "--batch-sizes", "16-256:0")
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert "batch_sizes.step: Input should be greater than or equal to 1" in out.stderr, out.stderr
+    for noise in ("function-after", "list[int]", "valid list", "BatchRange"):
+        assert noise not in out.stderr, out.stderr
+
+
+def test_cnns_and_providers_as_the_page_names_them(no_agent: Stack) -> None:
+    """`traincast cnns` lists resnet50; `machines list --provider google` lists GCP types; an unknown provider
+    fails loudly; `| head` closes the pipe without a traceback."""
+    out = cli(no_agent, "cnns")
+    assert out.returncode == 0 and any(
+        line.split()[:2] == ["resnet50", "torchvision"] for line in out.stdout.splitlines()
+    )
+    google = cli(no_agent, "machines", "list", "--provider", "Google")
+    rows = google.stdout.splitlines()[2:]
+    assert google.returncode == 0 and rows and all(row.split()[1] == "gcp" for row in rows), google.stdout
+    bad = cli(no_agent, "machines", "list", "--provider", "ibm")
+    assert bad.returncode == 1 and "no machine type has that provider" in bad.stderr and "gcp" in bad.stderr
+    env = {**no_agent.env, "TRAINCAST_API_URL": no_agent.url}
+    piped = subprocess.run(f"{TRAINCAST} machines list | head -n 2", shell=True, env=env, capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert piped.stdout.count("\n") == 2 and "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
+
+
+def test_predict_says_its_machine_and_help_shows_defaults(no_agent: Stack) -> None:
+    """No --machine: a line on stderr says local was used (before it is sent: here to an API that is not there, so the
+    job does not wait for an agent); --help shows each default."""
+    out = cli(no_agent, "--api-url", "http://127.0.0.1:9", "predict", "resnet18", "--batch-sizes", "1")
+    assert out.returncode == 1 and "no --machine given: predicting for local" in out.stderr, out.stderr
+    text = cli_main.build_parser()._subparsers._group_actions[0].choices["predict"].format_help()  # type: ignore[union-attr]
+    text = " ".join(text.split())  # argparse wraps lines where it likes
+    for default in (
+        "(default: 8,16,32,64)",
+        "(default: 90)",
+        "(default: 1281167)",
+        "(default: 224)",
+        "(default: memory)",
+    ):
+        assert default in text, text
+
+
+def test_a_reference_answer_says_its_benchmarks_are_queued_not_stuck() -> None:
+    """A job answered at once with its layer benchmarks still to come: no '0/736' bar."""
+    job = {"status": "succeeded", "progress": {"layer_benchmarks": {"needed": 736, "done": 0}}}
+    line = cli_main._bar(job)
+    assert line == "succeeded: answered from reference; 736 layer benchmarks queued for later"
+    running = {"status": "running", "progress": {"layer_benchmarks": {"needed": 10, "done": 5}}}
+    assert "5/10 layer benchmarks" in cli_main._bar(running)
