@@ -81,7 +81,7 @@ def result(job: dict[str, Any]) -> str:
             t, c = b["min_time"], b["min_cost"]
             out.append(
                 f"{b['cnn']} on {b['machine']}: fastest at batch {t['batch_size']}{_on(t, spread)} "
-                f"({duration(t['total_seconds'])}, {money(t['cost_usd'])}); "
+                f"({duration(t['total_seconds'])}, {money(t['cost_usd'])}{_free(t)}); "
                 f"cheapest at batch {c['batch_size']}{_on(c, spread)} "
                 f"({duration(c['total_seconds'])}, {money(c['cost_usd'])})"
                 + fits
@@ -102,6 +102,12 @@ def result(job: dict[str, Any]) -> str:
         else:
             out.append(f"{machine_type}: {model['detail']}")
     return "\n".join(out)
+
+
+def _free(choice: dict[str, Any]) -> str:
+    """', 25% memory free' where the choice says its headroom."""
+    pct = choice.get("memory_headroom_pct")
+    return "" if pct is None else f", {pct:.0f}% memory free"
 
 
 def _input(point: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ from shared.measurements.environments import Row
 from worker import features, inputs, layouts, memory, predictor, reference, reference_store, schedules, step_cache
 from worker.points import best_of, blank, blanks, fill_many, significant
 
+GIB = 2**30
 ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPUs used × time (GPUs rarely draw full power)"
 GPU_NOTE = (
     "a point trains on gpus_used GPUs of the machine (nodes machines of it); cost_usd is their price for that time, "
@@ -98,7 +99,8 @@ def result(
             memory.annotate(points, work, info, request, peaks=memo.peaks)
             predictions.extend(points)
             largest = memory.max_batch_size(work, info, request, measured_oom=oom, largest=memo.largest)
-            best.append(best_of(cnn, machine_type, points, largest))
+            capacity = memory.capacity_bytes(info)
+            best.append(best_of(cnn, machine_type, points, largest, capacity / GIB if capacity else None))
             if (schedule := schedules.priced(cnn, machine_type, points, request)) is not None:
                 priced.append(schedule)
     out = {

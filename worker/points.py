@@ -23,6 +23,9 @@ _NO_TIMES = {f"{name}{suffix}": None for name in TIMES for suffix in ("", "_p10"
 _FILLED = tuple(f"{name}{suffix}" for name in TIMES[:4] for suffix in _SUFFIXES)
 _ENERGY = [f"energy_kwh{suffix}" for suffix in _SUFFIXES]
 _NO_ENERGY = dict.fromkeys(_ENERGY)
+# A best choice leaves this share of memory free where some usable point does: the memory model's held-out error is
+# 3.7-4.7% (docs/PERFORMANCE.md, Memory), and allocators fragment.
+MIN_HEADROOM_PCT = 10.0
 
 
 def blank(
@@ -116,11 +119,28 @@ def fill_many(points: list[dict[str, Any]], ms: np.ndarray, info: MachineTypeInf
             point.update(_NO_ENERGY)
 
 
-def best_of(cnn: str, machine_type: str, points: list[dict[str, Any]], max_batch_size: int | None) -> dict[str, Any]:
+def headroom_pct(point: dict[str, Any], capacity_gib: float | None) -> float | None:
+    """The share of one GPU's memory (or the machine's RAM) a point leaves free, in per cent; None if unknown."""
+    peak = point.get("peak_memory_gib")
+    if peak is None or not capacity_gib:
+        return None
+    return round(100 * (capacity_gib - peak) / capacity_gib, 1)
+
+
+def best_of(
+    cnn: str,
+    machine_type: str,
+    points: list[dict[str, Any]],
+    max_batch_size: int | None,
+    capacity_gib: float | None = None,
+) -> dict[str, Any]:
     """The fastest and the cheapest batch size (and GPU and node count) of one CNN on one machine type (None when no
-    point is usable)."""
+    point is usable), among those leaving MIN_HEADROOM_PCT of memory free where any does."""
     # A point that does not fit is never best; one whose fit is unknown may be.
     usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
+    # The memory model errs by a few per cent: a batch that just fits may not, so a choice keeps a margin if it can.
+    roomy = [p for p in usable if (h := headroom_pct(p, capacity_gib)) is None or h >= MIN_HEADROOM_PCT]
+    usable = roomy or usable
 
     def pick(key: Any) -> dict[str, Any] | None:
         if not usable:
@@ -133,6 +153,7 @@ def best_of(cnn: str, machine_type: str, points: list[dict[str, Any]], max_batch
             "total_seconds": p["total_seconds"],
             "cost_usd": p["cost_usd"],
             "source": p["source"],
+            "memory_headroom_pct": headroom_pct(p, capacity_gib),
         }
 
     return {

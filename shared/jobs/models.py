@@ -159,6 +159,11 @@ class Choice(BaseModel):
     total_seconds: float
     cost_usd: float
     source: Source
+    memory_headroom_pct: float | None = Field(
+        default=None,
+        description="the share of one GPU's memory (a CPU: RAM) left free at this batch; a choice keeps at least 10% "
+        "where some batch size does (the memory model errs by a few per cent)",
+    )
 
 
 class Best(BaseModel):

@@ -73,7 +73,8 @@ def test_best_batch_sizes_among_several_points() -> None:
     best = made.best_of("resnet18", "g5.xlarge", points, 48)
     assert best["cnn"] == "resnet18" and best["machine"] == "g5.xlarge" and best["max_batch_size"] == 48
     assert best["min_time"] == {
-        "batch_size": 32, "gpus": 1, "nodes": 1, "total_seconds": 150.0, "cost_usd": 0.28, "source": "x"
+        "batch_size": 32, "gpus": 1, "nodes": 1, "total_seconds": 150.0, "cost_usd": 0.28, "source": "x",
+        "memory_headroom_pct": None,
     }  # fmt: skip
     assert best["min_cost"]["batch_size"] == 4
 
@@ -106,3 +107,18 @@ def test_significant_digits_print_short_and_stay_close() -> None:
     edge = np.array([0.0, np.nan, 5e-324, 1.7e300])
     np.testing.assert_array_equal(made.significant(edge), edge)
     assert made.significant(np.array([0.12345678901234567, 923412.3456])).tolist() == [0.123457, 923412.0]
+
+
+def test_a_best_choice_leaves_memory_headroom_where_some_batch_does() -> None:
+    """On a 16 GiB GPU, batch 166 just fits (15.8 GiB) and is fastest: the choice is 128 (12 GiB, 25% free), with
+    its headroom said; when every batch is tight, the fastest of them is still chosen and its headroom shown."""
+
+    def at(bs: int, total: float, peak: float) -> dict[str, Any]:
+        return point(bs, total, total / 1000) | {"peak_memory_gib": peak}
+
+    points = [at(64, 120.0, 6.5), at(128, 100.0, 12.0), at(166, 95.0, 15.8)]
+    best = made.best_of("resnet50", "g4dn.xlarge", points, 166, 16.0)
+    assert best["min_time"]["batch_size"] == 128 and best["min_time"]["memory_headroom_pct"] == 25.0
+    assert best["max_batch_size"] == 166
+    tight = made.best_of("resnet50", "g4dn.xlarge", [at(160, 96.0, 15.0), at(166, 95.0, 15.8)], 166, 16.0)
+    assert tight["min_time"]["batch_size"] == 166 and tight["min_time"]["memory_headroom_pct"] == 1.2
