@@ -10,7 +10,18 @@ from typing import Any
 from celery import signals
 from celery.exceptions import Reject
 
-from gpu_agent import environment, input_bench, instance, layer_bench, lifecycle, op_bench, runner, step_bench, store
+from gpu_agent import (
+    allreduce_bench,
+    environment,
+    input_bench,
+    instance,
+    layer_bench,
+    lifecycle,
+    op_bench,
+    runner,
+    step_bench,
+    store,
+)
 from gpu_agent.runner import SignatureWork, TaskWork
 from gpu_agent.timing import Policy
 from gpu_agent.windows import Outcome
@@ -153,6 +164,49 @@ def _bench_input(machine_type: str) -> int:
         lifecycle.set_work(None)
     store.save_input_rate(rate=rate)
     return 1
+
+
+@app.task(name=tasks.BENCH_ALLREDUCE)
+def bench_allreduce(machine_type: str, cpu_processes: int = 0) -> int:
+    """Measure all-reduce across this host's GPUs (2, 4, 8 … of them) once per environment; GPU counts stored.
+
+    cpu_processes: on a host without two GPUs, gloo over that many CPU processes instead (stored as gloo, which the
+    worker never reads); 0: nothing to measure there.
+    """
+    _check_machine(machine_type)
+    return _retrying_outages(tasks.BENCH_ALLREDUCE, partial(_bench_allreduce, machine_type, cpu_processes))
+
+
+def _bench_allreduce(machine_type: str, cpu_processes: int) -> int:
+    env_id = environment.environment_id(str(environment.device()))
+    gpus = torch_gpus()
+    backend, counts = ("nccl", allreduce_bench.gpu_counts(gpus)) if gpus >= 2 else ("gloo", [cpu_processes])
+    if backend == "gloo" and cpu_processes < 2:
+        return 0
+    done = store.allreduce_counts_done(machine_type=machine_type, environment_id=env_id, backend=backend)
+    todo = [n for n in counts if n not in done]
+    for n in todo:
+        if lifecycle.stop_requested():
+            break
+        lifecycle.set_work({"task": tasks.BENCH_ALLREDUCE, "gpus": n, "since": datetime.now(UTC).isoformat()})
+        try:
+            timings = allreduce_bench.measure(world=n, backend=backend)
+        finally:
+            lifecycle.set_work(None)
+        rounds = {str(size): each for size, _, each in timings}
+        store.save_allreduce(
+            machine_type=machine_type, environment_id=env_id, backend=backend, gpus=n,
+            timings=[(size, ms) for size, ms, _ in timings],
+            stats={"rounds_ms": rounds, **allreduce_bench.environment_note()},
+        )  # fmt: skip
+    return len(todo)
+
+
+def torch_gpus() -> int:
+    """CUDA devices this agent may use (0 on a CPU host)."""
+    import torch
+
+    return torch.cuda.device_count() if environment.device().type == "cuda" else 0
 
 
 @app.task(name=tasks.MEASURE_STEPS)

@@ -5,7 +5,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpu_agent.windows import Outcome
-from shared.measurements import inputs, layers, ops, steps
+from shared.measurements import allreduce, inputs, layers, ops, steps
 from shared.training import TrainConfig
 
 METHOD = "interleaved-rounds"
@@ -172,3 +172,17 @@ def input_rate_stored(*, machine_type: str, environment_id: int) -> bool:
 def save_input_rate(*, rate: inputs.InputRate) -> None:
     """Store an input-pipeline measurement (once per machine type and environment)."""
     inputs.save(rate=rate)
+
+
+def allreduce_counts_done(*, machine_type: str, environment_id: int, backend: str) -> set[int]:
+    """GPU counts whose all-reduce is stored for this environment."""
+    return allreduce.gpu_counts_done(machine_type=machine_type, environment_id=environment_id, backend=backend)
+
+
+def save_allreduce(
+    *, machine_type: str, environment_id: int, backend: str, gpus: int, timings: list[tuple[int, float]],
+    stats: dict[str, Any],
+) -> None:  # fmt: skip
+    """Store one GPU count's all-reduce timings."""
+    allreduce.save(machine_type=machine_type, environment_id=environment_id, backend=backend, gpus=gpus,
+                   timings=timings, stats=stats)  # fmt: skip

@@ -16,8 +16,8 @@ from shared.jobs import JobStatus, Plan, Progress
 from shared.jobs.models import check_result
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
+from shared.measurements import allreduce, layers, ops
 from shared.measurements import inputs as input_rates
-from shared.measurements import layers, ops
 from worker import assemble, coverage, progress, withdrawal
 
 T = TypeVar("T")
@@ -103,6 +103,7 @@ def _plan_queued(job_id: uuid.UUID, request: JobRequest, *, owner: str | None = 
     _send(sent, sent_ops, request, job_id)
     if request.input is not None and request.input.decodes:
         _ask_input_rates(request)
+    _ask_allreduce(request, infos)
     log.info(
         "job %s planned: %d layer and %d op benchmark points sent to agents",
         job_id,
@@ -181,6 +182,21 @@ def _ask_input_rates(request: JobRequest) -> None:
     alive = {a["machine_type"] for a in coverage.listed_agents() if a["alive"]} if missing else set()
     for machine_type in sorted(missing & alive):
         tasks.send(tasks.BENCH_INPUT, queue=tasks.bench_queue(machine_type), machine_type=machine_type)
+
+
+def _ask_allreduce(request: JobRequest, infos: dict[str, MachineTypeInfo]) -> None:
+    """Ask the live agent of each multi-GPU type the job spreads over several GPUs to time all-reduce (issue 26).
+
+    Not waited for: until it is stored the job's all-reduce is modelled from data/interconnect.csv.
+    """
+    gpus = {m: infos[m].get("gpu_count") or 0 for m in request.machines if m in infos}
+    spread = [m for m, n in gpus.items() if n >= 2 and max(request.gpu_counts(n)) > 1]
+    if not spread:
+        return
+    measured = {m for m, _gpus in allreduce.largest(machine_types=spread)}
+    alive = {a["machine_type"] for a in coverage.listed_agents() if a["alive"]}
+    for machine_type in sorted((set(spread) - measured) & alive):
+        tasks.send(tasks.BENCH_ALLREDUCE, queue=tasks.bench_queue(machine_type), machine_type=machine_type)
 
 
 def _waits_on(request: JobRequest, infos: dict[str, MachineTypeInfo]) -> list[str]:

@@ -25,6 +25,7 @@ BENCH_LAYERS = "gpu_agent.bench_layers"
 MEASURE_STEPS = "gpu_agent.measure_steps"
 BENCH_OPS = "gpu_agent.bench_ops"
 BENCH_INPUT = "gpu_agent.bench_input"
+BENCH_ALLREDUCE = "gpu_agent.bench_allreduce"
 
 
 _MACHINE_NAME = re.compile(MACHINE_NAME.removeprefix("^").removesuffix("$"))

@@ -14,7 +14,7 @@ from tests.support.stack import ADMIN_RATE_PER_S, Stack, broker, http, running
 TRUNCATE = """
 TRUNCATE jobs, predictor_models, step_measurements, layer_benchmarks, op_benchmarks, cnn_ops, op_signatures,
          cnn_layers, conv_signatures, cnns, fleet_instances, fleet_targets, fleet_events,
-         reference_conv_times, input_rates CASCADE"""
+         reference_conv_times, input_rates, allreduce_timings CASCADE"""
 
 
 @pytest.fixture(scope="session", autouse=True)

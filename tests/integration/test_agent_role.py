@@ -20,6 +20,7 @@ from tests.support.agent_role import AGENT_LOGIN, agent_url
 GRANTED_TABLES = {
     "environments",
     "input_rates",
+    "allreduce_timings",
     "layer_benchmarks",
     "op_benchmarks",
     "step_measurements",

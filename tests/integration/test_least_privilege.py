@@ -194,7 +194,7 @@ def test_row_security_binds_every_role_but_the_owner() -> None:
         cur.execute(RLS_TABLES)
         rows = {r["relname"]: r["relforcerowsecurity"] for r in cur.fetchall()}
     tables = {"layer_benchmarks", "op_benchmarks", "step_measurements", "step_failures", "layer_failures", "agents"}
-    tables |= {"op_failures", "agent_logins", "input_rates"}
+    tables |= {"op_failures", "agent_logins", "input_rates", "allreduce_timings"}
     assert rows == dict.fromkeys(tables, False)
 
 

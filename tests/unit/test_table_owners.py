@@ -23,6 +23,7 @@ OWNERS = {
     "op_benchmarks": "shared.measurements.ops",
     "op_failures": "shared.measurements.ops",
     "input_rates": "shared.measurements.inputs",
+    "allreduce_timings": "shared.measurements.allreduce",
     "step_measurements": "shared.measurements.steps",
     "step_failures": "shared.measurements.steps",
     "environments": "shared.measurements.environments",
