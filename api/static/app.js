@@ -761,7 +761,11 @@
       xaxis: { title: { text: xTitle, font: { size: 13 } }, zeroline: false, gridcolor: "#e6e9ee", automargin: true },
       yaxis: { title: { text: yTitle, font: { size: 13 } }, zeroline: false, gridcolor: "#e6e9ee", automargin: true,
                rangemode: "tozero" },
-      showlegend: false,  // one HTML legend serves both plots (renderLegend)
+      // Each plot's own legend, beside it (issue 27): clicking an entry hides or shows that CNN × machine type in
+      // every plot (syncLegends).
+      showlegend: true,
+      legend: { x: 1.02, xanchor: "left", y: 1, yanchor: "top", font: { size: 11 }, tracegroupgap: 2,
+                bgcolor: "rgba(255,255,255,0.85)" },
       hovermode: "closest",
       hoverlabel: { font: { size: 13 }, align: "left" },
       paper_bgcolor: "#ffffff",
@@ -852,8 +856,7 @@
 
     const lineTraces = [];
     const pointTraces = [];
-    const legend = [];
-    const sources = new Set();
+    const sources = new Map();  // source → the machine types drawn from it
     const lows = [];
     const highs = [];
     for (const cnn of cnns) {
@@ -875,7 +878,9 @@
               const named = layouts.length > 1 ? { ...ctx, name: `${name} · ${layout}` } : ctx;
               lineTraces.push(...timeTraces(named, mine, source));
             }
-            sources.add(source || "benchmarked");
+            const key = source || "benchmarked";
+            if (!sources.has(key)) sources.set(key, new Set());
+            sources.get(key).add(machine);
           }
           for (const p of points) {
             lows.push((typeof p.total_seconds_p10 === "number" && banded ? p.total_seconds_p10 : p.total_seconds) / unit.seconds);
@@ -883,11 +888,13 @@
           }
         }
         const best = (result.best || []).find((b) => b.cnn === cnn && b.machine === machine);
-        if (best && best.min_time) pointTraces.push(costTrace(ctx, best, all));
-        if (points.length) legend.push({ name, cnn, machine, style: s, source: points[0].source });
+        if (best && best.min_time) pointTraces.push(costTrace(ctx, best, all, pointLabel(cnn, machine, cnns, machines)));
       }
     }
 
+    separateTwins(lineTraces, pointTraces);
+    // Labels on the cost plot's points while they stay readable; beyond that the legend names them.
+    if (pointTraces.length > 16) for (const t of pointTraces) t.mode = "markers";
     const hasPlots = lineTraces.length > 0;
     $("#plots-placeholder").hidden = hasPlots;
     $("#plots-placeholder").textContent = hasPlots ? "" : "Nothing to plot: see the notes above.";
@@ -916,16 +923,17 @@
         const top = extremes(costs)[1];
         Object.assign(left.yaxis, { rangemode: "normal", range: [-0.05 * top, 1.08 * top] });
       }
+      placeLabels(pointTraces, left);
       Plotly.react("plot-batch", lineTraces, right, PLOT_CONFIG);
       Plotly.react("plot-cost", pointTraces, left, PLOT_CONFIG);
     } else {
       Plotly.purge("plot-batch");
       Plotly.purge("plot-cost");
     }
-    const memory = hasPlots ? memoryTraces(cnns, machines, pairs, style) : [];
+    const memory = hasPlots ? memoryTraces(cnns, machines, pairs) : [];
     $("#plot-memory").hidden = memory.length === 0;
     if (memory.length) {
-      const layout = baseLayout("Peak memory vs mini-batch size (dotted: the device's memory)", "Mini-batch size (images)",
+      const layout = baseLayout("Peak memory vs mini-batch size (dotted: each GPU's memory)", "Mini-batch size (images)",
                                 "Predicted peak memory (GiB)");
       Object.assign(layout.xaxis, batchAxis([...new Set(predictions.map((p) => p.batch_size))].sort((a, b) => a - b)));
       const ys = memory.flatMap((t) => t.y);
@@ -935,8 +943,9 @@
       Plotly.purge("plot-memory");
     }
     renderGpus(hasPlots ? gpuTraces(cnns, machines, pairs, style, drawable, unit) : [], unit);
-    renderSourceKey(hasPlots ? sources : new Set(), result);
-    renderLegend(hasPlots ? legend : []);
+    renderSourceKey(hasPlots ? sources : new Map(), result);
+    state.hidden = new Set();  // a new result shows every line
+    syncLegends();
     renderBest(result, cnns, machines, pairs);
     renderMachines();
   }
@@ -1002,7 +1011,12 @@
     const mape = Object.values(result.models || {}).map((m) => m.whole_step_mape).find((v) => typeof v === "number");
     const entries = [];
     if (sources.has("benchmarked")) {
-      entries.push(["benchmarked", "benchmarked: from layer benchmarks measured on the GPU model"]);
+      // Where the measuring was done: a CPU machine type (local) on this machine's CPU, a GPU type on its GPU model.
+      const measured = [...sources.get("benchmarked")].map(machineSpec);
+      const cpu = measured.some((m) => m && !m.gpu);
+      const gpu = measured.some((m) => !m || m.gpu);
+      const where = [cpu ? "on this machine's CPU" : "", gpu ? "on the machine type's GPU model" : ""].filter(Boolean);
+      entries.push(["benchmarked", `benchmarked: from layer and step benchmarks measured ${where.join(" or ")}`]);
     }
     if (sources.has("reference")) {
       entries.push(["reference", "reference: learnt from public measurements of other GPUs"
@@ -1016,28 +1030,160 @@
     }));
   }
 
-  // One legend for both plots, under them: click an entry to hide or show that CNN × machine in both.
-  function renderLegend(entries) {
-    const box = $("#legend");
-    box.hidden = entries.length === 0;
-    box.replaceChildren(...entries.map((entry) => {
-      const button = el("button", { type: "button", class: "legend-item", "aria-pressed": "true",
-                                    "data-cnn": entry.cnn, "data-machine": entry.machine,
-                                    "data-source": entry.source || "", title: "Hide or show in every plot" });
-      button.append(swatch({ ...entry.style, source: entry.source }), el("span", { text: entry.name }));
-      button.addEventListener("click", () => {
-        const shown = button.getAttribute("aria-pressed") !== "true";
-        button.setAttribute("aria-pressed", String(shown));
-        for (const id of ["plot-batch", "plot-cost", "plot-memory", "plot-gpus"]) {
-          const indices = [];
-          document.getElementById(id).data.forEach((t, i) => {
-            if (t.meta && t.meta.cnn === entry.cnn && t.meta.machine === entry.machine) indices.push(i);
-          });
-          if (indices.length) Plotly.restyle(id, { visible: shown }, indices);
+  const PLOT_IDS = ["plot-batch", "plot-cost", "plot-memory", "plot-gpus"];
+
+  // Whether a trace shows, given the CNN × machine types hidden (state.hidden): a memory line serves several
+  // machine types and hides when all of them are hidden; a GPU's memory limit always shows.
+  function shownTrace(meta) {
+    if (!meta || !meta.cnn) return true;
+    const machines = meta.machines || (meta.machine ? [meta.machine] : []);
+    return !machines.length || machines.some((m) => !state.hidden.has(`${meta.cnn}\u0000${m}`));
+  }
+
+  // Each plot's legend hides or shows a CNN × machine type in every plot, not only its own.
+  function syncLegends() {
+    for (const id of PLOT_IDS) {
+      const plot = document.getElementById(id);
+      if (!plot || !plot.data || typeof plot.on !== "function") continue;
+      if (plot.removeAllListeners) plot.removeAllListeners("plotly_legendclick");
+      plot.on("plotly_legendclick", (event) => {
+        const meta = event.data[event.curveNumber] && event.data[event.curveNumber].meta;
+        if (!meta || !meta.cnn) return true;  // a GPU's memory line: plotly's own toggle
+        const machines = meta.machines || [meta.machine];
+        const keys = machines.map((m) => `${meta.cnn}\u0000${m}`);
+        const hide = shownTrace(meta);
+        for (const key of keys) hide ? state.hidden.add(key) : state.hidden.delete(key);
+        applyHidden();
+        return false;
+      });
+    }
+  }
+
+  function applyHidden() {
+    for (const id of PLOT_IDS) {
+      const plot = document.getElementById(id);
+      if (!plot || !plot.data) continue;
+      const indices = [];
+      const visible = [];
+      plot.data.forEach((t, i) => {
+        if (!t.meta || !t.meta.cnn) return;
+        const want = shownTrace(t.meta) ? true : "legendonly";
+        if ((t.visible === undefined ? true : t.visible) !== want) {
+          indices.push(i);
+          visible.push(want);
         }
       });
-      return button;
-    }));
+      if (indices.length) Plotly.restyle(id, { visible }, indices);
+    }
+  }
+
+  // Two machine types with equal predictions (the same GPU answered by the reference) would draw one line over the
+  // other: each later twin gets its own dash, smaller markers on the cost plot, and every twin names the others.
+  const TWIN_DASHES = ["dot", "dashdot", "longdashdot", "longdash"];
+
+  function separateTwins(lineTraces, pointTraces) {
+    const curve = (t) => `${t.x.join(",")}|${t.y.map((v) => Number(v).toPrecision(6)).join(",")}`;
+    const groups = new Map();
+    for (const t of lineTraces) {
+      if (t.meta.role !== "line") continue;
+      const key = curve(t);
+      if (!groups.has(key)) groups.set(key, []);
+      groups.get(key).push(t);
+    }
+    for (const twins of groups.values()) {
+      const machines = [...new Set(twins.map((t) => t.meta.machine))];
+      if (machines.length < 2) continue;
+      twins.forEach((t, k) => {
+        const others = twins.filter((o) => o !== t).map((o) => o.name);
+        t.meta.twins = others;
+        if (k > 0) t.line = { ...t.line, dash: TWIN_DASHES[(k - 1) % TWIN_DASHES.length], width: 3 };
+        t.text = t.text.map((text) => `${text}<br>same prediction as ${others.join(", ")}: the lines coincide`);
+      });
+      const cnns = [...new Set(twins.map((t) => t.meta.cnn))];
+      note(`${joinAnd(machines)} have equal predicted times for ${joinAnd(cnns)}: their lines coincide, drawn with `
+        + "different dashes.", "info", "");
+    }
+    const spots = new Map();
+    for (const t of pointTraces) {
+      const key = `${Number(t.x[0]).toPrecision(6)},${Number(t.y[0]).toPrecision(6)}`;
+      if (!spots.has(key)) spots.set(key, []);
+      spots.get(key).push(t);
+    }
+    for (const twins of spots.values()) {
+      if (twins.length < 2) continue;
+      twins.forEach((t, k) => {
+        // The first marker largest: each later one sits inside it, all visible.
+        t.marker = { ...t.marker, size: Math.max(5, 15 - 4 * k) };
+        t.customdata = [`${t.customdata[0]}<br>same point as ${twins.filter((o) => o !== t).map((o) => o.name).join(", ")}`];
+        t.text = [k === 0 ? twins.map((o) => o.text[0]).join(" = ") : ""];
+      });
+    }
+  }
+
+  // Where each cost point's label goes (above or below, left or right of it) so labels do not cover each other: the
+  // first place free of the labels placed before, estimated from the plot's size (plotly does not move text itself).
+  function placeLabels(points, layout) {
+    const labelled = points.filter((t) => t.mode.includes("text") && t.text[0]);
+    if (labelled.length < 2) return;
+    const box = document.getElementById("plot-cost");
+    const legendWidth = 40 + 6.5 * Math.max(...points.map((t) => t.name.length));
+    const width = Math.max(200, (box.clientWidth || 600) - 90 - legendWidth);
+    const height = Math.max(150, (box.clientHeight || 440) - 110);
+    const scale = (axis, values) => {
+      const log = axis.type === "log";
+      const f = (v) => (log ? Math.log10(Math.max(v, 1e-12)) : v);
+      const range = axis.range ? [axis.range[0], axis.range[1]] : (() => {
+        const [lo, hi] = extremes(values.map(f));
+        const pad = (hi - lo || 1) * 0.06;
+        return [axis.rangemode === "tozero" && !log ? Math.min(0, lo) : lo - pad, hi + pad];
+      })();
+      return (v) => (f(v) - range[0]) / (range[1] - range[0] || 1);
+    };
+    const sx = scale(layout.xaxis, points.map((t) => t.x[0]));
+    const sy = scale(layout.yaxis, points.map((t) => t.y[0]));
+    // The markers themselves are taken too.
+    const taken = points.map((t) => [sx(t.x[0]) * width - 6, sy(t.y[0]) * height - 6, sx(t.x[0]) * width + 6,
+                                     sy(t.y[0]) * height + 6]);
+    // How much of a label's box others cover: the place with the least wins, the first of equals.
+    const covered = (a) => taken.reduce((sum, b) => sum + Math.max(0, Math.min(a[2], b[2]) - Math.max(a[0], b[0]))
+      * Math.max(0, Math.min(a[3], b[3]) - Math.max(a[1], b[1])), 0);
+    for (const t of labelled.slice().sort((a, b) => a.x[0] - b.x[0])) {
+      const px = sx(t.x[0]) * width;
+      const py = sy(t.y[0]) * height;
+      const w = 6.5 * t.text[0].length;
+      const h = 14;
+      const right = px + w < width;
+      const candidates = [
+        [right ? "top right" : "top left", right ? px + 3 : px - 3 - w, py + 7],
+        [right ? "bottom right" : "bottom left", right ? px + 3 : px - 3 - w, py - 7 - h],
+        [right ? "top left" : "top right", right ? px - 3 - w : px + 3, py + 7],
+        [right ? "bottom left" : "bottom right", right ? px - 3 - w : px + 3, py - 7 - h],
+        ["top center", px - w / 2, py + 8],
+        ["bottom center", px - w / 2, py - 8 - h],
+      ];
+      // Inside the plot area (a label past its left edge is cut; past its right edge it runs into the legend).
+      const inside = candidates.filter(([, x, y]) => x >= -4 && x + w <= width + 4 && y >= -10 && y + h <= height + 10);
+      const options = inside.length ? inside : candidates;
+      let free = options[0];
+      let least = Infinity;
+      for (const option of options) {
+        const area = covered([option[1], option[2], option[1] + w, option[2] + h]);
+        if (area < least) [free, least] = [option, area];
+      }
+      t.textposition = free[0];
+      taken.push([free[1], free[2], free[1] + w, free[2] + h]);
+    }
+  }
+
+  function joinAnd(names) {
+    return names.length < 2 ? names.join("") : `${names.slice(0, -1).join(", ")} and ${names[names.length - 1]}`;
+  }
+
+  // A cost point's label: what tells it apart from the others.
+  function pointLabel(cnn, machine, cnns, machines) {
+    if (cnns.length === 1) return machine;
+    if (machines.length === 1) return cnn;
+    return `${cnn} · ${machine}`;
   }
 
   const DASH_ARRAYS = { solid: "", dash: "6 3" };
@@ -1173,44 +1319,94 @@
     return `<br>peak memory ${sig3(p.peak_memory_gib)} GiB${of}${fit}`;
   }
 
-  // Peak memory against batch size, one line per CNN × machine type (points that do not fit too: that is the
-  // question this plot answers), and each machine type's device memory as a dotted line in its colour.
-  function memoryTraces(cnns, machines, pairs, style) {
+  // What a machine type's memory line is called: its GPU model, or the RAM of a CPU machine type.
+  function deviceName(machine) {
+    const m = machineSpec(machine);
+    return m && m.gpu ? m.gpu : `${machine} RAM`;
+  }
+
+  // Peak memory against batch size, one line per CNN (issue 27): the memory model mostly answers the same for every
+  // machine type, so machine types whose curves are equal share a line, named by them when a CNN needs several.
+  // Each device memory is one dotted line labelled with the GPUs that have it (points that do not fit are drawn too:
+  // that is the question this plot answers).
+  function memoryTraces(cnns, machines, pairs) {
     const traces = [];
-    const limits = new Map();
-    for (const cnn of cnns) {
+    const limits = new Map();  // GiB (3 significant digits) → {gib, names: Set, machines: []}
+    cnns.forEach((cnn, ci) => {
+      const curves = new Map();  // the curve → its machine types and points
       for (const machine of machines) {
         const points = (pairs.get(`${cnn}\u0000${machine}`) || []).filter((p) => typeof p.peak_memory_gib === "number");
         if (!points.length) continue;
-        const s = style(cnn, machine);
-        const src = sourceStyle(points[0].source);
-        traces.push({
-          type: "scatter", mode: "lines+markers", name: `${cnn} · ${machine}`, legendgroup: `${cnn} · ${machine}`,
-          x: points.map((p) => p.batch_size), y: points.map((p) => p.peak_memory_gib),
-          line: { color: s.color, dash: src.dash, width: 2 },
-          marker: { symbol: markerSymbol(s.symbol, points[0].source), size: 6, color: s.color },
-          text: points.map((p) => `<b>${cnn}</b> on ${machineLine(machine)}<br>batch size ${p.batch_size}${memoryText(p, machine)}`),
-          hovertemplate: "%{text}<extra></extra>", meta: { cnn, machine, role: "memory" },
-        });
-        if (!limits.has(machine)) limits.set(machine, s.color);
+        const key = points.map((p) => `${p.batch_size}:${p.peak_memory_gib.toPrecision(6)}`).join(",");
+        if (!curves.has(key)) curves.set(key, { machines: [], points, byMachine: new Map() });
+        const curve = curves.get(key);
+        curve.machines.push(machine);
+        curve.byMachine.set(machine, new Map(points.map((p) => [p.batch_size, p])));
+        const gib = deviceMemoryGib(machine);
+        if (gib) {
+          const at = sig3(gib);
+          if (!limits.has(at)) limits.set(at, { gib, names: new Set(), machines: [] });
+          limits.get(at).names.add(deviceName(machine));
+          limits.get(at).machines.push(machine);
+        }
       }
+      const color = colour(ci, cnns.length);
+      const several = curves.size > 1;
+      [...curves.values()].forEach((curve, k) => {
+        const name = several ? `${cnn} · ${listed(curve.machines, 3)}` : cnn;
+        const source = curve.points[0].source;
+        const src = sourceStyle(source);
+        traces.push({
+          type: "scatter", mode: "lines+markers", name, legendgroup: name,
+          x: curve.points.map((p) => p.batch_size), y: curve.points.map((p) => p.peak_memory_gib),
+          line: { color, dash: src.dash, width: 2 },
+          marker: { symbol: markerSymbol(SYMBOLS[(several ? k : ci) % SYMBOLS.length], source), size: 6, color },
+          text: curve.points.map((p) => `<b>${cnn}</b> on ${listed(curve.machines, 4)}<br>batch size ${p.batch_size}`
+            + `<br>peak memory ${sig3(p.peak_memory_gib)} GiB${fitText(curve, p.batch_size)}`),
+          hovertemplate: "%{text}<extra></extra>", meta: { cnn, machines: curve.machines, role: "memory" },
+        });
+      });
+    });
+    // Two CNNs with equal peaks: the later line gets a dash of its own.
+    const seen = new Map();
+    for (const t of traces) {
+      const key = `${t.x.join(",")}|${t.y.map((v) => v.toPrecision(6)).join(",")}`;
+      const k = seen.get(key) || 0;
+      if (k > 0) t.line.dash = TWIN_DASHES[(k - 1) % TWIN_DASHES.length];
+      seen.set(key, k + 1);
     }
     const xs = traces.flatMap((t) => t.x);
     if (!xs.length) return traces;
     const [lo, hi] = extremes(xs);
-    for (const [machine, color] of limits) {
-      const gib = deviceMemoryGib(machine);
-      if (!gib) continue;
+    for (const { gib, names, machines: on } of [...limits.values()].sort((a, b) => a.gib - b.gib)) {
+      const label = `${[...names].join(", ")}: ${sig3(gib)} GiB`;
       traces.push({
-        type: "scatter", mode: "lines", name: `${machine} memory`, x: [lo, hi], y: [gib, gib], showlegend: false,
-        line: { color, dash: "dot", width: 1.5 }, hovertemplate: `${machine}: ${sig3(gib)} GiB per device<extra></extra>`,
-        meta: { machine, role: "limit" },
+        type: "scatter", mode: "lines+text", name: label, x: [lo, hi], y: [gib, gib], showlegend: false,
+        line: { color: "#6b7785", dash: "dot", width: 1.5 },
+        text: ["", label], textposition: "top left", textfont: { size: 11, color: "#4a5563" }, cliponaxis: false,
+        hovertemplate: `${label} per device (${listed(on, 4)})<extra></extra>`,
+        meta: { role: "limit", gpus: [...names], machines: on },
       });
     }
     return traces;
   }
 
-  function costTrace(ctx, best, all) {
+  // Per machine type of a shared memory line: whether the point fits its device.
+  function fitText(curve, batchSize) {
+    const fits = [];
+    const misfits = [];
+    for (const machine of curve.machines) {
+      const p = curve.byMachine.get(machine).get(batchSize);
+      const device = deviceMemoryGib(machine);
+      const where = device ? `${machine} (${deviceName(machine)}, ${sig3(device)} GiB)` : machine;
+      if (p && p.fits_in_memory === false) misfits.push(where);
+      else if (p && p.fits_in_memory === true) fits.push(where);
+    }
+    return (fits.length ? `<br>fits on ${listed(fits, 4)}` : "")
+      + (misfits.length ? `<br>does not fit on ${listed(misfits, 4)}` : "");
+  }
+
+  function costTrace(ctx, best, all, label) {
     const { name, cnn, machine, unit, s, models } = ctx;
     const t = best.min_time;
     const point = all.find((p) => p.batch_size === t.batch_size) || { ...t };
@@ -1223,10 +1419,12 @@
     if (from) text += `<br>${from}`;
     const open = sourceStyle(source).open;
     return {
-      type: "scatter", mode: "markers", name, x: [t.total_seconds / unit.seconds], y: [t.cost_usd],
+      type: "scatter", mode: "markers+text", name, legendgroup: name, x: [t.total_seconds / unit.seconds], y: [t.cost_usd],
       marker: { color: open ? "#ffffff" : s.color, symbol: s.symbol, size: 13,
                 line: { color: open ? s.color : "#ffffff", width: open ? 2.5 : 1.5 } },
-      text: [text], hovertemplate: "%{text}<extra></extra>",
+      // The label beside the point names it; the hover text says the rest.
+      text: [label || name], textposition: "top center", textfont: { size: 11, color: s.color }, cliponaxis: false,
+      customdata: [text], hovertemplate: "%{customdata}<extra></extra>",
       meta: { role: "point", cnn, machine, source: source || "benchmarked" },
     };
   }
@@ -1294,24 +1492,44 @@
     }
     const free = machines.filter((m) => { const s = machineSpec(m); return s && !s.price_usd_per_hour; });
     if (free.length) note(`${listed(free)} ${free.length > 1 ? "have" : "has"} no hourly price, so ${free.length > 1 ? "their" : "its"} cost is $0.`);
-    const fitted = machines.filter((m) => models[m] && models[m].status === "ok").map((m) => {
+    // In plain words (issue 27): what each fitted model learnt from; the model's kind is in the note's tooltip.
+    const fittedOn = machines.filter((m) => models[m] && models[m].status === "ok");
+    const fitted = fittedOn.map((m) => {
       const model = models[m];
-      const error = typeof model.loco_mape === "number" ? `, leave-one-CNN-out error ${sig3(model.loco_mape)}%` : "";
-      const inside = typeof model.interval_coverage === "number"
-        ? `, ${Math.round(model.interval_coverage * 100)}% of held-out steps inside P10–P90` : "";
-      const on = model.measured_on && model.measured_on !== m ? `, measured on ${model.measured_on}` : "";
-      return `${m} v${model.version} (${model.kind}${error}${inside}${on})`;
+      const figures = [typeof model.loco_mape === "number" ? `leave-one-CNN-out error ${sig3(model.loco_mape)}%` : "",
+                       typeof model.interval_coverage === "number"
+                         ? `${Math.round(model.interval_coverage * 100)}% of held-out steps inside P10–P90` : ""]
+        .filter(Boolean);
+      const pooled = (model.pooled_from || []).filter(Boolean);
+      let learnt = "its own measured steps";
+      if (model.measured_on && model.measured_on !== m) {
+        learnt = `the steps measured on ${model.measured_on} (the same ${machineSpec(m) && machineSpec(m).gpu ? "GPU" : "hardware"})`;
+      } else if (pooled.length > 1 || (pooled.length === 1 && pooled[0] !== m)) {
+        learnt = `measured steps of ${joinAnd(pooled.length > 6 ? [...pooled.slice(0, 6), `${pooled.length - 6} more`] : pooled)}`
+          + " (too few of its own)";
+      }
+      return `${m}: model v${model.version} fitted on ${learnt}${figures.length ? ` (${figures.join(", ")})` : ""}`;
     });
-    if (fitted.length) note(`Predictor model${fitted.length > 1 ? "s" : ""}: ${listed(fitted, 8)}.`);
+    if (fitted.length) {
+      const li = note(`Predictor model${fitted.length > 1 ? "s" : ""}: ${fitted.slice(0, 8).join("; ")}`
+        + `${fitted.length > 8 ? `; and ${fitted.length - 8} more` : ""}.`, "info", "model-note");
+      li.title = fittedOn.map((m) => `${m}: model kind ${models[m].kind}`).join("\n");
+    }
   }
 
   function renderBest(result, cnns, machines, pairs) {
     const models = result.models || {};
     const rows = (result.best || []).slice().sort((a, b) =>
       cnns.indexOf(a.cnn) - cnns.indexOf(b.cnn) || machines.indexOf(a.machine) - machines.indexOf(b.machine));
-    const head = el("tr", {}, ...["CNN", "Machine", "Fastest batch size", "Time", "Cost", "Energy",
-                                   "Cheapest batch size", "Time", "Cost", "Energy", "Largest batch that fits", "Source"]
-      .map((h, i) => el("th", { text: h, class: i >= 2 && i <= 10 ? "num" : "" })));
+    // On one machine type the cost is the time × the price: the fastest batch size is nearly always the cheapest
+    // too. Then one "best" group of columns (issue 27); both only where some row's two differ.
+    const same = (b) => !b.min_time || !b.min_cost || b.min_time.batch_size === b.min_cost.batch_size;
+    const one = rows.every(same);
+    const group = (title) => [title, "Time", "Cost", "Energy"];
+    const titles = ["CNN", "Machine",
+                    ...(one ? group("Best batch size (fastest and cheapest)") : [...group("Fastest batch size"), ...group("Cheapest batch size")]),
+                    "Largest batch that fits", "Source"];
+    const head = el("tr", {}, ...titles.map((h, i) => el("th", { text: h, class: i >= 2 && i < titles.length - 1 ? "num" : "" })));
     const energy = (v) => (typeof v === "number" ? `≤ ${sig3(v)} kWh` : "—");
     // Energy is the chosen point's (best entries carry time and cost only).
     const cells = (pick, points) => pick
@@ -1326,23 +1544,34 @@
       const point = (pick && points.find((p) => p.batch_size === pick.batch_size)) || {};
       const source = (pick && pick.source) || point.source || "";
       const text = source ? sourceText({ ...point, source }, b.machine, models) : "—";
+      let choice;
+      if (one) choice = cells(pick, points);
+      else if (b.min_time && b.min_cost && same(b)) {
+        choice = [...cells(b.min_time, points), el("td", { colspan: "4", class: "muted", text: "same as the fastest" })];
+      } else choice = [...cells(b.min_time, points), ...cells(b.min_cost, points)];
       return el("tr", { "data-cnn": b.cnn, "data-machine": b.machine, "data-source": source },
-                el("td", { text: b.cnn }), el("td", { text: b.machine }), ...cells(b.min_time, points), ...cells(b.min_cost, points),
+                el("td", { text: b.cnn }), el("td", { text: b.machine }), ...choice,
                 largest(b), el("td", { class: `source ${source}`, text }));
     });
     $("#best-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...body));
     $("#best").hidden = rows.length === 0;
   }
 
+  // The specs table: the chosen machine types first, the others behind a toggle (issue 27).
   function renderMachines() {
     const chosen = new Set(machinePicker.values());
     const head = el("tr", {}, ...["Machine type", "Provider", "GPU", "GPU memory (total)", "vCPUs", "RAM",
                                   "On demand per hour", "Spot per hour", "Prices read"]
       .map((h, i) => el("th", { text: h, class: i >= 3 && i <= 7 ? "num" : "" })));
     const num = (v, suffix = "") => el("td", { class: "num", text: v == null ? "—" : `${sig3(v)}${suffix}` });
-    const body = state.machines.map((m) => {
-      const readOn = m.figures_read_on || (m.price_read_at ? String(m.price_read_at).slice(0, 10) : "");
-      const priceNote = [m.price_source, readOn ? `read on ${readOn}` : ""].filter(Boolean).join(", ");
+    const row = (m) => {
+      const dated = m.figures_read_on || (m.price_read_at ? String(m.price_read_at).slice(0, 10) : "");
+      const spotOn = m.spot_price_read_at ? String(m.spot_price_read_at).slice(0, 10) : "";
+      let read = dated || "undated snapshot";
+      if (m.registered) read = "given by you";
+      else if (m.provider === "local" && !m.price_usd_per_hour) read = "no price (this machine)";
+      const priceNote = [m.price_source, dated ? `read on ${dated}` : m.registered ? "" : "the catalog gives no date",
+                         spotOn && spotOn !== dated ? `spot price read on ${spotOn}` : ""].filter(Boolean).join(", ");
       const provider = el("td", { text: providerName(m) });
       if (m.region) provider.append(el("small", { text: ` ${m.region}` }));
       return el("tr", { class: chosen.has(m.name) ? "chosen" : "", "data-machine": m.name, "data-provider": m.provider || "" },
@@ -1354,9 +1583,26 @@
         num(m.memory_gib, " GiB"),
         el("td", { class: "num", title: priceNote, text: m.price_usd_per_hour ? hourly(m.price_usd_per_hour) : "$0 (free)" }),
         el("td", { class: "num", title: priceNote, text: m.spot_price_usd_per_hour ? hourly(m.spot_price_usd_per_hour) : "—" }),
-        el("td", { class: "small", title: priceNote, text: readOn || (m.registered ? "given by you" : "—") }));
-    });
-    $("#machine-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...body));
+        el("td", { class: dated ? "small" : "small muted", "data-field": "prices_read", title: priceNote, text: read }));
+    };
+    // In the order they were chosen from the list (the catalog's), the rest in the catalog's order.
+    const mine = state.machines.filter((m) => chosen.has(m.name));
+    const others = state.machines.filter((m) => !chosen.has(m.name));
+    const first = mine.length ? mine.map(row)
+      : [el("tr", { class: "none" }, el("td", { colspan: "9", class: "muted", text: "No machine type chosen yet." }))];
+    const rest = el("tbody", { class: "others" }, ...others.map(row));
+    rest.hidden = !state.allMachines;
+    $("#machine-table").replaceChildren(el("thead", {}, head), el("tbody", { class: "chosen-types" }, ...first), rest);
+    const toggle = $("#machine-table-toggle");
+    toggle.hidden = others.length === 0;
+    toggle.setAttribute("aria-expanded", String(Boolean(state.allMachines)));
+    const what = mine.length ? `the other ${others.length} machine types` : `all ${others.length} machine types`;
+    toggle.textContent = state.allMachines ? `Hide ${what}` : `Show ${what}`;
+  }
+
+  function toggleMachines() {
+    state.allMachines = !state.allMachines;
+    renderMachines();
   }
 
   // ---- uploading a CNN ----------------------------------------------------------------------
@@ -1479,6 +1725,7 @@
     $("#cancel").addEventListener("click", cancel);
     $("#upload-form").addEventListener("submit", upload);
     $("#gpu-form").addEventListener("submit", addGpu);
+    $("#machine-table-toggle").addEventListener("click", toggleMachines);
     for (const radio of document.querySelectorAll('input[name="batch-mode"]')) radio.addEventListener("change", syncBatchMode);
     $("#optimizer").addEventListener("change", syncOptimizer);
     syncOptimizer();

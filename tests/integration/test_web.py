@@ -96,9 +96,9 @@ def hourly(usd: float) -> str:
 
 
 def hidden_cnns(page: Page) -> list[str]:
-    """The CNN of every trace hidden in either plot."""
+    """The CNN of every trace hidden in either plot (left in the legend, greyed, to show it again)."""
     traces = page.traces("plot-batch") + page.traces("plot-cost")
-    return [t["meta"]["cnn"] for t in traces if t.get("visible") is False]
+    return [t["meta"]["cnn"] for t in traces if t.get("visible") in (False, "legendonly")]
 
 
 def roles(traces: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
@@ -194,6 +194,8 @@ def test_machine_list_is_grouped_by_provider(page: Page) -> None:
 
     # The specs table: provider, GPU × count, both prices, and where the prices come from.
     multi = next(m for m in machine_types if (m["gpu_count"] or 0) > 1 and m["spot_price_usd_per_hour"])
+    if multi["name"] not in t4s:
+        page.find("#machine-table-toggle").click()  # the machine types not chosen are behind it
     row = page.find(f'#machine-table tr[data-machine="{multi["name"]}"]')
     cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
     assert cells[1].startswith(headings[multi["provider"]]) and cells[2] == f"{multi['gpu_count']}× {multi['gpu']}"
@@ -264,19 +266,23 @@ def test_search_draws_both_plots(calibrated: Stack, page: Page) -> None:
     assert sources == ["benchmarked"] * len(CNNS)
     assert not page.driver.find_elements(By.ID, "gpu-note")  # local has no GPUs, let alone several
 
-    # One legend for both plots: an entry per line; clicking one hides that CNN × machine in both plots.
-    entries = page.driver.find_elements(By.CSS_SELECTOR, "#legend .legend-item")
+    # Each plot has its own legend, an entry per line; clicking one hides that CNN × machine in every plot.
+    entries = page.driver.find_elements(By.CSS_SELECTOR, "#plot-batch .legend .traces")
     assert sorted(e.text for e in entries) == sorted(t["name"] for t in lines)
-    squeeze = page.find('#legend .legend-item[data-cnn="squeezenet1_1"]')
-    squeeze.click()
-    hidden = hidden_cnns(page)
-    assert hidden and set(hidden) == {"squeezenet1_1"} and squeeze.get_attribute("aria-pressed") == "false"
-    squeeze.click()
-    assert not hidden_cnns(page)
+    squeeze = next(e for e in entries if e.text.startswith("squeezenet1_1"))
+    squeeze.find_element(By.CSS_SELECTOR, ".legendtoggle").click()
+    hidden = wait_until(lambda: hidden_cnns(page), 10, "squeezenet1_1 to be hidden")
+    assert set(hidden) == {"squeezenet1_1"} and len(hidden) >= 2  # its line and its point
+    # Shown again from the cost plot's own legend.
+    cost_entry = next(
+        e for e in page.driver.find_elements(By.CSS_SELECTOR, "#plot-cost .legend .traces") if "squeezenet1_1" in e.text
+    )
+    cost_entry.find_element(By.CSS_SELECTOR, ".legendtoggle").click()
+    wait_until(lambda: not hidden_cnns(page), 10, "squeezenet1_1 to show again")
 
     machine_types = http.get(f"{page.url}/v1/machines").json()["machines"]
     rows = page.js("return [...document.querySelectorAll('#machine-table tbody tr')].map(r => r.dataset.machine)")
-    assert rows == [m["name"] for m in machine_types]
+    assert rows[0] == "local" and sorted(rows) == sorted(m["name"] for m in machine_types)
     assert page.find('#machine-table tr[data-machine="local"]').get_attribute("class") == "chosen"
     assert "no hourly price" in page.find("#notes").text  # local is free: its $0 is explained
 
@@ -435,16 +441,18 @@ def test_gpu_types_without_an_agent_get_reference_predictions(full_stack: Stack,
     lines = roles(page.traces("plot-batch"), "line")
     assert sorted(t["meta"]["machine"] for t in lines) == sorted(chosen)
     for line in lines:
-        assert line["meta"]["source"] == "reference" and line["line"]["dash"] == "dash", line["name"]
+        assert line["meta"]["source"] == "reference" and line["line"]["dash"] != "solid", line["name"]
         assert line["marker"]["symbol"].endswith("-open") and line["x"] == [8, 16, 32], line["name"]
+    # The two T4 types get the same reference times: the second's line has a dash of its own, so both stay visible.
+    t4s = {t["meta"]["machine"]: t for t in lines if t["meta"]["machine"] in ("g4dn.xlarge", gcp_t4["name"])}
+    if t4s["g4dn.xlarge"]["y"] == t4s[gcp_t4["name"]]["y"]:
+        assert t4s["g4dn.xlarge"]["line"]["dash"] != t4s[gcp_t4["name"]]["line"]["dash"]
     points = roles(page.traces("plot-cost"), "point")
     assert len(points) == 3 and all(t["marker"]["color"] == "#ffffff" for t in points)  # open markers
     assert page.js("return [...document.querySelectorAll('#source-key .key-item')].map(k => k.dataset.source)") == [
         "reference"
     ]
-    assert {
-        e.get_attribute("data-source") for e in page.driver.find_elements(By.CSS_SELECTOR, "#legend .legend-item")
-    } == {"reference"}
+    assert len(page.driver.find_elements(By.CSS_SELECTOR, "#plot-batch .legend .traces")) == len(chosen)
 
     # Hover the Google T4's line and the multi-GPU type's point.
     pct = next(p for p in result["predictions"] if p["machine"] == gcp_t4["name"])["reference_error_pct"]
@@ -686,21 +694,24 @@ def test_training_settings_memory_plot_and_largest_batch(page: Page) -> None:
     assert request["weight_decay"] == pytest.approx(0.01) and not request.get("momentum")  # AdamW's own default
     result = job["result"]
 
+    # One line per distinct curve of resnet50 (the machine types whose peaks are equal share one).
     memory = roles(page.traces("plot-memory"), "memory")
-    assert sorted(t["meta"]["machine"] for t in memory) == sorted(chosen)
+    assert sorted(m for t in memory for m in t["meta"]["machines"]) == sorted(chosen)
+    assert {t["meta"]["cnn"] for t in memory} == {"resnet50"}
     for trace in memory:
-        expected = [p for p in result["predictions"] if p["machine"] == trace["meta"]["machine"]]
-        assert trace["x"] == [p["batch_size"] for p in expected] == [32, 128, 512]
-        assert trace["y"] == pytest.approx([p["peak_memory_gib"] for p in expected], rel=1e-9)
-    limits = {t["meta"]["machine"]: t["y"][0] for t in roles(page.traces("plot-memory"), "limit")}
-    assert limits == pytest.approx(
-        {n: machine_types[n]["gpu_memory_gib"] / machine_types[n]["gpu_count"] for n in chosen}
-    )
-    t4 = next(i for i, t in enumerate(page.traces("plot-memory")) if t["meta"].get("machine") == "g4dn.xlarge")
+        for machine in trace["meta"]["machines"]:
+            expected = [p for p in result["predictions"] if p["machine"] == machine]
+            assert trace["x"] == [p["batch_size"] for p in expected] == [32, 128, 512]
+            assert trace["y"] == pytest.approx([p["peak_memory_gib"] for p in expected], rel=1e-9)
+    # Each GPU's memory, labelled with its name.
+    limits = {t["y"][0]: t["meta"]["gpus"] for t in roles(page.traces("plot-memory"), "limit")}
+    assert limits == {machine_types[n]["gpu_memory_gib"] / machine_types[n]["gpu_count"]: [machine_types[n]["gpu"]]
+                      for n in chosen}  # fmt: skip
+    t4 = next(i for i, t in enumerate(page.traces("plot-memory")) if "g4dn.xlarge" in (t["meta"].get("machines") or []))
     big = next(p for p in result["predictions"] if p["machine"] == "g4dn.xlarge" and p["batch_size"] == 512)
     label = page.hover("plot-memory", t4, 2)
     assert "batch size 512" in label and "peak memory" in label, label
-    assert ("does not fit" in label) == (big["fits_in_memory"] is False), (label, big)
+    assert ("does not fit on g4dn.xlarge" in label) == (big["fits_in_memory"] is False), (label, big)
 
     for best in result["best"]:
         row = page.find(f'#best-table tr[data-machine="{best["machine"]}"]')
@@ -799,3 +810,233 @@ def test_images_over_a_network_are_sent_and_an_input_bound_point_says_so(page: P
     assert page.find("#input-source").get_attribute("value") == "network_jpeg"
     assert page.find("#network-gbps").get_attribute("value") == "0.25"
     page.open()  # the other tests start from the default form
+
+
+# ---- issue 27: the page, read by a person --------------------------------------------------------------------
+
+
+def made_up(
+    cnns: list[str],
+    machines: list[str],
+    sizes: list[int],
+    *,
+    seconds: Any = None,
+    memory: Any = None,
+    source: str = "reference",
+    models: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A job result drawn by hand: seconds(cnn, machine, bs) and memory(cnn, machine, bs) give each point's numbers;
+    min_time and min_cost are the same point (one machine type: cost is time × price)."""
+    seconds = seconds or (lambda c, m, bs: 3600.0 * (2 + cnns.index(c)) * 64 / bs)
+    memory = memory or (lambda c, m, bs: 0.5 + (1 + cnns.index(c)) * bs / 8)
+    predictions = []
+    for cnn in cnns:
+        for machine in machines:
+            for bs in sizes:
+                s = seconds(cnn, machine, bs)
+                predictions.append({
+                    "cnn": cnn, "machine": machine, "batch_size": bs, "source": source, "fits_in_memory": True,
+                    "total_seconds": s, "iteration_seconds": s / 1000, "cost_usd": s / 3600,
+                    "cost_per_gpu_usd": s / 3600, "gpus_used": 1, "nodes": 1, "global_batch_size": bs,
+                    "peak_memory_gib": memory(cnn, machine, bs), "energy_kwh": s / 7200,
+                    "reference_error_pct": 9.5, "measured_on": [],
+                })  # fmt: skip
+    best = []
+    for cnn in cnns:
+        for machine in machines:
+            mine = [p for p in predictions if p["cnn"] == cnn and p["machine"] == machine]
+            fastest = min(mine, key=lambda p: p["total_seconds"])
+            pick = {k: fastest[k] for k in ("batch_size", "total_seconds", "cost_usd", "source")}
+            best.append({"cnn": cnn, "machine": machine, "min_time": pick, "min_cost": dict(pick),
+                         "max_batch_size": max(sizes)})  # fmt: skip
+    if models is None:
+        models = {m: {"status": "reference", "source": "reference", "kind": "reference", "version": 1,
+                      "whole_step_mape": 9.5, "detail": f"{m} has no benchmarks of its own yet: reference prediction"}
+                  for m in machines}  # fmt: skip
+    return {"predictions": predictions, "best": best, "models": models}
+
+
+def draw(page: Page, result: dict[str, Any], cnns: list[str], machines: list[str]) -> None:
+    """Render a result by hand, as the page does when a job ends."""
+    page.js("window.traincast.render(arguments[0], arguments[1])", result, {"cnns": cnns, "machines": machines})
+
+
+def test_each_plot_has_a_legend_beside_it(page: Page) -> None:
+    """Issue 27 (1): the cost plot, the batch plot and the memory plot each carry their own legend inside their box,
+    and the cost plot's points are labelled with their CNN and machine type."""
+    cnns, machines = ["resnet18", "resnet50"], ["g4dn.xlarge", "g5.xlarge"]
+    page.open()
+    faster = {"g4dn.xlarge": 1.0, "g5.xlarge": 0.6}
+    seconds = lambda c, m, bs: 3600.0 * (2 + cnns.index(c)) * faster[m] * 64 / bs  # noqa: E731
+    draw(page, made_up(cnns, machines, [8, 16, 32], seconds=seconds), cnns, machines)
+    for plot in ("plot-cost", "plot-batch", "plot-memory"):
+        assert page.layout(plot)["showlegend"] is True, plot
+        box = page.js(
+            "const p = document.getElementById(arguments[0]).getBoundingClientRect();"
+            "const l = document.querySelector(`#${arguments[0]} .legend`);"
+            "if (!l) return null; const r = l.getBoundingClientRect();"
+            "return {inside: r.left >= p.left - 1 && r.right <= p.right + 1 && r.top >= p.top - 1"
+            " && r.bottom <= p.bottom + 1, entries: [...l.querySelectorAll('.traces')].map(t => t.textContent)}",
+            plot,
+        )
+        assert box and box["inside"], (plot, box)
+        assert len(box["entries"]) >= (len(cnns) if plot == "plot-memory" else len(cnns) * len(machines)), box
+    points = roles(page.traces("plot-cost"), "point")
+    assert all("text" in t["mode"] for t in points)
+    labels = page.js("return [...document.querySelectorAll('#plot-cost .textpoint')].map(t => t.textContent)")
+    for cnn in cnns:
+        for machine in machines:
+            assert any(cnn in label and machine in label for label in labels), labels
+    # For a person to look at: the plots with their legends (.run/ is ignored by git).
+    bottom = page.js("return Math.ceil(document.getElementById('plot-memory').getBoundingClientRect().bottom)")
+    try:
+        page.viewport(LAPTOP[0], bottom + 20)
+        page.screenshot(ROOT / ".run" / "test-web-legends.png")
+    finally:
+        page.viewport(*LAPTOP)
+
+
+def test_lines_of_equal_predictions_stay_visible(page: Page) -> None:
+    """Issue 27 (2): p5.48xlarge and a3-highgpu-1g answered by reference with the same H100 give equal times: their
+    lines get different dashes, each hover names the other, and a note says the lines coincide."""
+    machines = ["p5.48xlarge", "a3-highgpu-1g"]
+    page.open()
+    draw(page, made_up(["resnet50"], machines, [32, 64, 128]), ["resnet50"], machines)
+    lines = {t["meta"]["machine"]: t for t in roles(page.traces("plot-batch"), "line")}
+    assert lines["p5.48xlarge"]["y"] == lines["a3-highgpu-1g"]["y"]
+    assert lines["p5.48xlarge"]["line"]["dash"] != lines["a3-highgpu-1g"]["line"]["dash"]
+    index = next(i for i, t in enumerate(page.traces("plot-batch")) if t["meta"].get("machine") == "a3-highgpu-1g"
+                 and t["meta"]["role"] == "line")  # fmt: skip
+    label = page.hover("plot-batch", index, 1)
+    assert "same" in label and "p5.48xlarge" in label, label
+    assert any(
+        "p5.48xlarge" in n and "a3-highgpu-1g" in n and "coincide" in n for n in page.find("#notes").text.splitlines()
+    ), page.find("#notes").text
+
+
+def test_memory_plot_draws_a_line_per_cnn_and_each_gpus_limit(page: Page) -> None:
+    """Issue 27 (3): peak memory does not depend on the machine type here: one line per CNN, not per CNN × machine;
+    each GPU's memory is its own dotted line labelled with the GPU's name (the T4s once, A10G and L4 at 24 GiB
+    together)."""
+    machine_types = http.get(f"{page.url}/v1/machines").json()["machines"]
+    gcp_t4 = next(m["name"] for m in machine_types if m["provider"] == "gcp" and m["gpu"] == "T4")
+    cnns, machines = ["resnet18", "resnet50"], ["g4dn.xlarge", gcp_t4, "g5.xlarge", "g6.xlarge"]
+    page.open()
+    draw(page, made_up(cnns, machines, [8, 16, 32]), cnns, machines)
+    memory = roles(page.traces("plot-memory"), "memory")
+    assert sorted(t["meta"]["cnn"] for t in memory) == cnns
+    limits = {t["y"][0]: t for t in roles(page.traces("plot-memory"), "limit")}
+    assert sorted(limits) == [16, 24]
+    assert "T4" in limits[16]["name"] and "A10G" in limits[24]["name"] and "L4" in limits[24]["name"]
+    drawn = page.js("return [...document.querySelectorAll('#plot-memory .textpoint')].map(t => t.textContent)")
+    assert any("T4" in t for t in drawn) and any("A10G" in t and "L4" in t for t in drawn), drawn
+    # A CNN whose memory differs by machine type keeps a line per distinct curve.
+    draw(page, made_up(["resnet18"], ["g4dn.xlarge", "g5.xlarge"], [8, 16],
+                       memory=lambda c, m, bs: bs / (8 if m == "g5.xlarge" else 4)), ["resnet18"],
+         ["g4dn.xlarge", "g5.xlarge"])  # fmt: skip
+    assert len(roles(page.traces("plot-memory"), "memory")) == 2
+
+
+def test_spec_table_lists_the_chosen_machine_types_first(page: Page) -> None:
+    """Issue 27 (4): the chosen machine types head the specs table; the others are behind a toggle."""
+    machine_types = http.get(f"{page.url}/v1/machines").json()["machines"]
+    page.open()
+    page.choose("machine-picker", "g5.xlarge")
+    page.choose("machine-picker", "local")
+    shown = (
+        "return [...document.querySelectorAll('#machine-table tbody tr')].filter(r => r.offsetParent)"
+        ".map(r => r.dataset.machine)"
+    )
+    assert page.js(shown) == ["local", "g5.xlarge"]
+    toggle = page.find("#machine-table-toggle")
+    assert str(len(machine_types) - 2) in toggle.text, toggle.text
+    toggle.click()
+    rows = page.js(shown)
+    assert rows[:2] == ["local", "g5.xlarge"] and sorted(rows) == sorted(m["name"] for m in machine_types)
+    toggle.click()
+    assert page.js(shown) == ["local", "g5.xlarge"]
+
+
+def test_pickers_are_tall_and_show_whole_prices(page: Page) -> None:
+    """Issue 27 (5): at 1366 and 1440 px wide each list shows more than six rows, has no horizontal scrollbar and
+    shows every machine type's whole price."""
+    page.open()
+    try:
+        for width in (1366, 1440):
+            page.viewport(width, LAPTOP[1])
+            for picker in ("cnn-picker", "machine-picker"):
+                fit = page.js(
+                    "const list = document.querySelector(`#${arguments[0]} .picker-options`);"
+                    "const row = list.querySelector('li[data-value]').getBoundingClientRect().height;"
+                    "const box = list.getBoundingClientRect(); const cut = [];"
+                    "for (const m of list.querySelectorAll('.meta, .name')) {"
+                    "  const r = m.getBoundingClientRect();"
+                    "  if (m.scrollWidth > m.clientWidth + 1 || r.right > box.right + 0.5) cut.push(m.textContent); }"
+                    "return {rows: list.clientHeight / row, scroll: list.scrollWidth - list.clientWidth, cut}",
+                    picker,
+                )
+                assert fit["rows"] > 6 and fit["scroll"] <= 0 and not fit["cut"], (width, picker, fit)
+    finally:
+        page.viewport(*LAPTOP)
+
+
+def test_prices_read_says_when_or_undated(page: Page) -> None:
+    """Issue 27 (6): every machine type's "Prices read" is the date its price was read, "undated snapshot" where the
+    catalog gives none, "given by you" for your own; never a bare dash."""
+    machine_types = http.get(f"{page.url}/v1/machines").json()["machines"]
+    page.open()
+    page.find("#machine-table-toggle").click()
+    cells = page.js(
+        "return Object.fromEntries([...document.querySelectorAll('#machine-table tbody tr[data-machine]')]"
+        ".map(r => [r.dataset.machine, r.querySelector('[data-field=\"prices_read\"]').textContent]))"
+    )
+    assert any(not (m["figures_read_on"] or m["price_read_at"]) for m in machine_types if m["provider"] == "aws")
+    for m in machine_types:
+        read = m["figures_read_on"] or (m["price_read_at"] or "")[:10]
+        if m["registered"]:
+            expected = "given by you"
+        elif m["provider"] == "local":
+            expected = "no price (this machine)"
+        else:
+            expected = read or "undated snapshot"
+        assert cells[m["name"]] == expected, (m["name"], cells[m["name"]], read)
+    page.find("#machine-table-toggle").click()
+
+
+def test_models_and_sources_in_plain_words(page: Page) -> None:
+    """Issue 27 (7): the notes say what a fitted model learnt from, not its kind's name; the key says a CPU
+    machine type was measured on this machine's CPU."""
+    models = {"local": {"status": "ok", "source": "benchmarked", "kind": "base_ratio_interval", "version": 3,
+                        "loco_mape": 12.3, "interval_coverage": 0.8, "pooled_from": ["local"]}}  # fmt: skip
+    page.open()
+    draw(page, made_up(["resnet18"], ["local"], [8, 16], source="benchmarked", models=models), ["resnet18"], ["local"])
+    notes = page.find("#notes").text
+    assert "local: model v3 fitted on its own measured steps" in notes and "base_ratio_interval" not in notes, notes
+    key = page.find("#source-key").text
+    assert "this machine's CPU" in key and "GPU" not in key, key
+    models["g4dn.xlarge"] = {**models["local"], "pooled_from": ["g4dn.xlarge", "local"]}
+    machines = ["local", "g4dn.xlarge"]
+    draw(page, made_up(["resnet18"], machines, [8, 16], source="benchmarked", models=models), ["resnet18"], machines)
+    notes = page.find("#notes").text
+    assert "g4dn.xlarge: model v3 fitted on measured steps of g4dn.xlarge and local" in notes, notes
+    key = page.find("#source-key").text
+    assert "this machine's CPU" in key and "GPU" in key, key
+
+
+def test_one_best_column_when_fastest_is_cheapest(page: Page) -> None:
+    """Issue 27 (8): on one machine type the fastest batch size is the cheapest: one "best" column group, not two
+    equal ones; where they differ, both, with "same" where a row's two agree."""
+    cnns, machines = ["resnet18"], ["g4dn.xlarge", "g5.xlarge"]
+    result = made_up(cnns, machines, [8, 16, 32])
+    page.open()
+    draw(page, result, cnns, machines)
+    heads = page.js("return [...document.querySelectorAll('#best-table thead th')].map(h => h.textContent)")
+    assert any(h.startswith("Best batch size") for h in heads) and not any("Cheapest" in h for h in heads), heads
+    assert heads[-1] == "Source" and "Largest batch that fits" in heads
+    # Two layouts of one machine type: the cheapest is not the fastest there.
+    cheap = next(b for b in result["best"] if b["machine"] == "g5.xlarge")
+    cheap["min_cost"] = {**cheap["min_cost"], "batch_size": 8, "cost_usd": 0.01}
+    draw(page, result, cnns, machines)
+    heads = page.js("return [...document.querySelectorAll('#best-table thead th')].map(h => h.textContent)")
+    assert any(h.startswith("Fastest") for h in heads) and any(h.startswith("Cheapest") for h in heads), heads
+    assert "same as the fastest" in page.find('#best-table tr[data-machine="g4dn.xlarge"]').text

@@ -145,6 +145,14 @@ class Page:
         )
         return str(wait_until(lambda: self.js(script, plot), 10, f"the hover label in {plot}"))
 
+    def viewport(self, width: int, height: int) -> None:
+        """Resize the page's viewport (CSS pixels), as a window of that size would be."""
+        self.driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
+        wait_until(lambda: self.js("return innerWidth") == width, 10, f"the viewport to be {width} px wide")
+
     def screenshot(self, path: Path) -> None:
         """Save the viewport as a PNG."""
         path.parent.mkdir(parents=True, exist_ok=True)

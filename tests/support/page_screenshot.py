@@ -98,8 +98,10 @@ def main() -> int:
                 state = page.search(timeout=3600)
                 if state != "done":
                     raise SystemExit(f"the page shows an error: {page.find('#error').text}")
-                # A laptop's width, and tall enough to show the plots down to their key and legend (a short scroll).
-                bottom = page.js("return Math.ceil(document.getElementById('legend').getBoundingClientRect().bottom)")
+                # A laptop's width, and tall enough to show the plots down to the memory plot (a short scroll).
+                bottom = page.js(
+                    "return Math.ceil(document.getElementById('plot-memory').getBoundingClientRect().bottom)"
+                )
                 page.driver.execute_cdp_cmd(
                     "Emulation.setDeviceMetricsOverride",
                     {
