@@ -70,6 +70,18 @@ def page(full_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         driver.quit()
 
 
+def own_modules() -> set[str]:
+    """The page's ES modules in api/static/, each checked against what its imports name."""
+    names = {p.name for p in web.STATIC.glob("*.js")}
+    for name in names:
+        source = (web.STATIC / name).read_text(encoding="utf-8")
+        imported = set(re.findall(r'^import \{[^}]*\} from "\./([\w.-]+\.js)";$', source, re.M))
+        assert imported <= names, f"{name} imports {sorted(imported - names)}, not in api/static/"
+        # No module over about 400 lines (issue 27): one concern each.
+        assert source.count("\n") <= 400, f"{name} has {source.count(chr(10))} lines"
+    return names
+
+
 def job_of(page: Page) -> dict[str, Any]:
     """The job the page followed, as the API returns it."""
     job_id = page.js("return window.traincast.state.jobId")
@@ -115,8 +127,12 @@ def test_page_and_its_files_need_no_other_host(full_stack: Stack) -> None:
     assert not re.search(r"https?://", r.text)
     for link in (u for u in links if u.startswith("static/")):
         assert http.get(f"{full_stack.url}/{link}").status_code == 200, link
-    for own in ("static/app.js", "static/app.css"):
+    # The page's own files: its stylesheet and every ES module app.js imports, directly or not (no bundler).
+    assert 'type="module" src="static/app.js"' in r.text
+    assert own_modules() >= {"app.js", "util.js", "state.js", "api.js", "form.js", "jobs.js", "plots.js", "tables.js"}
+    for own in ["static/app.css", *(f"static/{name}" for name in sorted(own_modules()))]:
         first = http.get(f"{full_stack.url}/{own}")
+        assert first.status_code == 200, own
         assert not re.search(r"https?://", first.text), own
         # Revalidated on every load (a deploy shows at once), answered 304 while unchanged.
         assert first.headers["cache-control"] == "no-cache"
@@ -142,6 +158,9 @@ def test_page_loads_offline(page: Page) -> None:
     fetched = page.js("return performance.getEntriesByType('resource').map(e => e.name)")
     assert any("plotly" in u for u in fetched)
     assert all(u.startswith(page.url + "/") for u in fetched), fetched
+    # Every module in api/static/ is part of the page: app.js imports each of them, directly or not.
+    loaded = {u.rsplit("/", 1)[1] for u in fetched if u.startswith(f"{page.url}/static/") and u.endswith(".js")}
+    assert own_modules() <= loaded, sorted(own_modules() - loaded)
     # The lists came from the API: every built-in and registered CNN, every machine type.
     cnns = http.get(f"{page.url}/v1/cnns").json()["cnns"]
     machine_types = http.get(f"{page.url}/v1/machines").json()["machines"]

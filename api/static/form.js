@@ -1,0 +1,138 @@
+// The request form: reading it into a job request, and filling it from one (a page opened with ?job=<id>).
+
+import { $ } from "./util.js";
+import { cnnPicker, machinePicker } from "./pickers.js";
+
+export class FormError extends Error {}
+
+function whole(id, label) {
+  const text = $(`#${id}`).value.trim();
+  if (!/^\d+$/.test(text)) throw new FormError(`${label} must be a whole number (got "${text}")`);
+  return Number(text);
+}
+
+function batchSizes() {
+  if ($('input[name="batch-mode"]:checked').value === "range") {
+    return { min: whole("batch-min", "The smallest batch size"), max: whole("batch-max", "The largest batch size"),
+             step: whole("batch-step", "The batch size step") };
+  }
+  const parts = $("#batch-list").value.split(/[\s,;]+/).filter(Boolean);
+  if (!parts.length) throw new FormError("write at least one batch size, like 8,16,32");
+  if (!parts.every((p) => /^\d+$/.test(p))) {
+    throw new FormError(`batch sizes must be whole numbers separated by commas, like 8,16,32 (got "${$("#batch-list").value}")`);
+  }
+  return parts.map(Number);
+}
+
+export function jobRequest() {
+  const cnns = cnnPicker.values();
+  const machines = machinePicker.values();
+  if (!cnns.length) throw new FormError("choose at least one CNN");
+  if (!machines.length) throw new FormError("choose at least one machine type");
+  return {
+    cnns, machines,
+    batch_sizes: batchSizes(),
+    epochs: whole("epochs", "Epochs"),
+    dataset_size: whole("dataset-size", "The dataset size"),
+    image_size: whole("image-size", "The image size"),
+    ...trainingSettings(),
+    ...layoutSettings(),
+    ...inputSettings(),
+    // Unticked (the default): GPU types with no benchmarks of their own are answered at once by the reference.
+    wait_for_benchmarks: $("#wait-benchmarks").checked,
+  };
+}
+
+// GPUs per machine (empty: all of each machine type's) and machines, each a count or counts to compare.
+function layoutSettings() {
+  const out = {};
+  for (const [id, key, label] of [["gpus", "gpus", "GPUs per machine"], ["nodes", "nodes", "Machines"]]) {
+    const text = $(`#${id}`).value.trim();
+    if (text === "") continue;
+    const parts = text.split(/[\s,;]+/).filter(Boolean);
+    if (!parts.every((p) => /^\d+$/.test(p))) {
+      throw new FormError(`${label} must be whole numbers separated by commas, like 1,2,4,8 (got "${text}")`);
+    }
+    out[key] = parts.length === 1 ? Number(parts[0]) : parts.map(Number);
+  }
+  return out;
+}
+
+// How images arrive (issue 26): omitted for images in memory, as before.
+function inputSettings() {
+  const source = $("#input-source").value;
+  const gbps = $("#network-gbps").value.trim();
+  const workers = $("#dataloader-workers").value.trim();
+  if (source === "memory" && gbps === "" && workers === "") return {};
+  const spec = { source };
+  if (gbps !== "") spec.network_gbps = decimal("network-gbps", "Network Gbit/s");
+  if (workers !== "") {
+    if (!/^\d+$/.test(workers)) throw new FormError(`Loader workers per GPU must be a whole number (got "${workers}")`);
+    spec.dataloader_workers = Number(workers);
+  }
+  return { input: spec };
+}
+
+function decimal(id, label) {
+  const text = $(`#${id}`).value.trim();
+  const value = Number(text);
+  if (text === "" || !Number.isFinite(value) || value < 0) throw new FormError(`${label} must be a number ≥ 0 (got "${text}")`);
+  return value;
+}
+
+// How the CNN is trained: optimizer (momentum is SGD's only), precision and memory layout.
+function trainingSettings() {
+  const optimizer = $("#optimizer").value;
+  const settings = { optimizer, precision: $("#precision").value, channels_last: $("#channels-last").checked };
+  // Empty weight decay: the optimizer's PyTorch default, which the API fills in and echoes.
+  if ($("#weight-decay").value.trim() !== "") settings.weight_decay = decimal("weight-decay", "Weight decay");
+  if (optimizer === "sgd") settings.momentum = decimal("momentum", "Momentum");
+  return settings;
+}
+
+export function syncOptimizer() {
+  const sgd = $("#optimizer").value === "sgd";
+  $("#momentum").disabled = !sgd;
+  $("#momentum").title = sgd ? "torch.optim.SGD's momentum; 0 is PyTorch's default" : "momentum is SGD's; Adam and AdamW have their own betas";
+}
+
+// Put a job's request back into the form (a page opened with ?job=<id>).
+export function fillForm(request) {
+  cnnPicker.set(request.cnns || []);
+  machinePicker.set(request.machines || []);
+  for (const [id, key] of [["epochs", "epochs"], ["dataset-size", "dataset_size"], ["image-size", "image_size"]]) {
+    if (request[key] != null) $(`#${id}`).value = request[key];
+  }
+  if (request.optimizer) $("#optimizer").value = request.optimizer;
+  $("#momentum").value = request.momentum ?? 0;
+  $("#weight-decay").value = request.weight_decay ?? "";
+  if (request.precision) $("#precision").value = request.precision;
+  $("#channels-last").checked = Boolean(request.channels_last);
+  syncOptimizer();
+  $("#wait-benchmarks").checked = Boolean(request.wait_for_benchmarks);
+  const spec = request.input || {};
+  $("#input-source").value = spec.source || "memory";
+  $("#network-gbps").value = spec.network_gbps ?? "";
+  $("#dataloader-workers").value = spec.dataloader_workers ?? "";
+  for (const key of ["gpus", "nodes"]) {
+    const value = request[key];
+    $(`#${key}`).value = value == null ? (key === "nodes" ? "1" : "") : [].concat(value).join(",");
+  }
+  const sizes = request.batch_sizes;
+  const range = sizes && !Array.isArray(sizes);
+  $(`input[name="batch-mode"][value="${range ? "range" : "list"}"]`).checked = true;
+  if (range) {
+    $("#batch-min").value = sizes.min;
+    $("#batch-max").value = sizes.max;
+    $("#batch-step").value = sizes.step || 1;
+  } else if (sizes) {
+    $("#batch-list").value = sizes.join(",");
+  }
+  syncBatchMode();
+}
+
+export function syncBatchMode() {
+  const range = $('input[name="batch-mode"]:checked').value === "range";
+  $("#batch-list").hidden = range;
+  $("#batch-range").hidden = !range;
+}
