@@ -11,14 +11,15 @@ makes a step max(upstream / e, downstream).
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from shared.jobs.models import PointDict
 from shared.jobs.request import InputSpec, JobRequest
 from shared.machine_types import MachineTypeInfo
 from shared.measurements.inputs import PIPELINE, InputRate
-from worker.points import fill_many
+from worker.points import fill_many, iteration_ms
 
 AUGMENT_PX = 224  # the crop the agent's augmentation produced; other sizes scale its share by pixels
 MAX_ECHO = 64
@@ -85,16 +86,16 @@ def _vcpus(info: MachineTypeInfo, src: Sourced) -> int | None:
     return src.rate.host_cpus if src.source == "measured" and src.rate else None
 
 
-def apply(points: list[dict[str, Any]], *, info: MachineTypeInfo, request: JobRequest, src: Sourced) -> None:
+def apply(points: list[PointDict], *, info: MachineTypeInfo, request: JobRequest, src: Sourced) -> None:
     """Set each timed GPU point's input figures; the step becomes max(input, GPU step), its times and cost again."""
     spec = request.input
     if spec is None or not spec.decodes:
         return
     vcpus, timed, rows = _vcpus(info, src), [], []
     for point in points:
-        point.update(input_ms=None, input_bound=None, input_bound_ratio=None, dataloader_workers=None,
-                     echo_factor=None, echo_factor_before_augmentation=None, echo_speedup=None,
-                     echo_total_seconds=None)  # fmt: skip
+        point.update({"input_ms": None, "input_bound": None, "input_bound_ratio": None, "dataloader_workers": None,
+                      "echo_factor": None, "echo_factor_before_augmentation": None, "echo_speedup": None,
+                      "echo_total_seconds": None})  # fmt: skip
         gpus = point["gpus_used"]
         if not gpus or point["iteration_seconds"] is None or src.rate is None or src.per_cpu is None or not vcpus:
             continue  # a CPU trains on the cores that decode: not modelled
@@ -105,7 +106,7 @@ def apply(points: list[dict[str, Any]], *, info: MachineTypeInfo, request: JobRe
         cpu_ms = images * (decode + augment) / busy
         read_ms = images * spec.jpeg_kb * 8e3 / (spec.network_gbps * 1e9) * 1e3 if spec.network_gbps else 0.0
         upstream = max(cpu_ms, read_ms)
-        ms = [point[f"iteration_seconds{s}"] * 1000 for s in ("_p10", "", "_p90")]
+        ms = iteration_ms(point)
         down = ms[1]
         point["input_ms"] = round(upstream, 3)
         point["dataloader_workers"] = workers
@@ -122,8 +123,8 @@ def apply(points: list[dict[str, Any]], *, info: MachineTypeInfo, request: JobRe
     if timed:
         fill_many(timed, np.array(rows, dtype=float), info, request)
         for point in timed:
-            if point["echo_speedup"]:
-                point["echo_total_seconds"] = round(point["total_seconds"] / point["echo_speedup"], 6)
+            if speedup := point["echo_speedup"]:
+                point["echo_total_seconds"] = round(cast(float, point["total_seconds"]) / speedup, 6)
 
 
 def _per_image_ms(src: Sourced, image_size: int) -> tuple[float, float]:

@@ -5,15 +5,15 @@ the gradient all-reduce that backward does not hide (worker/parallel.py, from th
 data/interconnect.csv), and its times, cost and energy are worked out again for the global batch.
 """
 
-from typing import Any
-
 import numpy as np
 
 from shared import interconnect
+from shared.jobs.models import PointDict
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
+from shared.measurements.allreduce import Measured
 from worker import parallel
-from worker.points import fill_many
+from worker.points import fill_many, iteration_ms
 
 # Backward is about two thirds of a step's compute (twice the forward's work: gradients of inputs and weights); DDP
 # overlaps the all-reduce of each gradient bucket with the backward still to come.
@@ -28,15 +28,21 @@ PCIE_DEFAULT = interconnect.Links(
 NOTE = (
     "batch_size is per GPU; a point trains on gpus_used GPUs of each of `nodes` machines (data parallel, as PyTorch "
     "DDP): its step is the one-GPU step at that batch plus the exposed part of the gradient all-reduce "
-    "(exposed_allreduce_ms, modelled from the machine type's links, data/interconnect.csv); cost_usd is every "
+    "(exposed_allreduce_ms, modelled from the machine type's links, data/interconnect.csv, with the bus bandwidth its "
+    "agent measured within the machine where allreduce_source is 'measured'); cost_usd is every "
     "node's price for that time"
 )
 
 
 def spread(
-    points: list[dict[str, Any]], *, machine_type: str, info: MachineTypeInfo, request: JobRequest, parameters: float
-) -> list[dict[str, Any]]:
-    """The points for every (GPUs, nodes) layout the request asks of this machine type, one-GPU ones first."""
+    points: list[PointDict], *, machine_type: str, info: MachineTypeInfo, request: JobRequest, parameters: float,
+    measured: dict[int, Measured] | None = None,
+) -> list[PointDict]:  # fmt: skip
+    """The points for every (GPUs, nodes) layout the request asks of this machine type, one-GPU ones first.
+
+    measured: GPU count → the all-reduce this type's agent timed over that many GPUs; its bus bandwidth replaces the
+    catalog's within the machine.
+    """
     machine_gpus = info.get("gpu_count") or 0
     layouts = [(g, n) for g in request.gpu_counts(machine_gpus) for n in request.node_counts()]
     if not machine_gpus or layouts == [(1, 1)]:
@@ -45,18 +51,21 @@ def spread(
             point["scaling_efficiency"] = 1.0 if point["iteration_seconds"] else None
         return points
     links = interconnect.links_for(machine_type) or PCIE_DEFAULT
-    out: list[dict[str, Any]] = []
+    out: list[PointDict] = []
     for gpus, nodes in layouts:
-        copies = [{**p, "layer_environments": list(p["layer_environments"]), "measured_on": list(p["measured_on"])}
-                  for p in points]  # fmt: skip
+        timing = (measured or {}).get(gpus)
+        links_here = parallel.with_measured(links, timing)
+        copies = [_copy(p) for p in points]
         for point in copies:
             point["gpus_used"], point["nodes"] = gpus, nodes
             point["global_batch_size"] = point["batch_size"] * gpus * nodes
+            if gpus * nodes > 1:
+                point["allreduce_source"] = "measured" if timing is not None else "modelled"
         timed = [p for p in copies if p["iteration_seconds"] is not None]
         if timed:
-            compute = np.array([[p[f"iteration_seconds{s}"] for s in ("_p10", "", "_p90")] for p in timed]) * 1000
+            compute = np.array([iteration_ms(p) for p in timed])
             total, exposed = parallel.exposed_many(
-                compute[:, 1], backward_fraction=BACKWARD_FRACTION, gpus_per_node=gpus, nodes=nodes, links=links,
+                compute[:, 1], backward_fraction=BACKWARD_FRACTION, gpus_per_node=gpus, nodes=nodes, links=links_here,
                 gradient_bytes=parameters * GRADIENT_BYTES_PER_PARAMETER,
             )  # fmt: skip
             for point, late, median in zip(timed, exposed.tolist(), compute[:, 1].tolist(), strict=True):
@@ -66,3 +75,10 @@ def spread(
             fill_many(timed, compute + exposed[:, None], info, request)
         out.extend(copies)
     return out
+
+
+def _copy(point: PointDict) -> PointDict:
+    """A point for another layout: its own lists."""
+    copy = point.copy()
+    copy["layer_environments"], copy["measured_on"] = list(point["layer_environments"]), list(point["measured_on"])
+    return copy

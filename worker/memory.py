@@ -14,6 +14,7 @@ from typing import Any
 
 from shared.cnn import memory
 from shared.core.settings import get_settings
+from shared.jobs.models import PointDict
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
 
@@ -79,7 +80,7 @@ def host_ram_bytes() -> float | None:
 
 
 def annotate(
-    points: list[dict[str, Any]],
+    points: list[PointDict],
     work: dict[str, Any],
     info: MachineTypeInfo,
     request: JobRequest,

@@ -23,12 +23,13 @@ communication slowing the compute it overlaps, stragglers and input pipelines th
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
 
 from shared.interconnect import Links, links_for
+from shared.measurements.allreduce import Measured
 
 __all__ = [
     "Links",
@@ -39,6 +40,7 @@ __all__ = [
     "bus_bandwidth",
     "data_parallel_step",
     "links_for",
+    "with_measured",
 ]
 
 
@@ -191,3 +193,14 @@ def exposed_many(
         # One communication stream: a bucket starts once it is ready and the one before it is done.
         done = np.maximum(backward * produced / gradient_bytes, done) + cost
     return float(sum(costs)), np.maximum(0.0, done - backward)
+
+
+def with_measured(links: Links, measured: Measured | None) -> Links:
+    """The links with the bus bandwidth an agent measured within the machine in place of the catalog's (issue 26)."""
+    if measured is None:
+        return links
+    source = (
+        f"measured: all-reduce of {measured.bytes / 2**20:.0f} MiB over {measured.gpus} GPUs in {measured.ms:.3g} ms "
+        f"(environment {measured.environment_id}), {measured.bus_gbs:.1f} GB/s bus bandwidth"
+    )
+    return replace(links, intra_gbs=measured.bus_gbs, source=source)

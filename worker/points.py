@@ -4,10 +4,11 @@ Times, costs, energies and conv_ms are given to SIGNIFICANT_DIGITS significant d
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from shared.jobs.models import PointDict
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
 
@@ -16,7 +17,7 @@ TIMES = ("iteration_seconds", "epoch_seconds", "total_seconds", "cost_usd", "ene
 # the 17 digits of a double made a large result ~20% longer to send and to read.
 SIGNIFICANT_DIGITS = 6
 # (batch size, fits in memory, conv_ms) → a point without times.
-Maker = Callable[[int, bool | None, float | None], dict[str, Any]]
+Maker = Callable[[int, bool | None, float | None], PointDict]
 _SUFFIXES = ("_p10", "", "_p90")
 _NO_TIMES = {f"{name}{suffix}": None for name in TIMES for suffix in ("", "_p10", "_p90")}
 # The keys of fill_many's rows of figures, in their order: each of these times and costs at P10, median, P90.
@@ -37,7 +38,7 @@ def blank(
     source: str,
     fits: bool | None,
     conv_ms: float | None,
-) -> dict[str, Any]:
+) -> PointDict:
     """One point without times (a result's benchmarked points are made one at a time)."""
     return blanks(cnn, machine_type, info, source)(bs, fits, conv_ms)
 
@@ -63,8 +64,8 @@ def blanks(cnn: str, machine_type: str, info: MachineTypeInfo, source: str) -> M
         **_NO_TIMES,
     }
 
-    def make(bs: int, fits: bool | None, conv_ms: float | None) -> dict[str, Any]:
-        point = template.copy()
+    def make(bs: int, fits: bool | None, conv_ms: float | None) -> PointDict:
+        point = cast(PointDict, template.copy())
         point["batch_size"], point["fits_in_memory"], point["conv_ms"] = bs, fits, conv_ms
         point["global_batch_size"] = bs
         point["layer_environments"], point["measured_on"] = [], []  # each point its own lists
@@ -73,7 +74,7 @@ def blanks(cnn: str, machine_type: str, info: MachineTypeInfo, source: str) -> M
     return make
 
 
-def fill(point: dict[str, Any], ms: tuple[float, float, float], info: MachineTypeInfo, request: JobRequest) -> None:
+def fill(point: PointDict, ms: tuple[float, float, float], info: MachineTypeInfo, request: JobRequest) -> None:
     """Times, cost and energy of a point from its (P10, median, P90) iteration time in ms."""
     fill_many([point], np.array([ms], dtype=float), info, request)
 
@@ -89,7 +90,7 @@ def significant(x: np.ndarray, digits: int = SIGNIFICANT_DIGITS) -> np.ndarray:
     return np.where(exact, rounded, x)
 
 
-def fill_many(points: list[dict[str, Any]], ms: np.ndarray, info: MachineTypeInfo, request: JobRequest) -> None:
+def fill_many(points: list[PointDict], ms: np.ndarray, info: MachineTypeInfo, request: JobRequest) -> None:
     """Times, cost and energy of points from their (P10, median, P90) iteration times in ms, (points × 3)."""
     if not points:
         return
@@ -113,13 +114,19 @@ def fill_many(points: list[dict[str, Any]], ms: np.ndarray, info: MachineTypeInf
         keys.append("cost_per_gpu_usd")
     # One rounding over every figure of every point: a call per figure cost 0.1 s in a 63,488-point job.
     for point, values in zip(points, significant(np.vstack(rows)).T.tolist(), strict=True):
-        point.update(zip(keys, values, strict=True))
+        cast(dict[str, Any], point).update(zip(keys, values, strict=True))
     if not np.any(power_kw):
         for point in points:
-            point.update(_NO_ENERGY)
+            cast(dict[str, Any], point).update(_NO_ENERGY)
 
 
-def headroom_pct(point: dict[str, Any], capacity_gib: float | None) -> float | None:
+def iteration_ms(point: PointDict) -> list[float]:
+    """A timed point's (P10, median, P90) iteration time in ms."""
+    band = (point["iteration_seconds_p10"], point["iteration_seconds"], point["iteration_seconds_p90"])
+    return [cast(float, s) * 1000 for s in band]
+
+
+def headroom_pct(point: PointDict, capacity_gib: float | None) -> float | None:
     """The share of one GPU's memory (or the machine's RAM) a point leaves free, in per cent; None if unknown."""
     peak = point.get("peak_memory_gib")
     if peak is None or not capacity_gib:
@@ -130,7 +137,7 @@ def headroom_pct(point: dict[str, Any], capacity_gib: float | None) -> float | N
 def best_of(
     cnn: str,
     machine_type: str,
-    points: list[dict[str, Any]],
+    points: list[PointDict],
     max_batch_size: int | None,
     capacity_gib: float | None = None,
 ) -> dict[str, Any]:
@@ -142,7 +149,7 @@ def best_of(
     roomy = [p for p in usable if (h := headroom_pct(p, capacity_gib)) is None or h >= MIN_HEADROOM_PCT]
     usable = roomy or usable
 
-    def pick(key: Any) -> dict[str, Any] | None:
+    def pick(key: Callable[[PointDict], Any]) -> dict[str, Any] | None:
         if not usable:
             return None
         p = min(usable, key=key)

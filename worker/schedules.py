@@ -1,7 +1,8 @@
 """Batch-size schedules (issue 26): a job's phases priced from its own points, beside the best constant batch size."""
 
-from typing import Any
+from typing import Any, cast
 
+from shared.jobs.models import PointDict
 from shared.jobs.request import JobRequest
 
 NOTE = (
@@ -11,11 +12,16 @@ NOTE = (
 )
 
 
-def _usable(point: dict[str, Any] | None) -> bool:
+def _usable(point: PointDict | None) -> bool:
     return point is not None and point["epoch_seconds"] is not None and point["fits_in_memory"] is not False
 
 
-def priced(cnn: str, machine_type: str, points: list[dict[str, Any]], request: JobRequest) -> dict[str, Any] | None:
+def _priced(point: PointDict) -> tuple[float, float]:
+    """A usable point's epoch time and cost."""
+    return cast(float, point["epoch_seconds"]), cast(float, point["cost_usd"])
+
+
+def priced(cnn: str, machine_type: str, points: list[PointDict], request: JobRequest) -> dict[str, Any] | None:
     """The schedule of the request on one CNN and machine type, or None when the request has none."""
     if not request.schedule or not points:
         return None
@@ -29,9 +35,10 @@ def priced(cnn: str, machine_type: str, points: list[dict[str, Any]], request: J
         row: dict[str, Any] = {"epochs": phase.epochs, "batch_size": phase.batch_size, "gpus": gpus, "nodes": nodes,
                                "epoch_seconds": None, "seconds": None, "cost_usd": None}  # fmt: skip
         if point is not None and _usable(point):
-            row["epoch_seconds"] = point["epoch_seconds"]
-            row["seconds"] = point["epoch_seconds"] * phase.epochs
-            row["cost_usd"] = point["cost_usd"] / request.epochs * phase.epochs
+            epoch, cost_usd = _priced(point)
+            row["epoch_seconds"] = epoch
+            row["seconds"] = epoch * phase.epochs
+            row["cost_usd"] = cost_usd / request.epochs * phase.epochs
         else:
             fits = point is not None and point["fits_in_memory"] is False
             missing.append(f"phase {i + 1} (batch {phase.batch_size}) {'does not fit' if fits else 'has no time'}")
@@ -40,9 +47,9 @@ def priced(cnn: str, machine_type: str, points: list[dict[str, Any]], request: J
     best = min(usable, key=lambda p: (p["epoch_seconds"], p["batch_size"])) if usable else None
     constant = None
     if best is not None:
+        epoch, cost_usd = _priced(best)
         constant = {"batch_size": best["batch_size"], "gpus": best["gpus_used"], "nodes": best["nodes"],
-                    "total_seconds": best["epoch_seconds"] * epochs,
-                    "cost_usd": best["cost_usd"] / request.epochs * epochs}  # fmt: skip
+                    "total_seconds": epoch * epochs, "cost_usd": cost_usd / request.epochs * epochs}  # fmt: skip
     total = None if missing else sum(r["seconds"] for r in phases)
     cost = None if missing else sum(r["cost_usd"] for r in phases)
     return {

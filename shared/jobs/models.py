@@ -1,9 +1,10 @@
 """The shapes of a job: its status, the plan, progress and result the worker stores, and the public views."""
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 
@@ -109,6 +110,11 @@ class Prediction(BaseModel):
     scaling_efficiency: float | None = Field(
         default=None, description="a GPU's throughput here over one GPU's alone at the same per-GPU batch"
     )
+    allreduce_source: Literal["measured", "modelled"] | None = Field(
+        default=None,
+        description="several GPUs: 'measured' where the machine type's agent timed all-reduce over that many GPUs "
+        "(its bus bandwidth used within the machine; between machines still modelled), else 'modelled'",
+    )
     layer_environments: list[int]
     measured_on: list[str]
     iteration_seconds: float | None
@@ -147,6 +153,57 @@ class Prediction(BaseModel):
     echo_total_seconds: float | None = Field(
         default=None, description="total time at echo_factor if echoed examples are as useful as fresh ones"
     )
+
+
+class PointDict(TypedDict, total=False):
+    """A point as the worker builds it (worker/points.py): the plain dict a stored `Prediction` is.
+
+    A job can have 63,488 of them, so they stay dicts (no model per point); check_result samples them.
+    total=False: reference_error_pct, launch_bound, peak_memory_gib and the input figures are set by some stages only.
+    """
+
+    cnn: str
+    machine: str
+    batch_size: int
+    source: str
+    fits_in_memory: bool | None
+    peak_memory_gib: float | None
+    conv_ms: float | None
+    gpus_used: int
+    nodes: int
+    global_batch_size: int | None
+    allreduce_ms: float | None
+    exposed_allreduce_ms: float | None
+    scaling_efficiency: float | None
+    allreduce_source: str | None
+    layer_environments: list[int]
+    measured_on: list[str]
+    iteration_seconds: float | None
+    iteration_seconds_p10: float | None
+    iteration_seconds_p90: float | None
+    epoch_seconds: float | None
+    epoch_seconds_p10: float | None
+    epoch_seconds_p90: float | None
+    total_seconds: float | None
+    total_seconds_p10: float | None
+    total_seconds_p90: float | None
+    cost_usd: float | None
+    cost_usd_p10: float | None
+    cost_usd_p90: float | None
+    cost_per_gpu_usd: float | None
+    energy_kwh: float | None
+    energy_kwh_p10: float | None
+    energy_kwh_p90: float | None
+    reference_error_pct: float | None
+    launch_bound: bool | None
+    input_ms: float | None
+    input_bound: bool | None
+    input_bound_ratio: float | None
+    dataloader_workers: int | None
+    echo_factor: int | None
+    echo_factor_before_augmentation: int | None
+    echo_speedup: float | None
+    echo_total_seconds: float | None
 
 
 class Choice(BaseModel):
@@ -265,17 +322,34 @@ class Result(BaseModel):
     channels_last_note: str | None = None
 
 
-def check_result(doc: dict[str, Any]) -> dict[str, Any]:
+class ResultDict(TypedDict, total=False):
+    """A result document as the worker builds and stores it (worker/assemble.py); `Result` validates it."""
+
+    training: dict[str, Any]
+    predictions: list[PointDict]
+    best: list[dict[str, Any]]
+    models: dict[str, dict[str, Any]]
+    energy_note: str
+    gpu_note: str
+    parallel_note: str
+    schedules: list[dict[str, Any]]
+    schedule_note: str
+    inputs: dict[str, dict[str, Any]]
+    input_note: str
+    channels_last_note: str
+
+
+def check_result(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The document, once Result accepts it: all but its points, and one point of each distinct set of keys.
 
     Checking every point would cost more than assembling them (about 2 s for 63,488 points); assemble builds
-    them all alike (worker/assemble.py `_blank`), so one per key set shows their shape.
+    them all alike (worker/points.py `blanks`), so one per key set shows their shape.
     """
     sample: dict[tuple[str, ...], Any] = {}
     for point in doc["predictions"]:
         sample.setdefault(tuple(point), point)
     Result.model_validate({**doc, "predictions": list(sample.values())})
-    return doc
+    return cast(dict[str, Any], doc)  # the worker's ResultDict, stored as the plain dict it is
 
 
 # Times as today's clients read them: ISO 8601 with the UTC offset (+00:00).

@@ -4,6 +4,8 @@ worker reads NCCL's rows only. No multi-GPU host is reachable here: the NCCL cas
 
 from typing import Any
 
+import pytest
+
 from gpu_agent import allreduce_bench
 from gpu_agent import app as agent
 from shared.core.db import transaction
@@ -77,3 +79,22 @@ def queued_allreduce() -> bool:
         json.loads(raw)["headers"]["task"] == "gpu_agent.bench_allreduce"
         for raw in broker().lrange(f"bench.{P5}", 0, -1)
     )
+
+
+def test_a_measured_all_reduce_replaces_the_modelled_one_within_the_machine(clean_db: None) -> None:
+    """Timings stored for p5's 8 GPUs (as its agent would store them; a slow link, 100 MiB in 50 ms): its 8-GPU
+    points say measured and wait longer on the all-reduce; its 2-GPU points, not measured, stay modelled."""
+    from gpu_agent import environment
+    from tests.integration.test_reference_jobs import run
+
+    job = dict(cnns=["resnet50"], machines=[P5], batch_sizes=[64], gpus=[2, 8])
+    before = {p["gpus_used"]: p for p in run(**job)["result"]["predictions"]}
+    assert {p["allreduce_source"] for p in before.values()} == {"modelled"}
+    env = environment.environment_id("cpu")
+    allreduce.save(machine_type=P5, environment_id=env, backend="nccl", gpus=8,
+                   timings=[(2**20, 0.5), (100 * 2**20, 50.0)], stats={"test": "stand-in timings"})  # fmt: skip
+    after = {p["gpus_used"]: p for p in run(**job)["result"]["predictions"]}
+    assert after[8]["allreduce_source"] == "measured" and after[2]["allreduce_source"] == "modelled"
+    assert after[8]["allreduce_ms"] > before[8]["allreduce_ms"] and after[2] == before[2]
+    measured = allreduce.largest(machine_types=[P5])[(P5, 8)]
+    assert measured.bytes == 100 * 2**20 and measured.bus_gbs == pytest.approx(2 * 7 / 8 * 100 * 2**20 / 0.05 / 1e9)

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from shared.cnn import builtins as cnn_registry
+from shared.cnn import builtins_gen
 from shared.cnn import zoo as cnn_zoo
 from shared.cnn.builtins import BuiltinCnn
 
@@ -20,14 +21,14 @@ def test_names_and_parameters_match_torchvision() -> None:
         if e is None
         or (e.parameters, e.default_image_size) != (cnn_zoo.parameter_count(e.name), cnn_zoo.default_image_size(e.name))
     ]
-    assert stale == [], f"out of date: run `python -m shared.cnn.builtins` ({stale[:5]})"
+    assert stale == [], f"out of date: run `python -m shared.cnn.builtins_gen` ({stale[:5]})"
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name if e else "?")
 def test_image_sizes_match_tracing(entry: BuiltinCnn) -> None:
     """Each recorded size bound holds when the model is traced on either side of it; no bound: tracing finds none."""
     name = entry.name
-    hint = "out of date: run `python -m shared.cnn.builtins`"
+    hint = "out of date: run `python -m shared.cnn.builtins_gen`"
     if entry.min_image_size is not None:
         least = entry.min_image_size
         assert cnn_zoo.runs_at(name, least) and cnn_zoo.runs_at(name, 299), hint
@@ -37,7 +38,7 @@ def test_image_sizes_match_tracing(entry: BuiltinCnn) -> None:
         assert cnn_zoo.runs_at(name, only), hint
         assert not any(cnn_zoo.runs_at(name, only + d) for d in (-32, -1, 1, 32)), hint
     else:
-        assert cnn_registry.entry_of(name) == entry, hint
+        assert builtins_gen.entry_of(name) == entry, hint
 
 
 def test_refusals_name_the_size_and_the_bound() -> None:
