@@ -5,6 +5,17 @@ import { state, providerName, gpuText } from "./state.js";
 import { machinePicker } from "./pickers.js";
 import { sourceText } from "./traces.js";
 
+// A chosen batch size and the memory it leaves free (a choice keeps 10% where some batch size does: issue 27).
+function batchCell(pick) {
+  const cell = el("td", { class: "num", "data-field": "batch_size", text: String(pick.batch_size) });
+  if (typeof pick.memory_headroom_pct === "number") {
+    cell.append(el("small", { class: "headroom", text: ` ${Math.round(pick.memory_headroom_pct)}% memory free` }));
+    cell.title = "The memory model errs by a few per cent: a suggested batch size leaves at least 10% of the GPU's "
+      + "memory free where some batch size does";
+  }
+  return cell;
+}
+
 export function renderBest(result, cnns, machines, pairs) {
   const models = result.models || {};
   const rows = (result.best || []).slice().sort((a, b) =>
@@ -21,7 +32,7 @@ export function renderBest(result, cnns, machines, pairs) {
   const energy = (v) => (typeof v === "number" ? `≤ ${sig3(v)} kWh` : "—");
   // Energy is the chosen point's (best entries carry time and cost only).
   const cells = (pick, points) => pick
-    ? [el("td", { class: "num", text: String(pick.batch_size) }), el("td", { class: "num", text: duration(pick.total_seconds) }),
+    ? [batchCell(pick), el("td", { class: "num", text: duration(pick.total_seconds) }),
        el("td", { class: "num", text: money(pick.cost_usd) }), el("td", { class: "num", text: energy((points.find((p) => p.batch_size === pick.batch_size) || {}).energy_kwh) })]
     : [el("td", { colspan: "4", class: "muted", text: "no prediction" })];
   const largest = (b) => el("td", { class: "num", "data-field": "max_batch_size",

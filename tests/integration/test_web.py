@@ -1059,3 +1059,16 @@ def test_one_best_column_when_fastest_is_cheapest(page: Page) -> None:
     heads = page.js("return [...document.querySelectorAll('#best-table thead th')].map(h => h.textContent)")
     assert any(h.startswith("Fastest") for h in heads) and any(h.startswith("Cheapest") for h in heads), heads
     assert "same as the fastest" in page.find('#best-table tr[data-machine="g4dn.xlarge"]').text
+
+
+def test_a_suggested_batch_size_says_the_memory_it_leaves_free(page: Page) -> None:
+    """Issue 27: the best table's batch size says how much memory it leaves free (the worker keeps 10% where it
+    can), and why, where the result gives it."""
+    cnns, machines = ["resnet18"], ["g4dn.xlarge"]
+    result = made_up(cnns, machines, [8, 16, 32])
+    result["best"][0]["min_time"]["memory_headroom_pct"] = 23.4
+    result["best"][0]["min_cost"]["memory_headroom_pct"] = 23.4
+    page.open()
+    draw(page, result, cnns, machines)
+    cell = page.find('#best-table tr[data-machine="g4dn.xlarge"] td[data-field="batch_size"]')
+    assert "23% memory free" in cell.text and "10%" in cell.get_attribute("title"), cell.text
