@@ -92,17 +92,18 @@ def apply(points: list[PointDict], *, info: MachineTypeInfo, request: JobRequest
     if spec is None or not spec.decodes:
         return
     vcpus, timed, rows = _vcpus(info, src), [], []
+    known = src.rate is not None and src.per_cpu is not None and bool(vcpus)
+    decode, augment = _per_image_ms(src, request.image_size) if known else (0.0, 0.0)
     for point in points:
         point.update({"input_ms": None, "input_bound": None, "input_bound_ratio": None, "dataloader_workers": None,
                       "echo_factor": None, "echo_factor_before_augmentation": None, "echo_speedup": None,
                       "echo_total_seconds": None})  # fmt: skip
         gpus = point["gpus_used"]
-        if not gpus or point["iteration_seconds"] is None or src.rate is None or src.per_cpu is None or not vcpus:
+        if not gpus or point["iteration_seconds"] is None or not known or vcpus is None:
             continue  # a CPU trains on the cores that decode: not modelled
         workers = spec.dataloader_workers or max(1, vcpus // gpus)
         busy = min(workers * gpus, vcpus)
         images = point["batch_size"] * gpus
-        decode, augment = _per_image_ms(src, request.image_size)
         cpu_ms = images * (decode + augment) / busy
         read_ms = images * spec.jpeg_kb * 8e3 / (spec.network_gbps * 1e9) * 1e3 if spec.network_gbps else 0.0
         upstream = max(cpu_ms, read_ms)

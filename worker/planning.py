@@ -6,7 +6,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar, cast
 
-from shared import jobs, keys, machine_types
+from shared import agents, jobs, keys, machine_types
 from shared.cnn import registry as cnns
 from shared.core import collector, logs, tasks
 from shared.core.errors import RateLimited, TraincastError
@@ -101,9 +101,7 @@ def _plan_queued(job_id: uuid.UUID, request: JobRequest, *, owner: str | None = 
         return
     sent, sent_ops = started
     _send(sent, sent_ops, request, job_id)
-    if request.input is not None and request.input.decodes:
-        _ask_input_rates(request)
-    _ask_allreduce(request, infos)
+    _ask_measurements(request, infos, listed)
     log.info(
         "job %s planned: %d layer and %d op benchmark points sent to agents",
         job_id,
@@ -173,30 +171,25 @@ def _send(gaps: coverage.Missing, op_gaps: coverage.Missing, request: JobRequest
     coverage.send_op_work(op_gaps, training, job_ids=ids)
 
 
-def _ask_input_rates(request: JobRequest) -> None:
-    """Ask the live agent of each machine type with no input rate of its own to measure it (issue 26).
+def _ask_measurements(request: JobRequest, infos: dict[str, MachineTypeInfo], listed: list[agents.AgentListed]) -> None:
+    """Ask live agents for the host measurements this job's answer would use but that are not stored (issue 26):
+    the input rate of each type when it decodes JPEGs, the all-reduce of each multi-GPU type it spreads over.
 
-    Not waited for: until it is stored, the job's points use the other types' rates, labelled reference.
+    Not waited for: until stored, input rates come from other types (labelled reference), all-reduce is modelled.
+    listed: the agents as planning read them (read here if empty).
     """
-    missing = set(request.machines) - set(input_rates.newest())
-    alive = {a["machine_type"] for a in coverage.listed_agents() if a["alive"]} if missing else set()
-    for machine_type in sorted(missing & alive):
-        tasks.send(tasks.BENCH_INPUT, queue=tasks.bench_queue(machine_type), machine_type=machine_type)
-
-
-def _ask_allreduce(request: JobRequest, infos: dict[str, MachineTypeInfo]) -> None:
-    """Ask the live agent of each multi-GPU type the job spreads over several GPUs to time all-reduce (issue 26).
-
-    Not waited for: until it is stored the job's all-reduce is modelled from data/interconnect.csv.
-    """
+    wanted: dict[str, set[str]] = {}
+    if request.input is not None and request.input.decodes:
+        wanted[tasks.BENCH_INPUT] = set(request.machines) - set(input_rates.newest())
     gpus = {m: infos[m].get("gpu_count") or 0 for m in request.machines if m in infos}
-    spread = [m for m, n in gpus.items() if n >= 2 and max(request.gpu_counts(n)) > 1]
-    if not spread:
+    if spread := [m for m, n in gpus.items() if n >= 2 and max(request.gpu_counts(n)) > 1]:
+        wanted[tasks.BENCH_ALLREDUCE] = set(spread) - {m for m, _ in allreduce.largest(machine_types=spread)}
+    if not any(wanted.values()):
         return
-    measured = {m for m, _gpus in allreduce.largest(machine_types=spread)}
-    alive = {a["machine_type"] for a in coverage.listed_agents() if a["alive"]}
-    for machine_type in sorted((set(spread) - measured) & alive):
-        tasks.send(tasks.BENCH_ALLREDUCE, queue=tasks.bench_queue(machine_type), machine_type=machine_type)
+    alive = {a["machine_type"] for a in listed or coverage.listed_agents() if a["alive"]}
+    for task, types in wanted.items():
+        for machine_type in sorted(types & alive):
+            tasks.send(task, queue=tasks.bench_queue(machine_type), machine_type=machine_type)
 
 
 def _waits_on(request: JobRequest, infos: dict[str, MachineTypeInfo]) -> list[str]:
