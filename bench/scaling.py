@@ -156,9 +156,11 @@ def rows(kind: str) -> tuple[list[Row], dict[str, int]]:
     return out, dict(skipped)
 
 
-def predict(row: Row, eta: float = 1.0) -> parallel.ParallelStep:
-    """The model's step for a row, every link's bandwidth scaled by eta."""
+def predict(row: Row, eta: float = 1.0, network_gbps: float | None = None) -> parallel.ParallelStep:
+    """The model's step for a row, every link's bandwidth scaled by eta (network_gbps: in place of the catalog's)."""
     links = CLUSTERS[row.cluster].links
+    if network_gbps is not None:
+        links = replace(links, network_gbps=network_gbps)
     if eta != 1.0:
         scaled = [None if x is None else x * eta for x in (links.intra_gbs, links.network_gbps)]
         links = replace(links, intra_gbs=scaled[0], network_gbps=scaled[1])
@@ -190,8 +192,9 @@ def table(group_rows: list[Row], etas: dict[str, float]) -> list[str]:
     """Markdown lines: per data set x cluster, model vs perfect scaling (and the LOCO-fitted model)."""
     lines = [
         "| data set | cluster | rows | step MAPE model | perfect scaling | ratio | eff. error model (pp) | perfect "
-        "scaling (pp) | ratio | step MAPE, LOCO-fitted eta (held out) | exposed predicted / sync measured (mean ms) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "scaling (pp) | ratio | floor (pp) | step MAPE, LOCO-fitted eta (held out) | exposed predicted / sync measured "
+        "(mean ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
     for row in group_rows:
@@ -206,12 +209,15 @@ def table(group_rows: list[Row], etas: dict[str, float]) -> list[str]:
             abs(p.scaling_efficiency - r.one_gpu_ms / r.step_ms) * 100 for p, r in zip(preds, rs, strict=True)
         )
         eff_base = statistics.fmean(abs(1 - r.one_gpu_ms / r.step_ms) * 100 for r in rs)
+        # No step model can be faster than the one-GPU step it is given: rows measured faster are error it must keep.
+        floor = statistics.fmean(max(0.0, r.one_gpu_ms / r.step_ms - 1) * 100 for r in rs)
         loco = statistics.fmean(ape(p.step_ms, r.step_ms) for p, r in zip(fitted, rs, strict=True))
         exposed = statistics.fmean(p.exposed_ms for p in preds)
         sync = statistics.fmean(r.sync_ms for r in rs)
         lines.append(
             f"| {ds} | {name} | {len(rs)} | {model:.1f}% | {base:.1f}% | {model / base:.2f} | {eff_model:.1f} | "
-            f"{eff_base:.1f} | {eff_model / eff_base:.2f} | {loco:.1f}% (eta {eta:.3g}) | {exposed:.1f} / {sync:.1f} |"
+            f"{eff_base:.1f} | {eff_model / eff_base:.2f} | {floor:.1f} | {loco:.1f}% (eta {eta:.3g}) | "
+            f"{exposed:.1f} / {sync:.1f} |"
         )
     return lines
 
@@ -227,6 +233,39 @@ def split(group_rows: list[Row], limit: int) -> list[str]:
             lines.append(
                 f"- ImageNet, {label}: {len(rs)} rows, step MAPE model {model:.1f}%, perfect scaling {base:.1f}%"
             )
+    return lines
+
+
+# EC2 caps one TCP flow at 5 Gbit/s between instances outside a cluster placement group, 10 within one (EC2 User
+# Guide, "Amazon EC2 instance network bandwidth"). NCCL's socket transport opens 2 threads x 8 sockets only where it
+# sees an ENA NIC (src/transport/net_socket.cc, vendor 0x1d0f); a pod's virtual interface has no such vendor, so it
+# keeps its default of one socket per connection.
+SINGLE_FLOW_GBPS = (5.0, 10.0)
+
+
+def single_flow(multi: list[Row]) -> list[str]:
+    """Markdown lines: Pollux's several-machine rows at the catalog network and at EC2's single-flow limits."""
+    rows_ = [r for r in multi if r.cluster == "aws" and r.nodes > 1]
+    lines = [
+        "| data set | rows | eff. error (pp) at 50 Gbit/s (catalog) | at 10 Gbit/s | at 5 Gbit/s | step MAPE at 50 / "
+        "10 / 5 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for ds in GRADIENT_BYTES:
+        rs = [r for r in rows_ if r.dataset == ds]
+        if not rs:
+            continue
+        eff, mape = [], []
+        for gbps in (None, *sorted(SINGLE_FLOW_GBPS, reverse=True)):
+            preds = [predict(r, network_gbps=gbps) for r in rs]
+            pairs = list(zip(preds, rs, strict=True))
+            eff.append(statistics.fmean(abs(p.scaling_efficiency - r.one_gpu_ms / r.step_ms) * 100 for p, r in pairs))
+            mape.append(statistics.fmean(ape(p.step_ms, r.step_ms) for p, r in pairs))
+        lines.append(
+            f"| {ds} | {len(rs)} | {eff[0]:.1f} | {eff[1]:.1f} | {eff[2]:.1f} | "
+            + " / ".join(f"{m:.1f}%" for m in mape)
+            + " |"
+        )
     return lines
 
 
@@ -252,9 +291,15 @@ FINDINGS = [
     "cannot confirm the link figures.",
     "- One derating of every link (LOCO-fitted eta) does not transfer between clusters: held out, it helps most aws, "
     "azure and rtx groups and hurts every dgx and quad group, so worker/parallel.py applies none.",
-    "- Not checked: NVSwitch H100/A100 machines over EFA, InfiniBand or GPUDirect-TCPX at data/interconnect.csv's "
-    "bandwidths (no public step times of them in /work/shared/data/public), and the RTX 2080 Ti multi-machine rows "
-    "(no published network).",
+    "- Pollux's several-machine T4 rows are the network the pods got: at EC2's 5 Gbit/s single-flow figure (table "
+    "above, not fitted) the model's efficiency is within 10 points on both data sets (6.1 and 5.7), against 32 and 37 "
+    "at the catalog's 50 Gbit/s; 10 Gbit/s (a cluster placement group) leaves 15 to 21. Which figure held is not "
+    "recorded, so this explains the rows rather than scoring the model; it is why jobs can give `internode_gbps`.",
+    "- Within one machine on synthetic data (Lambda's 1..8 GPU runs of V100, A100, H100, H200 and RTX cards) the "
+    'model is within 10 points on 147 of 148 pairs: section "Data-parallel scaling, synthetic data (Lambda)".',
+    "- Not checked: NVSwitch H100/A100 machines across machines over EFA, InfiniBand or GPUDirect-TCPX at "
+    "data/interconnect.csv's bandwidths (no public multi-machine step times of them in /work/shared/data/public), "
+    "and the RTX 2080 Ti multi-machine rows (no published network).",
 ]
 
 
@@ -293,6 +338,15 @@ def main() -> None:
             "",
             *table(single, etas),
             "",
+            "Pollux's several-machine rows (aws) with the network a pod gets: AdaptDL runs each replica in its own "
+            "Kubernetes pod, where NCCL's socket transport keeps one socket per connection (it opens 2 threads x 8 "
+            "only on an ENA NIC it can see, src/transport/net_socket.cc), and EC2 caps one TCP flow at 5 Gbit/s "
+            'outside a cluster placement group, 10 within one (EC2 User Guide, "Amazon EC2 instance network '
+            'bandwidth"). Neither figure is fitted; the rows do not say which applied, nor how many connections '
+            "NCCL's channels opened (two would double the figure). A job can say this with `internode_gbps`.",
+            "",
+            *single_flow(multi),
+            "",
             "Multi-GPU rows faster than the one-GPU step at the same batch (both tables): "
             + ", ".join(
                 f"{name} {100 * sum(r.step_ms < r.one_gpu_ms for r in rs) / len(rs):.0f}%"
@@ -304,7 +358,8 @@ def main() -> None:
             f"Rows left out: {', '.join(f'{k}: {v}' for k, v in sorted(skipped.items())) or 'none'}. "
             "LOCO-fitted eta: one fraction of every link's bandwidth, fitted (grid 0.001..1) on the other clusters' "
             "rows of both tables and scored on the held-out cluster (dgx and dgx-ext are one fold); the model "
-            "columns use no fitted constant.",
+            "columns use no fitted constant. Floor: the efficiency error no step model can avoid, since none is "
+            "faster than the one-GPU step it is given: the mean of (measured efficiency - 1) where that is above 0.",
             "",
             *FINDINGS,
         ]

@@ -86,6 +86,8 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
         body["gpus"] = _counts(args.gpus, "--gpus")
     if args.nodes is not None:
         body["nodes"] = _counts(args.nodes, "--nodes")
+    if args.internode_gbps is not None:
+        body["internode_gbps"] = args.internode_gbps
     if args.schedule:
         body["schedule"] = _schedule(args.schedule)
     if args.input != "memory" or args.dataloader_workers is not None or args.network_gbps is not None:
@@ -369,6 +371,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="batch-size schedule, phases EPOCHSxBATCH[:GPUS[:NODES]]: 5x256,85x1024 (priced beside the best constant)",
     )
     pr.add_argument("--nodes", default=None, help="machines of the type trained together; 1,2,4 compares (default 1)")
+    pr.add_argument(
+        "--internode-gbps",
+        type=float,
+        default=None,
+        help="Gbit/s between machines in place of the catalog's (e.g. 5: NCCL over one TCP flow on AWS); needed for "
+        "your own machine types with --nodes",
+    )
     pr.add_argument(
         "--input",
         choices=("memory", "local_jpeg", "network_jpeg"),

@@ -5,6 +5,8 @@ the gradient all-reduce that backward does not hide (worker/parallel.py, from th
 data/interconnect.csv), and its times, cost and energy are worked out again for the global batch.
 """
 
+from dataclasses import replace
+
 import numpy as np
 
 from shared import interconnect
@@ -29,8 +31,8 @@ NOTE = (
     "batch_size is per GPU; a point trains on gpus_used GPUs of each of `nodes` machines (data parallel, as PyTorch "
     "DDP): its step is the one-GPU step at that batch plus the exposed part of the gradient all-reduce "
     "(exposed_allreduce_ms, modelled from the machine type's links, data/interconnect.csv, with the bus bandwidth its "
-    "agent measured within the machine where allreduce_source is 'measured'); cost_usd is every "
-    "node's price for that time"
+    "agent measured within the machine where allreduce_source is 'measured', and between machines at internode_gbps: "
+    "the job's figure where it gives one, else the catalog's); cost_usd is every node's price for that time"
 )
 
 
@@ -51,6 +53,8 @@ def spread(
             point["scaling_efficiency"] = 1.0 if point["iteration_seconds"] else None
         return points
     links = interconnect.links_for(machine_type) or PCIE_DEFAULT
+    if request.internode_gbps is not None:
+        links = replace(links, network_gbps=request.internode_gbps, network_kind="the job's internode_gbps")
     out: list[PointDict] = []
     for gpus, nodes in layouts:
         timing = (measured or {}).get(gpus)
@@ -61,6 +65,8 @@ def spread(
             point["global_batch_size"] = point["batch_size"] * gpus * nodes
             if gpus * nodes > 1:
                 point["allreduce_source"] = "measured" if timing is not None else "modelled"
+            if nodes > 1:
+                point["internode_gbps"] = links.network_gbps
         timed = [p for p in copies if p["iteration_seconds"] is not None]
         if timed:
             compute = np.array([iteration_ms(p) for p in timed])

@@ -112,11 +112,14 @@ def _check_layouts(request: JobRequest) -> None:
     if over and request.gpus is not None:
         raise InvalidRequest(f"gpus asks for {most} GPUs a machine; these machine types have fewer: {', '.join(over)}")
     if max(request.node_counts()) > 1:
-        alone = [m for m, i in infos.items() if i["provider"] == "local" or not interconnect.network_gbps(m)]
+        local = [m for m, i in infos.items() if i["provider"] == "local"]
+        if local:
+            raise InvalidRequest(f"nodes > 1 needs machine types that come as several machines; not {', '.join(local)}")
+        alone = [m for m in infos if not (request.internode_gbps or interconnect.network_gbps(m))]
         if alone:
             raise InvalidRequest(
-                f"nodes > 1 needs machine types with a known network between machines; these have none: "
-                f"{', '.join(alone)} (see docs/API.md, data-parallel training)"
+                f"nodes > 1 needs a known network between machines; these machine types have none: "
+                f"{', '.join(alone)}: give internode_gbps (see docs/API.md, data-parallel training)"
             )
 
 

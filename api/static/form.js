@@ -55,6 +55,7 @@ function layoutSettings() {
     }
     out[key] = parts.length === 1 ? Number(parts[0]) : parts.map(Number);
   }
+  if ($("#internode-gbps").value.trim() !== "") out.internode_gbps = decimal("internode-gbps", "Between machines Gbit/s");
   return out;
 }
 
@@ -114,6 +115,7 @@ export function fillForm(request) {
   $("#input-source").value = spec.source || "memory";
   $("#network-gbps").value = spec.network_gbps ?? "";
   $("#dataloader-workers").value = spec.dataloader_workers ?? "";
+  $("#internode-gbps").value = request.internode_gbps ?? "";
   for (const key of ["gpus", "nodes"]) {
     const value = request[key];
     $(`#${key}`).value = value == null ? (key === "nodes" ? "1" : "") : [].concat(value).join(",");

@@ -115,6 +115,11 @@ class Prediction(BaseModel):
         description="several GPUs: 'measured' where the machine type's agent timed all-reduce over that many GPUs "
         "(its bus bandwidth used within the machine; between machines still modelled), else 'modelled'",
     )
+    internode_gbps: float | None = Field(
+        default=None,
+        description="several machines: the Gbit/s between machines the all-reduce was modelled with (the job's "
+        "internode_gbps, else the machine type's catalog figure)",
+    )
     layer_environments: list[int]
     measured_on: list[str]
     iteration_seconds: float | None
@@ -176,6 +181,7 @@ class PointDict(TypedDict, total=False):
     exposed_allreduce_ms: float | None
     scaling_efficiency: float | None
     allreduce_source: str | None
+    internode_gbps: float | None
     layer_environments: list[int]
     measured_on: list[str]
     iteration_seconds: float | None

@@ -92,6 +92,11 @@ GPUS_HELP = (
     "omitted: every GPU of each machine type. batch_sizes are per GPU"
 )
 NODES_HELP = "machines of the same type trained on together (1: one machine); a list compares the counts"
+INTERNODE_HELP = (
+    "Gbit/s the gradient all-reduce gets between machines, in place of the machine type's catalog figure "
+    "(data/interconnect.csv); needs nodes > 1. E.g. 5 for NCCL over one TCP flow on AWS outside a cluster placement "
+    "group (EC2's single-flow limit), or a figure for your own machine types, which have none"
+)
 
 
 MAX_PHASES = 20
@@ -172,6 +177,7 @@ class JobRequest(BaseModel):
     # of the same type. None: every GPU of each machine type. A list compares the counts (points for each).
     gpus: GpuCount | list[GpuCount] | None = Field(default=None, description=GPUS_HELP)
     nodes: NodeCount | list[NodeCount] = Field(default=1, description=NODES_HELP)
+    internode_gbps: float | None = Field(default=None, gt=0, le=100_000, description=INTERNODE_HELP)
     # Batch-size control (issue 26): phases run one after another; their time and cost are summed and shown beside
     # the best constant batch size over the same epochs.
     schedule: list[Phase] | None = Field(default=None, min_length=1, max_length=MAX_PHASES)
@@ -235,6 +241,8 @@ class JobRequest(BaseModel):
             self.nodes = sorted(set(self.nodes))
             if not self.nodes:
                 raise ValueError("nodes is an empty list; omit it for one machine")
+        if self.internode_gbps is not None and max(self.node_counts()) == 1:
+            raise ValueError("internode_gbps is the bandwidth between machines: it needs nodes > 1")
         layouts = self.layout_count()
         if layouts > MAX_LAYOUTS:
             raise ValueError(f"{layouts} GPU and node count pairs requested; at most {MAX_LAYOUTS} are compared")

@@ -11,6 +11,7 @@ from tests.integration.test_reference_jobs import run
 from tests.support.stack import Stack, http
 
 P5 = "p5.48xlarge"  # 8 x H100 SXM on NVSwitch, EFA between machines
+NO_NETWORK = "Standard_NC24s_v3"  # 4 x V100 PCIe; Azure publishes no network figure for it (data/interconnect.csv)
 
 
 def points_of(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -89,11 +90,38 @@ def test_a_two_phase_schedule_is_priced_beside_the_best_constant_batch(clean_db:
     assert "accuracy" in job["result"]["schedule_note"]
 
 
+def test_internode_gbps_replaces_the_catalog_network(clean_db: None) -> None:
+    """5 Gbit/s between p5s (NCCL over one TCP flow on AWS) in place of EFA's 3,200: the same one-machine points,
+    a slower multi-machine step that exposes more all-reduce, and each multi-machine point says the figure used."""
+    common = {"cnns": ["resnet50"], "machines": [P5], "batch_sizes": [64], "image_size": 224, "nodes": [1, 2]}
+    fabric = {p["nodes"]: p for p in points_of(run(**common))}
+    tcp = {p["nodes"]: p for p in points_of(run(**common, internode_gbps=5.0))}
+    assert fabric[2]["internode_gbps"] == 3200 and tcp[2]["internode_gbps"] == 5.0
+    assert fabric[1].get("internode_gbps") is None and tcp[1].get("internode_gbps") is None
+    assert tcp[1]["iteration_seconds"] == fabric[1]["iteration_seconds"]
+    assert tcp[2]["exposed_allreduce_ms"] > fabric[2]["exposed_allreduce_ms"]
+    assert tcp[2]["iteration_seconds"] > fabric[2]["iteration_seconds"]
+    assert tcp[2]["scaling_efficiency"] < fabric[2]["scaling_efficiency"] <= 1
+
+
+def test_a_type_with_no_published_network_clusters_at_the_jobs_figure(api_only: Stack, clean_db: None) -> None:
+    """A machine type with no network figure (a user's own, or one its cloud does not publish) is refused for
+    nodes > 1 alone, accepted with internode_gbps, and its points are modelled at that figure."""
+    body = {"cnns": ["resnet18"], "machines": [NO_NETWORK], "batch_sizes": [32], "nodes": [1, 2]}
+    assert http.post(f"{api_only.url}/v1/jobs", json=body).status_code == 422
+    assert http.post(f"{api_only.url}/v1/jobs", json=body | {"internode_gbps": 25.0}).status_code == 202
+    two = {p["nodes"]: p for p in points_of(run(**body, image_size=224, internode_gbps=25.0))}
+    assert two[2]["internode_gbps"] == 25.0 and two[2]["exposed_allreduce_ms"] > two[1]["exposed_allreduce_ms"]
+
+
 @pytest.mark.parametrize(
     ("changes", "words"),
     [
         ({"machines": [P5], "gpus": 16}, "have fewer: p5.48xlarge (8)"),
-        ({"machines": ["local"], "nodes": 2}, "nodes > 1 needs machine types with a known network"),
+        ({"machines": ["local"], "nodes": 2}, "nodes > 1 needs machine types that come as several machines"),
+        ({"machines": [NO_NETWORK], "nodes": 2}, "these machine types have none: Standard_NC24s_v3: give internode"),
+        ({"machines": [P5], "internode_gbps": 5}, "internode_gbps is the bandwidth between machines: it needs nodes"),
+        ({"machines": [P5], "nodes": 2, "internode_gbps": 0}, "internode_gbps"),
         ({"machines": [P5], "gpus": [1, 2, 3, 4, 5], "nodes": [1, 2, 3, 4]}, "20 GPU and node count pairs"),
         ({"machines": [P5], "gpus": []}, "gpus is an empty list"),
         ({"machines": [P5], "nodes": 0}, "nodes"),
@@ -117,7 +145,8 @@ def test_bad_combinations_are_422(api_only: Stack, changes: dict[str, Any], word
 
 def test_cli_compares_layouts_and_prices_a_schedule(no_agent: Stack, clean_db: None) -> None:
     """`traincast predict --nodes 1,4 --schedule ...`: GPU and node columns with the global batch, the best line
-    naming the layout, the schedule beside the best constant batch; more GPUs than the type has: one line, exit 1."""
+    naming the layout, the schedule beside the best constant batch; more GPUs than the type has, or
+    --internode-gbps with one machine: one line, exit 1."""
     out = cli(no_agent, "predict", "resnet50", "--machine", P5, "--batch-sizes", "32,256", "--nodes", "1,4",
               "--schedule", "5x32,85x256::4")  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -130,3 +159,5 @@ def test_cli_compares_layouts_and_prices_a_schedule(no_agent: Stack, clean_db: N
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "have fewer" in bad.stderr, bad.stderr
     typo = cli(no_agent, "predict", "resnet50", "--machine", P5, "--schedule", "5by32")
     assert typo.returncode != 0 and "EPOCHSxBATCH" in typo.stderr
+    alone = cli(no_agent, "predict", "resnet50", "--machine", P5, "--batch-sizes", "32", "--internode-gbps", "5")
+    assert alone.returncode == 1 and "needs nodes > 1" in alone.stderr and alone.stderr.count("\n") == 1, alone.stderr

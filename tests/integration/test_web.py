@@ -771,18 +771,24 @@ def test_every_chosen_cnn_chip_stays_in_view(page: Page) -> None:
 
 
 def test_gpu_and_node_counts_are_compared_and_plotted(page: Page) -> None:
-    """ResNet-50 on a p5.48xlarge over 1, 2, 4, 8 GPUs and 1 or 2 machines: the form sends the counts, the batch plot
-    draws a line per layout, the GPUs plot the fastest time per GPU count (falling), the hover names the layout, and
-    the form comes back from the job."""
+    """ResNet-50 on a p5.48xlarge over 1, 2, 4, 8 GPUs and 1 or 2 machines at 25 Gbit/s between them: the form sends
+    the counts and the bandwidth, the batch plot draws a line per layout, the GPUs plot the fastest time per GPU count
+    (falling), the hover names the layout, and the form comes back from the job."""
     page.open()
     page.choose("cnn-picker", "resnet50")
     page.choose("machine-picker", "p5.48xlarge")
     page.type_into("#batch-list", "32,256")
     page.type_into("#gpus", "1,2,4,8")
     page.type_into("#nodes", "1,2")
+    page.type_into("#internode-gbps", "25")
     assert page.search(timeout=120) == "done", page.find("#error").text
     job = job_of(page)
-    assert (job["request"]["gpus"], job["request"]["nodes"]) == ([1, 2, 4, 8], [1, 2])
+    assert (job["request"]["gpus"], job["request"]["nodes"], job["request"]["internode_gbps"]) == (
+        [1, 2, 4, 8],
+        [1, 2],
+        25,
+    )
+    assert {p["internode_gbps"] for p in job["result"]["predictions"] if p["nodes"] == 2} == {25}
     assert len(roles(page.traces("plot-batch"), "line")) == 8  # one per GPU and node count
     [line] = page.traces("plot-gpus")
     assert line["x"] == [1, 2, 4, 8, 16]
@@ -796,6 +802,7 @@ def test_gpu_and_node_counts_are_compared_and_plotted(page: Page) -> None:
     page.open(f"?job={job['id']}")
     wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
     assert (page.find("#gpus").get_attribute("value"), page.find("#nodes").get_attribute("value")) == ("1,2,4,8", "1,2")
+    assert page.find("#internode-gbps").get_attribute("value") == "25"
     page.open()  # the other tests start from the default form
 
 
