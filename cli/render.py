@@ -91,6 +91,11 @@ def result(job: dict[str, Any]) -> str:
             out.append(f"{b['cnn']} on {b['machine']}: no usable batch size{fits}")
     for sched in res.get("schedules") or []:
         out.append(_schedule_line(sched))
+    given = (job.get("request") or {}).get("internode_gbps")
+    networks = {p["machine"]: p["internode_gbps"] for p in res["predictions"] if p.get("internode_gbps") is not None}
+    for machine_type, gbps in networks.items():
+        source = "--internode-gbps" if given is not None else "the catalog's network"
+        out.append(f"between machines on {machine_type}: {gbps:g} Gbit/s ({source})")
     for machine_type, fed_by in (res.get("inputs") or {}).items():
         out.append(f"input on {machine_type}: {fed_by['detail']}")
     for machine_type, model in res["models"].items():

@@ -105,7 +105,7 @@ export function gpuTraces(cnns, machines, pairs, style, drawable, unit) {
         meta: { cnn, machine, role: "gpus" },
         text: chosen.map(([, p]) => `${cnn} on ${machine}: ${layoutOf(p)} at batch ${p.batch_size} per GPU`
           + ` (global ${p.global_batch_size})<br>${sig3(p.total_seconds / unit.seconds)} ${unit.name}, `
-          + `${money(p.cost_usd)}, scaling efficiency ${Math.round((p.scaling_efficiency ?? 1) * 100)}%`),
+          + `${money(p.cost_usd)}, scaling efficiency ${Math.round((p.scaling_efficiency ?? 1) * 100)}%${between(p)}`),
         hovertemplate: "%{text}<extra></extra>",
       });
     }
@@ -133,11 +133,16 @@ function machineLine(machine) {
 }
 
 // Training on one GPU of a machine with several: say so and give the per-GPU share of the cost.
+// The network the all-reduce was modelled over between machines (the job's internode_gbps or the catalog's).
+function between(p) {
+  return p.nodes > 1 && typeof p.internode_gbps === "number" ? ` (${p.internode_gbps} Gbit/s between them)` : "";
+}
+
 function gpuShare(p, machine) {
   const m = machineSpec(machine);
   if (!m || !(m.gpu_count > 1)) return "";
   const used = p.gpus_used || 1;
-  const nodes = p.nodes > 1 ? ` on each of ${p.nodes} machines` : "";
+  const nodes = p.nodes > 1 ? ` on each of ${p.nodes} machines${between(p)}` : "";
   const scaling = used * (p.nodes || 1) > 1 && typeof p.scaling_efficiency === "number"
     ? `; global batch ${p.global_batch_size}, scaling efficiency ${Math.round(p.scaling_efficiency * 100)}%` : "";
   return `<br>on ${used} of its ${m.gpu_count} GPUs${nodes}; cost per GPU ${money(p.cost_per_gpu_usd)}${scaling}`;

@@ -798,7 +798,7 @@ def test_gpu_and_node_counts_are_compared_and_plotted(page: Page) -> None:
     sixteen = [p for p in job["result"]["predictions"] if p["gpus_used"] * p["nodes"] == 16]
     fastest = min(sixteen, key=lambda p: p["total_seconds"])
     assert "8 GPUs × 2 machines" in label and f"global {fastest['global_batch_size']})" in label, label
-    assert f"scaling efficiency {round(fastest['scaling_efficiency'] * 100)}%" in label, label
+    assert f"scaling efficiency {round(fastest['scaling_efficiency'] * 100)}% (25 Gbit/s between them)" in label, label
     page.open(f"?job={job['id']}")
     wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
     assert (page.find("#gpus").get_attribute("value"), page.find("#nodes").get_attribute("value")) == ("1,2,4,8", "1,2")

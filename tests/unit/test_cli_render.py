@@ -1,4 +1,5 @@
-"""The CLI's result table: a point that does not fit shows no time or cost (issue 27)."""
+"""The CLI's result table: a point that does not fit shows no time or cost (issue 27); the network between machines
+is named (issue 26)."""
 
 from typing import Any
 
@@ -24,3 +25,16 @@ def test_out_of_memory_rows_have_no_time_cost_or_energy() -> None:
     [oom] = [line for line in lines if line.startswith("resnet50") and " 256 " in line]
     assert "$" in fits and "kWh" in fits
     assert oom.split("out of memory")[1].split()[:4] == ["-", "-", "-", "-"], oom  # epoch, total, cost, energy
+
+
+def test_the_network_between_machines_is_named_with_where_it_comes_from() -> None:
+    """Two-machine points: one line per machine type with the Gbit/s used, the job's flag or the catalog's."""
+    two = point(64, fits=True, seconds=0.5) | {"nodes": 2, "global_batch_size": 128, "internode_gbps": 5.0}
+    one = point(64, fits=True, seconds=0.4)
+    result = {"predictions": [one, two], "best": [], "models": {}}
+    flagged = render.result({"request": {"internode_gbps": 5.0}, "result": result}).splitlines()
+    assert "between machines on g4dn.xlarge: 5 Gbit/s (--internode-gbps)" in flagged
+    catalog = render.result({"request": {}, "result": result}).splitlines()
+    assert "between machines on g4dn.xlarge: 5 Gbit/s (the catalog's network)" in catalog
+    alone = render.result({"result": {"predictions": [one], "best": [], "models": {}}})
+    assert "between machines" not in alone
