@@ -2,7 +2,7 @@
 
 Lambda's PyTorch benchmark (lambdal/deeplearning-benchmark, /work/shared/data/public/lambda) trains ResNet-50 with
 NVIDIA's DeepLearningExamples ConvNets script, `--data-backend synthetic`, the same batch per GPU on 1, 2, 4 and 8
-GPUs of one machine (DDP over NCCL, launched as one process per GPU): the setting Traincast predicts for a job whose
+GPUs of one machine (data parallel over NCCL, one process per GPU): the setting Traincast predicts for a job whose
 input is in memory. Each N-GPU run is paired with the one-GPU run of the same system; the model gets that one-GPU
 step as compute, so only the all-reduce and its overlap are under test. Baseline, same rows, same run: perfect
 scaling (efficiency 1).
