@@ -145,7 +145,8 @@ OWNER_LOCK_CLASS = 13
 def request_hash(request: JobRequest) -> str:
     """Hash of the normalised request, to tell a retry from a different request (a range and the list it spans,
     or a list in another order, are the same request)."""
-    normalised = {**request.model_dump(mode="json"), "batch_sizes": request.batch_size_list()}
+    # Fields at their defaults are left out, so a field a later version adds (at its default) leaves the hash alone.
+    normalised = {**request.model_dump(mode="json", exclude_defaults=True), "batch_sizes": request.batch_size_list()}
     canonical = json.dumps(normalised, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
