@@ -50,17 +50,6 @@ def v100_links(gpus: int) -> Links:
     return catalog({2: "n1-standard-16-v100x2", 4: "p3.8xlarge"}.get(gpus, "p3.16xlarge"))
 
 
-# (pattern on the system's name, links for N GPUs, what the figures are)
-SYSTEMS: list[tuple[str, Callable[[int], Links], str]] = [
-    (r"H100 80GB SXM5|H100_80GB_SXM5|H200", lambda n: catalog("p5.48xlarge"),
-     "p5.48xlarge's row: NVSwitch, 370.8 GB/s (H200 has the same NVLink4 fabric)"),
-    (r"A100 80GB SXM4", lambda n: catalog("p4d.24xlarge"), "p4d.24xlarge's row: NVSwitch, 240 GB/s"),
-    (r"V100", v100_links, "ASSUMED SXM2 NVLink as GCP/AWS V100 rows: 2 GPUs 20, 4 GPUs 80, 8 GPUs 120 GB/s"),
-    (r"H100 80GB PCIe", lambda n: PCIE5, "PCIe 5.0 x16, 48 GB/s (NCCL; NVLink bridges, if fitted, not known)"),
-    (r"RTX|A100 80GB PCIe", lambda n: PCIE4, "PCIe 4.0 x16, 24 GB/s (NCCL; an upper bound without peer-to-peer)"),
-]  # fmt: skip
-
-
 @dataclass(frozen=True)
 class Pair:
     """One N-GPU run and the one-GPU run of the same system it is compared with."""
@@ -76,13 +65,6 @@ class Pair:
     def measured(self) -> float:
         """Measured scaling efficiency: N-GPU throughput over N x the one-GPU throughput."""
         return self.many_ips / (self.gpus * self.one_ips)
-
-
-def _links(system: str, gpus: int) -> tuple[Links, str] | None:
-    for pattern, links, figures in SYSTEMS:
-        if re.search(pattern, system):
-            return links(gpus), figures
-    return None
 
 
 def _v1(precision: str) -> list[Pair]:
@@ -148,11 +130,30 @@ FAMILIES = [
     (r"RTX 6000 Ada", "RTX 6000 Ada"), (r"RTX A6000", "RTX A6000"), (r"RTX 3090", "RTX 3090"),
     (r"RTX 4090", "RTX 4090"),
 ]  # fmt: skip
+_NVSWITCH_H = (
+    lambda n: catalog("p5.48xlarge"),
+    "p5.48xlarge's row: NVSwitch, 370.8 GB/s (H200 has the same NVLink4 fabric)",
+)
+_PCIE4 = (lambda n: PCIE4, "PCIe 4.0 x16, 24 GB/s (NCCL; an upper bound without peer-to-peer)")
+# GPU (as family() names it) → (its links on N GPUs, what the figures are).
+LINKS: dict[str, tuple[Callable[[int], Links], str]] = {
+    "H100 SXM5": _NVSWITCH_H, "H200 SXM": _NVSWITCH_H,
+    "A100 80GB SXM4": (lambda n: catalog("p4d.24xlarge"), "p4d.24xlarge's row: NVSwitch, 240 GB/s"),
+    "V100 16GB": (v100_links, "ASSUMED SXM2 NVLink as GCP/AWS V100 rows: 2 GPUs 20, 4 GPUs 80, 8 GPUs 120 GB/s"),
+    "H100 PCIe": (lambda n: PCIE5, "PCIe 5.0 x16, 48 GB/s (NCCL; NVLink bridges, if fitted, not known)"),
+    "A100 80GB PCIe": _PCIE4, "RTX 6000 Ada": _PCIE4, "RTX A6000": _PCIE4, "RTX 3090": _PCIE4, "RTX 4090": _PCIE4,
+}  # fmt: skip
 
 
 def family(system: str) -> str:
     """The GPU a system name is about (Lambda names one machine per vendor, host or cloud)."""
     return next((label for pattern, label in FAMILIES if re.search(pattern, system)), system)
+
+
+def _links(system: str, gpus: int) -> tuple[Links, str] | None:
+    """The link figures used for a system's N GPUs and what they are; None for a GPU without figures."""
+    found = LINKS.get(family(system))
+    return None if found is None else (found[0](gpus), found[1])
 
 
 def table(scored: list[Scored]) -> list[str]:

@@ -83,6 +83,14 @@ def measure(
     return sorted(results)
 
 
+def local_gpus() -> int:
+    """CUDA devices this agent may use (0 on a CPU host)."""
+    # Here, not at the top: every spawned rank imports this module, and environment brings in torchvision.
+    from gpu_agent import environment
+
+    return torch.cuda.device_count() if environment.device().type == "cuda" else 0
+
+
 def gpu_counts(available: int) -> list[int]:
     """The GPU counts a host with `available` GPUs measures: 2, 4, 8, … up to all of them."""
     counts, n = [], 2

@@ -179,7 +179,7 @@ def bench_allreduce(machine_type: str, cpu_processes: int = 0) -> int:
 
 def _bench_allreduce(machine_type: str, cpu_processes: int) -> int:
     env_id = environment.environment_id(str(environment.device()))
-    gpus = torch_gpus()
+    gpus = allreduce_bench.local_gpus()
     backend, counts = ("nccl", allreduce_bench.gpu_counts(gpus)) if gpus >= 2 else ("gloo", [cpu_processes])
     if backend == "gloo" and cpu_processes < 2:
         return 0
@@ -200,13 +200,6 @@ def _bench_allreduce(machine_type: str, cpu_processes: int) -> int:
             stats={"rounds_ms": rounds, **allreduce_bench.environment_note()},
         )  # fmt: skip
     return len(todo)
-
-
-def torch_gpus() -> int:
-    """CUDA devices this agent may use (0 on a CPU host)."""
-    import torch
-
-    return torch.cuda.device_count() if environment.device().type == "cuda" else 0
 
 
 @app.task(name=tasks.MEASURE_STEPS)

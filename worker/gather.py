@@ -76,8 +76,8 @@ def gather(*, request: JobRequest, peers: dict[str, list[str]] | None, incomplet
     # Only a model fitted for this training configuration's work answers it (shared/training.py).
     models = predictor.latest_of(machine_types=everyone, cost_key=training.cost_key())
     other_keys = predictor.keys_of(machine_types=everyone)
-    rates = input_rates.newest() if request.input is not None and request.input.decodes else None
-    spread = [m for m in request.machines if max(request.gpu_counts(infos[m].get("gpu_count") or 0)) > 1]
+    rates = input_rates.newest() if request.decodes_input else None
+    spread = [m for m in request.machines if request.spreads(infos[m].get("gpu_count") or 0)]
     timed = allreduce.largest(machine_types=spread) if spread else {}
     machines = []
     for name in request.machines:

@@ -89,7 +89,7 @@ def _vcpus(info: MachineTypeInfo, src: Sourced) -> int | None:
 def apply(points: list[PointDict], *, info: MachineTypeInfo, request: JobRequest, src: Sourced) -> None:
     """Set each timed GPU point's input figures; the step becomes max(input, GPU step), its times and cost again."""
     spec = request.input
-    if spec is None or not spec.decodes:
+    if spec is None or not request.decodes_input:
         return
     vcpus, timed, rows = _vcpus(info, src), [], []
     known = src.rate is not None and src.per_cpu is not None and bool(vcpus)

@@ -179,10 +179,10 @@ def _ask_measurements(request: JobRequest, infos: dict[str, MachineTypeInfo], li
     listed: the agents as planning read them (read here if empty).
     """
     wanted: dict[str, set[str]] = {}
-    if request.input is not None and request.input.decodes:
+    if request.decodes_input:
         wanted[tasks.BENCH_INPUT] = set(request.machines) - set(input_rates.newest())
     gpus = {m: infos[m].get("gpu_count") or 0 for m in request.machines if m in infos}
-    if spread := [m for m, n in gpus.items() if n >= 2 and max(request.gpu_counts(n)) > 1]:
+    if spread := [m for m, n in gpus.items() if n >= 2 and request.spreads(n)]:
         wanted[tasks.BENCH_ALLREDUCE] = set(spread) - {m for m, _ in allreduce.largest(machine_types=spread)}
     if not any(wanted.values()):
         return

@@ -288,6 +288,15 @@ class JobRequest(BaseModel):
             return [max(1, machine_gpus)]
         return self.gpus if isinstance(self.gpus, list) else [self.gpus]
 
+    def spreads(self, machine_gpus: int) -> bool:
+        """Whether the job trains on several GPUs of each machine of a type with `machine_gpus` GPUs."""
+        return max(self.gpu_counts(machine_gpus)) > 1
+
+    @property
+    def decodes_input(self) -> bool:
+        """Whether the job's images are decoded and augmented on the CPUs (an input pipeline to model)."""
+        return self.input is not None and self.input.decodes
+
     def node_counts(self) -> list[int]:
         """The node counts asked for."""
         return self.nodes if isinstance(self.nodes, list) else [self.nodes]
