@@ -1,0 +1,166 @@
+"""Whole training steps on a CUDA GPU in NCHW and NHWC, with cudnn.benchmark off and on (run on the GPU host).
+
+Times the CNNs of data/reference/h100 the way that folder's README says (torchvision model, synthetic batch on the
+GPU, 2 warm-up steps, 3 blocks of 4 steps with one synchronize per block, the median block's mean step) in its
+three configurations, at each batch size, in the four settings (channels_last x cudnn.benchmark). The loops run
+setting-innermost, so a run cut short still holds complete comparisons for the CNNs it reached. One JSON line
+per step, written and flushed as it is measured; the first line is the environment. An out-of-memory step is
+recorded as data ("error"), not skipped.
+
+    python3 bench/gpu_settings.py --out steps_settings.jsonl [--cnns resnet50,vgg16] [--batches 32,128]
+    python3 bench/gpu_settings.py --dry-run     # CPU, one tiny CNN and batch: checks the script itself
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from typing import Any
+
+CNNS = (
+    "resnet50", "vgg16", "densenet121", "mobilenet_v2", "efficientnet_b0", "resnet18", "googlenet",
+    "shufflenet_v2_x1_0", "mnasnet1_0", "squeezenet1_1", "vgg11", "alexnet",
+)  # fmt: skip
+CONFIGS = ("sgd/fp32", "sgd+momentum/amp_bf16", "adamw+wd/amp_fp16")
+SETTINGS = ((False, False), (True, False), (False, True), (True, True))  # (channels_last, cudnn_benchmark)
+
+
+def build(name: str, torch: Any, torchvision: Any) -> Any:
+    """The torchvision model, untrained, as the H100 steps built it."""
+    kwargs: dict[str, Any] = {"weights": None}
+    if name in ("googlenet", "inception_v3"):
+        kwargs["init_weights"] = False
+    return torchvision.models.get_model(name, **kwargs)
+
+
+def step_fn(model: Any, config: str, x: Any, y: Any, torch: Any) -> Any:
+    """One whole training iteration of config as a callable (zero_grad, forward, loss, backward, step)."""
+    if config == "sgd/fp32":
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        dtype, scaler = None, None
+    elif config == "sgd+momentum/amp_bf16":
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        dtype, scaler = torch.bfloat16, None
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        dtype, scaler = torch.float16, torch.amp.GradScaler(x.device.type)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def run() -> None:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None):
+            out = model(x)
+            out = out.logits if hasattr(out, "logits") else out
+            loss = loss_fn(out, y)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+
+    return run
+
+
+def measure(run: Any, sync: Any, blocks: int, per_block: int) -> tuple[float, list[float]]:
+    """Median over blocks of the mean step (ms), after two warm-up steps."""
+    for _ in range(2):
+        run()
+    sync()
+    block_ms = []
+    for _ in range(blocks):
+        t0 = time.perf_counter()
+        for _ in range(per_block):
+            run()
+        sync()
+        block_ms.append((time.perf_counter() - t0) * 1e3 / per_block)
+    return statistics.median(block_ms), block_ms
+
+
+def one(name: str, config: str, batch: int, image: int, nhwc: bool, bench: bool, a: argparse.Namespace) -> dict:
+    """One measured (or failed) step as a JSON-able row."""
+    import torch
+    import torchvision
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.backends.cudnn.benchmark = bench
+    row: dict[str, Any] = {"cnn": name, "config": config, "image": image, "batch": batch,
+                           "channels_last": nhwc, "cudnn_benchmark": bench}  # fmt: skip
+    fmt = torch.channels_last if nhwc else torch.contiguous_format
+    try:
+        torch.manual_seed(0)
+        model = build(name, torch, torchvision).to(device).train().to(memory_format=fmt)
+        x = torch.randn(batch, 3, image, image, device=device).contiguous(memory_format=fmt)
+        y = torch.randint(0, 1000, (batch,), device=device)
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        ms, blocks = measure(step_fn(model, config, x, y, torch), sync, a.blocks, a.per_block)
+        row.update(ms=ms, blocks_ms=blocks)
+        if device.type == "cuda":
+            row["peak_alloc_bytes"] = torch.cuda.max_memory_allocated()
+    except torch.OutOfMemoryError:
+        row["error"] = "out of memory"
+    except RuntimeError as exc:  # a shape the CNN cannot take is data too
+        row["error"] = str(exc).splitlines()[0][:200]
+    finally:
+        model = x = y = None
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return row
+
+
+def environment() -> dict:
+    """The software and GPU the steps ran on."""
+    import torch
+    import torchvision
+
+    meta: dict[str, Any] = {"torch": torch.__version__, "torchvision": torchvision.__version__,
+                            "python": platform.python_version(), "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+                            "matmul_tf32": torch.backends.cuda.matmul.allow_tf32}  # fmt: skip
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        meta.update(gpu=p.name, sms=p.multi_processor_count, memory_bytes=p.total_memory,
+                    cudnn=torch.backends.cudnn.version(), cuda=torch.version.cuda)  # fmt: skip
+    else:
+        meta["gpu"] = None
+    return {"meta": meta, "date": time.strftime("%Y-%m-%d")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure and write the rows."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="steps_settings.jsonl")
+    p.add_argument("--cnns", default=",".join(CNNS))
+    p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument("--batches", default="32,128")
+    p.add_argument("--image", type=int, default=224)
+    p.add_argument("--blocks", type=int, default=3)
+    p.add_argument("--per-block", type=int, default=4)
+    p.add_argument("--deadline-s", type=float, default=0.0, help="stop starting new CNNs after this many seconds")
+    p.add_argument("--dry-run", action="store_true", help="CPU check: squeezenet1_1, batch 2, 64 px, one block")
+    a = p.parse_args(argv)
+    if a.dry_run:
+        a.cnns, a.batches, a.image, a.blocks, a.per_block = "squeezenet1_1", "2", 64, 1, 1
+    t0 = time.monotonic()
+    with open(a.out, "w") as f:
+        f.write(json.dumps(environment()) + "\n")
+        for name in a.cnns.split(","):
+            if a.deadline_s and time.monotonic() - t0 > a.deadline_s:
+                print(f"deadline: stopped before {name}", file=sys.stderr)
+                break
+            for config in a.configs.split(","):
+                for batch in (int(b) for b in a.batches.split(",")):
+                    for nhwc, bench in SETTINGS:
+                        row = one(name, config, batch, a.image, nhwc, bench, a)
+                        f.write(json.dumps(row) + "\n")
+                        f.flush()
+            print(f"{name} done at {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
