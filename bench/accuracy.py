@@ -36,7 +36,7 @@ SELECT_STEPS = """
 SELECT cnn_name, batch_size, step_ms FROM step_measurements
 WHERE machine_type = %(machine_type)s AND precision = %(precision)s AND image_size = %(image_size)s
   AND optimizer = %(optimizer)s AND momentum = %(momentum)s AND weight_decay = %(weight_decay)s
-  AND channels_last = %(channels_last)s AND NOT oom
+  AND channels_last = %(channels_last)s AND cudnn_benchmark = %(cudnn_benchmark)s AND NOT oom
 ORDER BY measured_at"""
 
 

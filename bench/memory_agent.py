@@ -19,7 +19,7 @@ from shared.training import TrainConfig
 # Owner's read for a report; gpu_agent/store.py writes these rows.
 SELECT_PEAKS = """
 SELECT s.cnn_name, s.image_size, s.batch_size, s.optimizer, s.momentum, s.weight_decay, s.precision,
-       s.channels_last, s.peak_memory_bytes, s.machine_type, e.details->>'device_type' AS device,
+       s.channels_last, s.cudnn_benchmark, s.peak_memory_bytes, s.machine_type, e.details->>'device_type' AS device,
        e.details->>'threads' AS threads
 FROM step_measurements s JOIN environments e ON e.id = s.environment_id
 WHERE s.peak_memory_bytes IS NOT NULL
@@ -51,7 +51,7 @@ def report(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, float]]:
     for r in rows:
         config = TrainConfig(
             optimizer=r["optimizer"], momentum=r["momentum"], weight_decay=r["weight_decay"],
-            precision=r["precision"], channels_last=r["channels_last"],
+            precision=r["precision"], channels_last=r["channels_last"], cudnn_benchmark=r["cudnn_benchmark"],
         )  # fmt: skip
         error = ape(modelled(r), r["peak_memory_bytes"])
         groups[(r["machine_type"], f"{r['device']}, {r['threads']} threads", config.cost_key())].append(error)

@@ -80,17 +80,19 @@ KEY_WEIGHT_DECAY = 1e-4
 
 
 def config_from_key(key: str, precision: str = "fp32") -> TrainConfig:
-    """'sgd', 'sgd+momentum', 'adamw', 'adam+wd/amp_bf16', 'sgd/fp32/channels_last' → a configuration of that key.
+    """'sgd', 'sgd+momentum', 'adamw', 'adam+wd/amp_bf16', 'sgd/fp32/channels_last/cudnn_benchmark' → a configuration of
+    that key.
 
     precision: the one used when the key names none. Raises InvalidRequest naming the key.
     """
     head, *rest = key.strip().split("/")
     optimizer, *extras = head.split("+")
     unknown = [e for e in extras if e not in ("momentum", "wd")]
-    unknown += [r for r in rest if r not in (*PRECISIONS, "channels_last")]
+    unknown += [r for r in rest if r not in (*PRECISIONS, "channels_last", "cudnn_benchmark")]
     if unknown or not optimizer:
         raise InvalidRequest(
-            f"training configuration {key!r}: write optimizer[+momentum][+wd][/precision][/channels_last], "
+            f"training configuration {key!r}: write "
+            "optimizer[+momentum][+wd][/precision][/channels_last][/cudnn_benchmark], "
             f"e.g. sgd+momentum/amp_bf16 (unknown: {', '.join(unknown) or 'no optimizer'})"
         )
     try:
@@ -98,6 +100,7 @@ def config_from_key(key: str, precision: str = "fp32") -> TrainConfig:
             optimizer=optimizer, precision=next((r for r in rest if r in PRECISIONS), precision),
             momentum=KEY_MOMENTUM if "momentum" in extras else 0.0,
             weight_decay=KEY_WEIGHT_DECAY if "wd" in extras else None, channels_last="channels_last" in rest,
+            cudnn_benchmark="cudnn_benchmark" in rest,
         )  # fmt: skip
     except ValidationError as exc:
         reasons = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())

@@ -309,13 +309,17 @@ def _print_model(model: "PredictorModel") -> None:
 
 
 def add_training_flags(p: argparse.ArgumentParser) -> None:
-    """--optimizer, --momentum, --weight-decay, --precision, --channels-last (shared/training.py)."""
+    """--optimizer, --momentum, --weight-decay, --precision, --channels-last, --cudnn-benchmark (shared/training.py)."""
     p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="torch.optim's (default: sgd)")
     p.add_argument("--momentum", type=float, default=0.0, help="SGD only (default 0, as PyTorch)")
     p.add_argument("--weight-decay", type=float, default=None, help="default PyTorch's: 0, or 0.01 for adamw")
     p.add_argument("--precision", choices=list(PRECISIONS), default="fp32", help="fp32 (PyTorch's defaults), tf32, or "
                    "autocast amp_fp16 / amp_bf16 (default: fp32)")  # fmt: skip
-    p.add_argument("--channels-last", action="store_true", help="model and images in channels_last memory format")
+    p.add_argument("--channels-last", action="store_true", help="model and images in channels_last memory format "
+                   "(default: NCHW, PyTorch's)")  # fmt: skip
+    p.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True, as "
+                   "torchvision's train.py, timm and DeepLearningExamples set it "
+                   "(default: off, PyTorch's)")  # fmt: skip
 
 
 def training_of(args: argparse.Namespace) -> TrainConfig:
@@ -323,7 +327,7 @@ def training_of(args: argparse.Namespace) -> TrainConfig:
     try:
         return config_of(
             optimizer=args.optimizer, precision=args.precision, momentum=args.momentum,
-            weight_decay=args.weight_decay, channels_last=args.channels_last,
+            weight_decay=args.weight_decay, channels_last=args.channels_last, cudnn_benchmark=args.cudnn_benchmark,
         )  # fmt: skip
     except ValidationError as exc:
         raise InvalidRequest("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
@@ -424,7 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument(
         "--configs", action="append", default=None,
         help="several training configurations in one calibration, a model each: comma-separated or repeated "
-        "optimizer[+momentum][+wd][/precision][/channels_last], e.g. sgd,sgd+momentum,adamw,sgd/amp_bf16 "
+        "optimizer[+momentum][+wd][/precision][/channels_last][/cudnn_benchmark], "
+        "e.g. sgd,sgd+momentum,adamw,sgd/amp_bf16 "
         "(instead of --optimizer/--momentum/--weight-decay; --precision is the default precision)",
     )  # fmt: skip
     ag = sub.add_parser("agents", help="list benchmark agents and what they are doing")

@@ -29,13 +29,22 @@ def energy(kwh: float | None) -> str:
 
 
 def training(config: dict[str, Any]) -> str:
-    """How the CNN is trained, as a PyTorch user says it: 'adamw (weight decay 0.01), amp_fp16, channels_last'."""
+    """How the CNN is trained, as a PyTorch user says it: 'adamw (weight decay 0.01), amp_fp16, channels_last,
+    cudnn.benchmark on'; the layout and cudnn.benchmark are said either way, since both change a GPU's step."""
     extras = [f"{name} {config[key]:g}" for key, name in (("momentum", "momentum"), ("weight_decay", "weight decay"))
               if config.get(key)]  # fmt: skip
     text = config.get("optimizer", "sgd") + (f" ({', '.join(extras)})" if extras else "")
-    return ", ".join(
-        [text, config.get("precision", "fp32")] + (["channels_last"] if config.get("channels_last") else [])
-    )
+    layout = "channels_last" if config.get("channels_last") else "NCHW (default)"
+    tuned = "cudnn.benchmark on" if config.get("cudnn_benchmark") else "cudnn.benchmark off (default)"
+    return ", ".join([text, config.get("precision", "fp32"), layout, tuned])
+
+
+def band(point: dict[str, Any]) -> str:
+    """The point's P10-P90 as multiples of its answer, 'x0.85-x1.21', or a dash where it has none."""
+    mid, low, high = (point.get(k) for k in ("iteration_seconds", "iteration_seconds_p10", "iteration_seconds_p90"))
+    if not mid or low is None or high is None:
+        return "-"
+    return f"x{low / mid:.2f}-x{high / mid:.2f}"
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
@@ -66,11 +75,13 @@ def result(job: dict[str, Any]) -> str:
             money(p["cost_usd"]) if ok else "-",
             energy(p.get("energy_kwh")) if ok else "-",
             *([_input(p)] if fed else []),
+            band(p) if ok else "-",
             _memory(p),
             _source(p),
         ])  # fmt: skip
     header = ["cnn", "machine", "batch", *(["gpus x nodes (global batch)", "scaling"] if spread else []), "iteration",
-              "epoch", "total", "cost", "energy", *(["input"] if fed else []), "memory", "source"]  # fmt: skip
+              "epoch", "total", "cost", "energy", *(["input"] if fed else []), "P10-P90", "memory",
+              "source"]  # fmt: skip
     out = [table(rows, header)]
     if res.get("training"):
         out.append("training: " + training(res["training"]))
@@ -164,9 +175,10 @@ def _memory(point: dict[str, Any]) -> str:
 
 
 def _source(point: dict[str, Any]) -> str:
-    """'benchmarked' (with the machine type measured on, when another), or 'reference ±N%'."""
+    """'benchmarked' (with the machine type measured on, when another), or 'reference' (its band is the P10-P90
+    column: one figure of uncertainty, not a second one beside it)."""
     if point.get("source") == "reference":
-        return f"reference ±{point['reference_error_pct']:.0f}%"
+        return "reference"
     others = [m for m in point.get("measured_on") or [] if m != point["machine"]]
     return "benchmarked" + (f" on {', '.join(others)}" if others else "")
 

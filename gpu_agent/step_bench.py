@@ -2,10 +2,10 @@
 
 The optimizer is built as a PyTorch user writes it (torch.optim.SGD with the momentum and weight decay given,
 Adam, AdamW; every other argument PyTorch's default, so foreach on CUDA), autocast runs the step for amp_fp16
-and amp_bf16 (with a GradScaler for fp16), TF32 matmuls are allowed for tf32 only, and channels_last puts the
-model and the images in that memory format. An untimed step of each batch size (with the optimizer's state in
-place) records the step's peak memory (the allocator's, as torch.cuda.max_memory_allocated counts it), stored
-with the timing.
+and amp_bf16 (with a GradScaler for fp16), TF32 matmuls are allowed for tf32 only, channels_last puts the
+model and the images in that memory format, and cudnn.benchmark is on for the step only where it asks. An
+untimed step of each batch size (with the optimizer's state in place) records the step's peak memory (the
+allocator's, as torch.cuda.max_memory_allocated counts it), stored with the timing.
 """
 
 from collections.abc import Callable, Sequence
@@ -140,6 +140,14 @@ def prepare(
 
     def step() -> None:
         torch.backends.cuda.matmul.allow_tf32 = tf32  # process-wide: set on every step, other tasks share it
+        # Process-wide too, and layer benchmarks search algorithms (environment.configure): set for the step only.
+        searched, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, config.cudnn_benchmark
+        try:
+            _step()
+        finally:
+            torch.backends.cudnn.benchmark = searched
+
+    def _step() -> None:
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             out = model(x)

@@ -24,7 +24,8 @@ LEGACY_SGD_MOMENTUM = 0.9
 
 
 class TrainConfig(BaseModel):
-    """Optimizer (PyTorch defaults, foreach), momentum (SGD only), weight decay, precision, channels_last."""
+    """Optimizer (PyTorch defaults, foreach), momentum (SGD only), weight decay, precision, channels_last and
+    cudnn.benchmark."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -33,6 +34,9 @@ class TrainConfig(BaseModel):
     weight_decay: float = Field(default=0.0, ge=0, le=1)
     precision: Precision = "fp32"
     channels_last: bool = False
+    # torch.backends.cudnn.benchmark: cuDNN times its algorithms once per shape and keeps the fastest (torchvision's
+    # reference train.py, timm and DeepLearningExamples turn it on); off is PyTorch's default. No effect on a CPU.
+    cudnn_benchmark: bool = False
 
     @model_validator(mode="after")
     def _momentum_is_sgd_only(self) -> "TrainConfig":
@@ -58,11 +62,13 @@ class TrainConfig(BaseModel):
         return name + ("/grad_scaler" if self.precision == "amp_fp16" else "")
 
     def cost_key(self) -> str:
-        """The work a step does, e.g. 'sgd+momentum/fp32', 'adamw+wd/amp_fp16/channels_last'."""
+        """The work a step does, e.g. 'sgd+momentum/fp32', 'adamw+wd/amp_fp16/channels_last/cudnn_benchmark'."""
         parts = [self.optimizer + ("+momentum" if self.momentum else "") + ("+wd" if self.weight_decay else "")]
         parts.append(self.precision)
         if self.channels_last:
             parts.append("channels_last")
+        if self.cudnn_benchmark:
+            parts.append("cudnn_benchmark")
         return "/".join(parts)
 
     def calibrate_command(self, machine_type: str) -> str:
@@ -75,16 +81,18 @@ class TrainConfig(BaseModel):
         flags.append(f"--precision {self.precision}")
         if self.channels_last:
             flags.append("--channels-last")
+        if self.cudnn_benchmark:
+            flags.append("--cudnn-benchmark")
         return "traincast calibrate " + " ".join(flags)
 
 
 def config_of(
     *, optimizer: str, precision: str, momentum: float | None = None, weight_decay: float | None = None,
-    channels_last: bool = False,
+    channels_last: bool = False, cudnn_benchmark: bool = False,
 ) -> TrainConfig:  # fmt: skip
     """A configuration with PyTorch's default weight decay for the optimizer when none is given."""
     wd = DEFAULT_WEIGHT_DECAY.get(optimizer, 0.0) if weight_decay is None else weight_decay
     return TrainConfig.model_validate(
         {"optimizer": optimizer, "momentum": momentum or 0.0, "weight_decay": wd, "precision": precision}
-        | {"channels_last": channels_last}
+        | {"channels_last": channels_last, "cudnn_benchmark": cudnn_benchmark}
     )

@@ -26,9 +26,10 @@ GPU_NOTE = (
     "a point trains on gpus_used GPUs of the machine (nodes machines of it); cost_usd is their price for that time, "
     "cost_per_gpu_usd each of their GPUs' share"
 )
-CHANNELS_LAST_NOTE = (
-    "channels_last is not modelled by the reference predictor (no public measurements of it): its answers are "
-    "those of the default NCHW layout; benchmarked answers come from steps measured in channels_last"
+SETTINGS_NOTE = (
+    "the reference predictor costs channels_last and cudnn.benchmark with multipliers per precision and kind of "
+    "work learnt from whole steps we measured in those settings on one GPU (an H100): on other GPUs their effect is "
+    "that GPU's, in proportion to each kind of work; benchmarked answers come from steps measured in these settings"
 )
 
 
@@ -107,6 +108,7 @@ def choose(g: Gathered, annotated: list[Annotated], model_info: dict[str, dict[s
         out["schedules"], out["schedule_note"] = priced, schedules.NOTE
     if any(p["gpus_used"] > 1 or p["nodes"] > 1 for p in predictions):
         out["parallel_note"] = layouts.NOTE
-    if g.training.channels_last and any(m["source"] == "reference" for m in model_info.values()):
-        out["channels_last_note"] = CHANNELS_LAST_NOTE
+    tuned = g.training.channels_last or g.training.cudnn_benchmark
+    if tuned and any(m["source"] == "reference" for m in model_info.values()):
+        out["settings_note"] = SETTINGS_NOTE
     return out

@@ -16,6 +16,7 @@ from shared.core.errors import TraincastError
 from shared.jobs.models import PointDict
 from shared.measurements import environments, layers, ops
 from shared.measurements.environments import Row
+from shared.training import TrainConfig
 from worker import features, predictor, reference, step_cache
 from worker.gather import Cnn, Gathered, Machine
 from worker.points import blank, blanks, fill_many, significant
@@ -121,6 +122,13 @@ class Measured:
         return summary
 
 
+def settings(training: TrainConfig) -> str:
+    """The layout and cudnn.benchmark a reference answer is for, the defaults named as such."""
+    layout = "channels_last" if training.channels_last else "NCHW (PyTorch's default)"
+    tuned = "cudnn.benchmark on" if training.cudnn_benchmark else "cudnn.benchmark off (PyTorch's default)"
+    return f"{layout}, {tuned}"
+
+
 def _own(rows: list[Row], sigs: set[int], column: str) -> dict[tuple[int, int], Row]:
     """(signature, batch size) → row, from newest-first rows of many CNNs narrowed to one CNN's signatures."""
     return environments.one_environment([r for r in rows if r[column] in sigs], column)
@@ -196,6 +204,6 @@ class Reference:
                 f"{name} ({machine.info['gpu']}) {why}: reference prediction from public measurements of other GPUs "
                 f"and our own H100 steps: {mape:.1f}% mean error on public whole training steps of GPUs it never saw"
                 f"{on_h100}; each point's reference_error_pct is its own kind's (precision, host- or device-bound). "
-                "For PyTorch's defaults: cudnn.benchmark off, NCHW"
+                f"For {settings(training)}"
             ),
         }

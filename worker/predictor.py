@@ -55,7 +55,7 @@ RETURNING *"""
 def _config(step: whole_steps.MeasuredStep) -> TrainConfig:
     return TrainConfig(
         optimizer=step["optimizer"], momentum=step["momentum"], weight_decay=step["weight_decay"],
-        precision=step["precision"], channels_last=step["channels_last"],
+        precision=step["precision"], channels_last=step["channels_last"], cudnn_benchmark=step["cudnn_benchmark"],
     )  # fmt: skip
 
 

@@ -81,10 +81,11 @@ function decimal(id, label) {
   return value;
 }
 
-// How the CNN is trained: optimizer (momentum is SGD's only), precision and memory layout.
+// How the CNN is trained: optimizer (momentum is SGD's only), precision, memory layout and cudnn.benchmark.
 function trainingSettings() {
   const optimizer = $("#optimizer").value;
-  const settings = { optimizer, precision: $("#precision").value, channels_last: $("#channels-last").checked };
+  const settings = { optimizer, precision: $("#precision").value, channels_last: $("#channels-last").checked,
+                     cudnn_benchmark: $("#cudnn-benchmark").checked };
   // Empty weight decay: the optimizer's PyTorch default, which the API fills in and echoes.
   if ($("#weight-decay").value.trim() !== "") settings.weight_decay = decimal("weight-decay", "Weight decay");
   if (optimizer === "sgd") settings.momentum = decimal("momentum", "Momentum");
@@ -109,6 +110,7 @@ export function fillForm(request) {
   $("#weight-decay").value = request.weight_decay ?? "";
   if (request.precision) $("#precision").value = request.precision;
   $("#channels-last").checked = Boolean(request.channels_last);
+  $("#cudnn-benchmark").checked = Boolean(request.cudnn_benchmark);
   syncOptimizer();
   $("#wait-benchmarks").checked = Boolean(request.wait_for_benchmarks);
   const spec = request.input || {};

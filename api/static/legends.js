@@ -18,8 +18,8 @@ export function renderSourceKey(sources, result) {
     entries.push(["benchmarked", `benchmarked: from layer and step benchmarks measured ${where.join(" or ")}`]);
   }
   if (sources.has("reference")) {
-    entries.push(["reference", "reference: learnt from public measurements of other GPUs"
-      + (typeof mape === "number" ? ` (±${sig3(mape)}% held-out error)` : "")]);
+    entries.push(["reference", "reference: learnt from public measurements of other GPUs; the shaded band is"
+      + " each point's P10–P90 from held-out steps of its kind"]);
   }
   box.hidden = entries.length === 0;
   box.replaceChildren(...entries.map(([source, text]) => {

@@ -3,10 +3,20 @@
 import { sig3, capitalize, note, joinAnd, sizeRuns, listed } from "./util.js";
 import { machineSpec } from "./state.js";
 
+// The settings a result's answers are for, in PyTorch's words, the defaults named as such.
+export function settingsText(t) {
+  const extras = [t.momentum ? `momentum ${t.momentum}` : "", t.weight_decay ? `weight decay ${t.weight_decay}` : ""]
+    .filter(Boolean);
+  return [`${t.optimizer || "sgd"}${extras.length ? ` (${extras.join(", ")})` : ""}`, t.precision || "fp32",
+          t.channels_last ? "channels_last" : "NCHW (default)",
+          t.cudnn_benchmark ? "cudnn.benchmark on" : "cudnn.benchmark off (default)"].join(", ");
+}
+
 // Say where the numbers come from, and why a CNN × machine × batch size has no point: no model for the machine,
 // or out of memory.
 export function explainGaps(result, cnns, machines, pairs) {
   const models = result.models || {};
+  if (result.training) note(`Answers are for ${settingsText(result.training)}.`, "info", "settings-note");
   const requested = [...new Set((result.predictions || []).map((p) => p.batch_size))].sort((a, b) => a - b);
   const reference = machines.filter((m) => models[m] && models[m].status === "reference");
   for (const machine of machines) {

@@ -49,9 +49,8 @@ export function markerSymbol(symbol, source) {
 // What a point's numbers rest on, for hover labels and the tables.
 export function sourceText(p, machine, models) {
   if (p.source === "reference") {
-    const model = models[machine] || {};
-    const pct = typeof p.reference_error_pct === "number" ? p.reference_error_pct : model.whole_step_mape;
-    let text = typeof pct === "number" ? `reference (±${sig3(pct)}% held-out error)` : "reference";
+    const band = bandText(p);
+    let text = band ? `reference (P10–P90 ${band})` : "reference";
     if (p.launch_bound) text += ", launch-bound";
     return text;
   }
@@ -61,6 +60,13 @@ export function sourceText(p, machine, models) {
     return others.length ? `benchmarked (measured on ${others.join(", ")})` : "benchmarked";
   }
   return "";
+}
+
+// A point's P10–P90 as multiples of its answer, "×0.85–×1.21"; "" where it has none.
+export function bandText(p) {
+  const mid = p.iteration_seconds, lo = p.iteration_seconds_p10, hi = p.iteration_seconds_p90;
+  if (!mid || typeof lo !== "number" || typeof hi !== "number") return "";
+  return `×${(lo / mid).toFixed(2)}–×${(hi / mid).toFixed(2)}`;
 }
 
 // "8 GPUs × 4 machines": a point's data-parallel layout.

@@ -325,7 +325,8 @@ class Result(BaseModel):
     schedule_note: str | None = None
     inputs: dict[str, InputSummary] | None = None
     input_note: str | None = None
-    channels_last_note: str | None = None
+    channels_last_note: str | None = None  # results stored before settings_note
+    settings_note: str | None = None
 
 
 class ResultDict(TypedDict, total=False):
@@ -343,6 +344,7 @@ class ResultDict(TypedDict, total=False):
     inputs: dict[str, dict[str, Any]]
     input_note: str
     channels_last_note: str
+    settings_note: str
 
 
 def check_result(doc: Mapping[str, Any]) -> dict[str, Any]:

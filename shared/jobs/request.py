@@ -170,6 +170,8 @@ class JobRequest(BaseModel):
     # fp32: PyTorch's defaults (TF32 for convs on Ampere+); tf32: matmuls too; amp_*: torch.autocast (+GradScaler).
     precision: Precision = "fp32"
     channels_last: bool = False
+    # torch.backends.cudnn.benchmark as the training script sets it (off: PyTorch's default).
+    cudnn_benchmark: bool = False
     # False: a GPU machine type with no benchmarks of its own is answered at once by the reference
     # predictor (its layer benchmarks are still queued where an agent or the fleet can measure them).
     wait_for_benchmarks: bool = False
@@ -205,7 +207,7 @@ class JobRequest(BaseModel):
         """The optimizer, precision and layout the CNN is trained with."""
         return config_of(
             optimizer=self.optimizer, precision=self.precision, momentum=self.momentum,
-            weight_decay=self.weight_decay, channels_last=self.channels_last,
+            weight_decay=self.weight_decay, channels_last=self.channels_last, cudnn_benchmark=self.cudnn_benchmark,
         )  # fmt: skip
 
     @property

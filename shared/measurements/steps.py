@@ -8,15 +8,16 @@ from shared.training import Optimizer, Precision, TrainConfig
 # Infeasible steps count as done: measuring them again would fail the same way.
 _STEP_KEY = """cnn_name = %(cnn)s AND machine_type = %(machine_type)s AND image_size = %(image_size)s
   AND optimizer = %(optimizer)s AND momentum = %(momentum)s AND weight_decay = %(weight_decay)s
-  AND precision = %(precision)s AND channels_last = %(channels_last)s AND environment_id = %(env)s"""
+  AND precision = %(precision)s AND channels_last = %(channels_last)s AND cudnn_benchmark = %(cudnn_benchmark)s
+  AND environment_id = %(env)s"""
 SELECT_DONE = f"""
 SELECT batch_size FROM step_measurements WHERE {_STEP_KEY}
 UNION
 SELECT batch_size FROM step_failures WHERE {_STEP_KEY}"""
 _COLUMNS = """cnn_name, machine_type, batch_size, image_size, optimizer, momentum, weight_decay, precision,
-    channels_last, environment_id"""
+    channels_last, cudnn_benchmark, environment_id"""
 _VALUES = """%(cnn)s, %(machine_type)s, %(batch_size)s, %(image_size)s, %(optimizer)s, %(momentum)s, %(weight_decay)s,
-    %(precision)s, %(channels_last)s, %(env)s"""
+    %(precision)s, %(channels_last)s, %(cudnn_benchmark)s, %(env)s"""
 INSERT_STEP = f"""
 INSERT INTO step_measurements ({_COLUMNS}, oom, step_ms, peak_memory_bytes, stats)
 VALUES ({_VALUES}, %(oom)s, %(step_ms)s, %(peak)s, %(stats)s)
@@ -27,16 +28,16 @@ VALUES ({_VALUES}, %(reason)s)
 ON CONFLICT ({_COLUMNS}) DO NOTHING"""
 
 _CONFIG = """optimizer = %(optimizer)s AND momentum = %(momentum)s AND weight_decay = %(weight_decay)s
-      AND precision = %(precision)s AND channels_last = %(channels_last)s"""
+      AND precision = %(precision)s AND channels_last = %(channels_last)s AND cudnn_benchmark = %(cudnn_benchmark)s"""
 # Measured and infeasible steps both count: a calibration is complete in an environment when each is one or other.
 COUNT_BY_ENVIRONMENT = f"""
 SELECT environment_id, count(DISTINCT (cnn_name, batch_size)) AS n FROM (
     SELECT environment_id, cnn_name, batch_size, image_size, machine_type, optimizer, momentum, weight_decay,
-           precision, channels_last
+           precision, channels_last, cudnn_benchmark
     FROM step_measurements
     UNION ALL
     SELECT environment_id, cnn_name, batch_size, image_size, machine_type, optimizer, momentum, weight_decay,
-           precision, channels_last
+           precision, channels_last, cudnn_benchmark
     FROM step_failures
 ) s
 WHERE machine_type = %(machine_type)s AND image_size = %(image_size)s AND {_CONFIG}
@@ -49,7 +50,7 @@ WHERE machine_type = %(machine_type)s AND image_size = %(image_size)s AND {_CONF
 ORDER BY cnn_name, batch_size"""
 SELECT_MEASURED = """
 SELECT id, cnn_name, batch_size, image_size, optimizer, momentum, weight_decay, precision, channels_last,
-       environment_id, step_ms
+       cudnn_benchmark, environment_id, step_ms
 FROM step_measurements WHERE machine_type = %s AND NOT oom
 ORDER BY id"""
 SELECT_MEASURED_TYPES = "SELECT DISTINCT machine_type FROM step_measurements WHERE NOT oom AND machine_type <> %s"
@@ -75,6 +76,7 @@ class MeasuredStep(TypedDict):
     weight_decay: float
     precision: Precision
     channels_last: bool
+    cudnn_benchmark: bool
     environment_id: int
     step_ms: float
 

@@ -1,6 +1,8 @@
 """A fresh install with no agent and no fleet: every GPU machine type answered over HTTP, labelled, by the real
 API and worker processes; the CLI shows which answer is which and registers a GPU by its specs."""
 
+import re
+
 from tests.integration.test_end_to_end import cli, wait_for
 from tests.integration.test_reference_jobs import OWN_GPU
 from tests.support.stack import Stack, http
@@ -27,7 +29,8 @@ def test_every_gpu_type_answers_three_cnns_over_256_batch_sizes(no_agent: Stack,
 
 
 def test_cli_labels_reference_answers_and_registers_a_gpu(no_agent: Stack, clean_db: None) -> None:
-    """`traincast predict` says `reference ±N%` per row; `machines add` registers a GPU predicted at once."""
+    """`traincast predict` says `reference` and its P10-P90 band per row; `machines add` registers a GPU predicted at
+    once."""
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in OWN_GPU.items() if k != "name"]
     added = cli(no_agent, "machines", "add", "cli-lab-box", *flags)
     assert added.returncode == 0, added.stderr
@@ -38,14 +41,22 @@ def test_cli_labels_reference_answers_and_registers_a_gpu(no_agent: Stack, clean
     assert predicted.returncode == 0, predicted.stderr
     lines = predicted.stdout.splitlines()
     rows = [line for line in lines if line.startswith("resnet18 ") and " on " not in line]
-    assert len(rows) == 4 and all("reference ±" in line for line in rows)
+    assert len(rows) == 4 and all(line.rstrip().endswith(" reference") for line in rows)
+    header = next(line for line in lines if line.startswith("cnn "))
+    assert "P10-P90" in header
+    # The band column is the point's own P10-P90 over its answer (x<low>-x<high>, low < 1 < high).
+    bands = [re.search(r"x(\d+\.\d+)-x(\d+\.\d+)", line) for line in rows]
+    assert all(b and float(b[1]) < 1 < float(b[2]) for b in bands), rows
     best = [line for line in lines if line.startswith("resnet18 on ")]
     assert len(best) == 2 and all(line.endswith("[reference]") for line in best)
-    assert all("largest batch that fits" in line for line in best) and "training: sgd, fp32" in lines
+    assert all("largest batch that fits" in line for line in best)
+    assert "training: sgd, fp32, NCHW (default), cudnn.benchmark off (default)" in lines
     assert all(" kWh" in line for line in rows)  # the energy column (an upper bound)
     amp = cli(no_agent, "predict", "resnet18", "--machine", "g4dn.xlarge", "--batch-sizes", "8",
               "--optimizer", "adamw", "--precision", "amp_fp16")  # fmt: skip
     assert amp.returncode == 0, amp.stderr
-    assert "training: adamw (weight decay 0.01), amp_fp16" in amp.stdout.splitlines(), amp.stdout
+    assert "training: adamw (weight decay 0.01), amp_fp16, NCHW (default), cudnn.benchmark off (default)" in (
+        amp.stdout.splitlines()
+    ), amp.stdout
     bad = cli(no_agent, "machines", "add", "cli-bad", *flags[:-1], "--gpu-l2-mib=-3")
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "gpu_l2_mib" in bad.stderr

@@ -474,15 +474,19 @@ def test_gpu_types_without_an_agent_get_reference_predictions(full_stack: Stack,
     assert len(page.driver.find_elements(By.CSS_SELECTOR, "#plot-batch .legend .traces")) == len(chosen)
 
     # Hover the Google T4's line and the multi-GPU type's point.
-    pct = next(p for p in result["predictions"] if p["machine"] == gcp_t4["name"])["reference_error_pct"]
-    assert isinstance(pct, float | int) and pct > 0
+    first = next(p for p in result["predictions"] if p["machine"] == gcp_t4["name"])
+    low, high = (
+        first["iteration_seconds_p10"] / first["iteration_seconds"],
+        first["iteration_seconds_p90"] / first["iteration_seconds"],
+    )
+    assert low < 1 < high
     index = next(
         i
         for i, t in enumerate(page.traces("plot-batch"))
         if t["meta"]["machine"] == gcp_t4["name"] and t["meta"]["role"] == "line"
     )
     label = page.hover("plot-batch", index)
-    assert f"reference (±{pct:.3g}% held-out error)" in label, label
+    assert f"reference (P10–P90 ×{low:.2f}–×{high:.2f})" in label, label
     # Reference points now carry the modelled peak memory and fit (a T4 has 16 GiB).
     point = next(p for p in result["predictions"] if p["machine"] == gcp_t4["name"])
     assert (
@@ -500,7 +504,7 @@ def test_gpu_types_without_an_agent_get_reference_predictions(full_stack: Stack,
         ".map(r => [r.dataset.machine, r.dataset.source, r.lastChild.textContent])"
     )
     assert sorted(r[0] for r in rows) == sorted(chosen)
-    assert all(r[1] == "reference" and r[2].startswith(f"reference (±{pct:.3g}%") for r in rows), rows
+    assert all(r[1] == "reference" and r[2].startswith("reference (P10–P90 ×") for r in rows), rows
     assert all(name in page.find("#reference-note").text for name in chosen)
     notes = page.driver.find_elements(By.ID, "gpu-note")
     assert len(notes) == 1 and multi["name"] in notes[0].text and "g4dn.xlarge" not in notes[0].text
@@ -520,7 +524,13 @@ def test_measured_elsewhere_and_unknown_fit_are_drawn_as_such(page: Page) -> Non
         extra = (
             {"measured_on": ["g4dn.xlarge"]}
             if source == "benchmarked"
-            else {"reference_error_pct": 9.5, "launch_bound": bs == 8, "measured_on": []}
+            else {
+                "reference_error_pct": 9.5,
+                "launch_bound": bs == 8,
+                "measured_on": [],
+                "iteration_seconds_p10": seconds and seconds / 1000 * 0.8,
+                "iteration_seconds_p90": seconds and seconds / 1000 * 1.25,
+            }
         )
         return {
             "cnn": "resnet18",
@@ -569,12 +579,13 @@ def test_measured_elsewhere_and_unknown_fit_are_drawn_as_such(page: Page) -> Non
     label = page.hover("plot-batch", index, 1)
     assert "benchmarked (measured on g4dn.xlarge)" in label, label
     index = next(i for i, t in enumerate(page.traces("plot-batch")) if t["meta"]["machine"] == gcp_l4)
-    assert "reference (±9.5% held-out error), launch-bound" in page.hover("plot-batch", index, 0)
+    # The band is the label: the point's own P10-P90 as multiples of its answer, not a second error figure.
+    assert "reference (P10–P90 ×0.80–×1.25), launch-bound" in page.hover("plot-batch", index, 0)
     notes = page.find("#notes").text
     assert f"resnet18 on {gcp_t4} does not fit in GPU memory at batch size 32" in notes, notes
     assert gcp_l4 not in notes.split("does not fit")[0].split("\n")[-1]  # the null fit is not called a misfit
     sources = page.js("return [...document.querySelectorAll('#best-table tbody tr')].map(r => r.lastChild.textContent)")
-    assert sources == ["benchmarked (measured on g4dn.xlarge)", "reference (±9.5% held-out error)"]
+    assert sources == ["benchmarked (measured on g4dn.xlarge)", "reference (P10–P90 ×0.80–×1.25)"]
     assert page.js("return [...document.querySelectorAll('#source-key .key-item')].map(k => k.dataset.source)") == [
         "benchmarked",
         "reference",

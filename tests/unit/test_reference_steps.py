@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from shared.training import TrainConfig
-from worker.reference import h100, load, point_errors, stepfit
+from worker.reference import h100, load, point_errors, stepfit, wholestep
 from worker.reference.steps import DEVICE_PARTS, StepParts, overlap, parameter_tensors, smooth_max, step_parts
 from worker.reference.wholestep import network
 
@@ -44,7 +44,7 @@ def test_fit_recovers_the_constants_that_made_the_rows() -> None:
         optimizer_ms=rng.uniform(0.05, 3, n), kernels=rng.integers(20, 700, n).astype(float),
         casts=rng.integers(0, 130, n).astype(float), tensors=rng.integers(10, 400, n).astype(float),
         group=rng.integers(0, 3, n), passes=rng.choice([1.0, 3.0, 8.0, 10.0], n), synced=rng.random(n) < 0.3,
-        autotuned=np.zeros(n, dtype=bool), measured=np.ones(n), weight=np.ones(n),
+        autotuned=np.zeros(n, dtype=bool), nhwc=np.zeros(n, dtype=bool), measured=np.ones(n), weight=np.ones(n),
     )  # fmt: skip
     made, _, host = stepfit.predict(rows, truth)
     rows = stepfit.Rows(**{**vars(rows), "measured": made})
@@ -53,6 +53,36 @@ def test_fit_recovers_the_constants_that_made_the_rows() -> None:
     assert np.mean(np.abs(again - made) / made) < 0.02
     assert 20 < (host > made * 0.9).sum() < n - 20  # host-bound and device-bound rows were part of it
     assert fitted["host_kernel_ms"] == pytest.approx(0.09, rel=0.15)
+
+
+def test_settings_multipliers_are_learnt_from_ratios_to_the_same_run() -> None:
+    """channels_last and cudnn.benchmark multipliers come back from steps in those settings over the same steps in
+    the default setting, even where the base constants are off by a per-row factor the ratios cancel."""
+    rng = np.random.default_rng(5)
+    n = 150
+    work = rng.uniform(0.5, 10, (n, 5)) * rng.choice([0.5, 4], (n, 1))  # host-bound and device-bound rows
+    common = dict(
+        device=np.column_stack([work, rng.integers(5, 120, n)]), optimizer_ms=rng.uniform(0.05, 3, n),
+        kernels=rng.integers(20, 700, n).astype(float), casts=np.zeros(n), tensors=rng.integers(10, 400, n) * 1.0,
+        group=rng.integers(0, 3, n), passes=np.full(n, 1.0), synced=np.zeros(n, dtype=bool),
+        measured=np.ones(n), weight=np.ones(n),
+    )  # fmt: skip
+    tuned = rng.random(n) < 0.5
+    nhwc = ~tuned | (rng.random(n) < 0.5)
+    base = stepfit.Rows(**common, autotuned=np.zeros(n, dtype=bool), nhwc=np.zeros(n, dtype=bool))
+    setting = stepfit.Rows(**common, autotuned=tuned, nhwc=nhwc)
+    p = dict(stepfit.PRIORS)
+    truth = {**p, "nhwc_conv_tensor_fp32": 0.7, "nhwc_conv_tensor_bf16": 0.6, "nhwc_conv_tensor_fp16": 0.6,
+             "nhwc_other_fp32": 0.8, "nhwc_other_bf16": 0.7, "nhwc_other_fp16": 0.7,
+             "dev_conv_autotuned_fp32": 0.9, "dev_conv_autotuned_bf16": 0.9, "dev_conv_autotuned_fp16": 0.9}  # fmt: skip
+    drift = rng.uniform(0.8, 1.25, n)  # what the base model gets wrong per row, the same in both settings
+    base = stepfit.Rows(**{**vars(base), "measured": stepfit.predict(base, p)[0] * drift})
+    setting = stepfit.Rows(**{**vars(setting), "measured": stepfit.predict(setting, truth)[0] * drift})
+    fitted = stepfit.fit_settings(setting, base, p)
+    assert fitted["nhwc_conv_tensor_fp32"] == pytest.approx(0.7, rel=0.1)
+    assert fitted["nhwc_other_fp16"] == pytest.approx(0.7, rel=0.15)
+    assert fitted["dev_conv_autotuned_bf16"] == pytest.approx(0.9, rel=0.08)
+    assert set(fitted) == set(stepfit.SETTINGS_NAMES)  # the rest keep NCHW's cost (1x)
 
 
 def test_a_layer_list_workload_without_counts_still_gets_host_terms() -> None:
@@ -120,8 +150,13 @@ def test_the_committed_model_was_scored_on_the_h100_steps_per_configuration() ->
     own = load().accuracy["h100"]
     configs = {json.loads(line)["config"] for line in h100.STEPS.read_text().splitlines()}
     assert set(own["by_config"]) == configs == set(h100.CONFIGS)
-    rows = len([r for r in h100.load_rows() if r.batch in h100.GRID])
+    rows = len([r for r in h100.load_rows(settings=False) if r.batch in h100.GRID])
     assert sum(v["rows"] for v in own["by_config"].values()) == rows
+    # Every step in another setting is scored too, as the setting's effect on the same run's default step.
+    pairs = wholestep.setting_pairs(h100.load_rows(), fallback=h100.SET)
+    assert pairs and sum(v["rows"] for v in own["settings"].values()) == len(pairs)
+    assert {k.split()[0] for k in own["settings"]} == {"channels_last", "channels_last+cudnn_benchmark",
+                                                        "nchw+cudnn_benchmark"}  # fmt: skip
     for kinds in own["by_group_regime"].values():
         for kind in kinds.values():
             assert kind["band_low"] < kind["band_high"] and kind["rows"] >= 3 and kind["mape"] > 0

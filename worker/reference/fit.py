@@ -1,6 +1,8 @@
 """`python -m worker.reference.fit`: fit the reference model on the public data in the repo, write model.json.
 
-Deterministic: LightGBM runs with deterministic=True and fixed seeds, JSON is written with sorted keys.
+Deterministic: LightGBM runs with deterministic=True and fixed seeds, JSON is written with sorted keys; model.json's
+"provenance" holds the sha256 of every input file, the library versions and this command, and
+tests/unit/test_reference_rebuild.py refits the whole-step constants and checks them against it.
 Where each whole-step constant comes from:
 - memory_efficiency: median fraction of the spec bandwidth NeuSight relu/add reach on tensors far
   larger than L2 (PyTorch 2.1 elementwise kernels); isolated_op_floor_ms: their median time on tiny
@@ -16,10 +18,13 @@ Where each whole-step constant comes from:
   torch.compile); the accuracy figures refit them without the GPU family, or the CNN, predicted (nested).
 """
 
+import gzip
 import hashlib
 import json
+import platform
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -144,12 +149,45 @@ def _round(obj: Any) -> Any:
     return obj
 
 
+COMMAND = "python -m worker.reference.fit"
+
+
+def inputs() -> list[Path]:
+    """Every file the fit reads, in a fixed order: GPU figures, layer timings, whole steps, our own steps."""
+    from worker.reference import h100, wholestep
+
+    own = [p for p in (h100.STEPS, *h100.SETTINGS_FILES.values()) if p.exists()]
+    return [data.GPUS_CSV, *sorted(data.LAYERS.glob("*.csv.gz")), wholestep.WHOLE_STEPS, *own]
+
+
+def provenance() -> dict[str, Any]:
+    """What model.json was fitted from and with: each input's sha256 and row count, their digest together, the
+    libraries whose arithmetic it depends on, and the command that rebuilds it."""
+    import lightgbm
+    import scipy
+
+    files = {}
+    for path in inputs():
+        raw = path.read_bytes()
+        text = gzip.decompress(raw) if path.suffix == ".gz" else raw
+        files[str(path.relative_to(data.ROOT))] = {
+            "sha256": hashlib.sha256(raw).hexdigest(), "rows": text.count(b"\n"),
+        }  # fmt: skip
+    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+    return {
+        "command": COMMAND, "inputs": files, "inputs_sha256": digest,
+        "libraries": {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
+                      "lightgbm": lightgbm.__version__},
+    }  # fmt: skip
+
+
 def main(argv: Sequence[str] = ()) -> ReferenceModel:
-    """Fit on everything, evaluate held out, write data/reference/model.json."""
+    """Fit on everything, evaluate held out, write data/reference/model.json with its provenance."""
     gpus = gpu_table()
     matrix = layerfit.layer_matrix(data.load_layers(), gpus)
     params = fit_params(gpus, matrix)
     params["accuracy"] = {} if "--no-accuracy" in argv else accuracy(gpus, matrix, params)
+    params["provenance"] = provenance()
     text = json.dumps(_round(params), sort_keys=True, indent=None, separators=(",", ":")) + "\n"
     MODEL_JSON.parent.mkdir(parents=True, exist_ok=True)
     MODEL_JSON.write_text(text)

@@ -17,12 +17,15 @@ from worker.reference.layerfit import family_of
 from worker.reference.model import ReferenceModel
 from worker.reference.specs import GpuSpecs
 from worker.reference.steps import precision_group
-from worker.reference.wholestep import StepRow, calibrate, flops_baseline, network
+from worker.reference.wholestep import StepRow, calibrate, flops_baseline, network, setting_pairs
 
 STEPS = ROOT / "data" / "reference" / "h100" / "steps.jsonl"
 GPU = "H100-SXM5-80GB"
 FAMILY = "H100"  # layerfit.family_of(GPU): the GPUs (H100 boards, H200) whose points quote these figures
 SET = "h100_own"
+# The other runs of ours on the same machine kind: cudnn.benchmark on (the team's, SGD fp32) and the settings run
+# (channels_last x cudnn.benchmark in every configuration, bench/gpu_settings.py); each is a set of its own.
+CUDNN_SET, SETTINGS_SET = "h100_own_cudnn", "h100_own_settings"
 ENVIRONMENT = "H100 SXM 80GB, PyTorch 2.11, cuDNN 9.19, cudnn.benchmark off, NCHW"
 CONFIGS = {
     "sgd/fp32": TrainConfig(optimizer="sgd", precision="fp32"),
@@ -35,33 +38,47 @@ GRID = (16, 32, 64, 128, 256)  # every CNN and configuration; the sweep's other 
 BAND_TAIL = 0.05
 
 
-def load_rows() -> list[StepRow]:
-    """The measured steps (rows with an error, a CNN that cannot run, are left out)."""
-    if not STEPS.exists():
-        return []
+# Our other H100 files: the same machine kind, software and timing in other settings (channels_last,
+# cudnn.benchmark), each with its environment on its first line. Their rows join the fit; evaluate() scores the
+# default-setting rows of STEPS, and bench/reference_accuracy.py the settings' effects.
+SETTINGS_FILES = {
+    CUDNN_SET: ROOT / "data" / "reference" / "h100" / "steps_cudnn_benchmark_on.jsonl",
+    SETTINGS_SET: ROOT / "data" / "reference" / "h100" / "steps_settings.jsonl",
+}
+
+
+def load_rows(settings: bool = True) -> list[StepRow]:
+    """The measured steps (rows with an error, a CNN that cannot run, are left out); settings: with the rows of
+    SETTINGS_FILES (channels_last, cudnn.benchmark) beside the default-setting rows of STEPS."""
+    files = {SET: STEPS, **(SETTINGS_FILES if settings else {})}
     rows = []
-    for line in STEPS.read_text().splitlines():
-        r = json.loads(line)
-        if "ms" not in r:
-            continue
-        config = CONFIGS[r["config"]]
-        rows.append(
-            StepRow(
-                SET,
-                GPU,
-                r["cnn"],
-                int(r["image"]),
-                int(r["batch"]),
-                config.precision,
-                "pytorch 2.11",
-                config.optimizer,
-                "fwd+bwd+opt (synthetic data)",
-                float(r["ms"]),
-                False,
-                config,
-                autotuned=False,
-            )  # fmt: skip
-        )
+    for name, path in ((n, f) for n, f in files.items() if f.exists()):
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        meta: dict[str, Any] = next((r["meta"] for r in lines if "meta" in r), {})
+        for r in lines:
+            if "ms" not in r:
+                continue
+            tuned = bool(r.get("cudnn_benchmark", meta.get("cudnn_benchmark", False)))
+            config = CONFIGS[r["config"]].model_copy(
+                update={"channels_last": bool(r.get("channels_last", False)), "cudnn_benchmark": tuned}
+            )
+            rows.append(
+                StepRow(
+                    name,
+                    GPU,
+                    r["cnn"],
+                    int(r["image"]),
+                    int(r["batch"]),
+                    config.precision,
+                    "pytorch 2.11",
+                    config.optimizer,
+                    "fwd+bwd+opt (synthetic data)",
+                    float(r["ms"]),
+                    False,
+                    config,
+                    autotuned=tuned,
+                )  # fmt: skip
+            )
     return rows
 
 
@@ -89,9 +106,10 @@ def evaluate(model: ReferenceModel, gpus: dict[str, GpuSpecs]) -> dict[str, Any]
     on public rows only (what the reference knew before our H100 steps)."""
     rows = [r for r in load_rows() if r.gpu in gpus]
     gpu = gpus[GPU]
-    public = calibrate(model, gpus, [], leave_out=lambda r: r.set == SET)
+    public = calibrate(model, gpus, [], leave_out=lambda r: r.set.startswith(SET))
     baseline = ReferenceModel({**model.params, "step": {**model.params["step"], **public}}, "public rows only")
     preds: list[tuple[StepRow, float, bool, float, float]] = []
+    tuned: list[tuple[StepRow, float]] = []  # every row of ours in the held-out CNN's fit, predicted held out
     for cnn in sorted({r.cnn for r in rows}):
 
         def held_out(r: StepRow, cnn: str = cnn) -> bool:
@@ -102,13 +120,41 @@ def evaluate(model: ReferenceModel, gpus: dict[str, GpuSpecs]) -> dict[str, Any]
         for r in (r for r in rows if r.cnn == cnn):
             convs, work = network(r.cnn, r.image_size)
             est, prior = (
-                m.predict_steps(
-                    convs=convs, workload=work, batch_sizes=[r.batch], gpu=gpu, training=r.training, autotuned=False
-                )[0]
+                m.predict_steps(convs=convs, workload=work, batch_sizes=[r.batch], gpu=gpu, training=r.training)[0]
                 for m in (fitted, baseline)
             )
-            preds.append((r, est.step_ms, est.launch_bound, prior.step_ms, flops_baseline(r, gpu)))
-    return summarise(preds)
+            tuned.append((r, est.step_ms))
+            if r.set == SET:
+                preds.append((r, est.step_ms, est.launch_bound, prior.step_ms, flops_baseline(r, gpu)))
+    out = summarise(preds)
+    out["settings"] = settings_summary(tuned)
+    return out
+
+
+def settings_summary(tuned: list[tuple[StepRow, float]]) -> dict[str, Any]:
+    """Held out by CNN: how far each setting's predicted effect (its step over the same CNN's default-setting step
+    of the same run) is from the measured one, and the error of the steps themselves, per setting and configuration.
+    """
+    predicted = {id(r): ms for r, ms in tuned}
+    out: dict[str, Any] = {}
+    for r, d in setting_pairs([r for r, _ in tuned], fallback=SET):
+        assert r.training is not None  # our own rows say how they trained
+        setting = ("channels_last" if r.training.channels_last else "nchw") + (
+            "+cudnn_benchmark" if r.training.cudnn_benchmark else ""
+        )
+        precision = r.training.precision
+        config = next(k for k, v in CONFIGS.items() if v.precision == precision)
+        key = f"{setting} {config}"
+        measured, modelled = r.step_ms / d.step_ms, predicted[id(r)] / predicted[id(d)]
+        entry = out.setdefault(key, {"ratio_errors": [], "step_errors": [], "points": []})
+        entry["ratio_errors"].append(abs(modelled - measured) / measured * 100)
+        entry["step_errors"].append(abs(predicted[id(r)] - r.step_ms) / r.step_ms * 100)
+        entry["points"].append([r.cnn, r.batch, round(measured, 3), round(modelled, 3)])
+    return {
+        k: {"rows": len(v["points"]), "ratio_mape": float(np.mean(v["ratio_errors"])),
+            "step_mape": float(np.mean(v["step_errors"])), "points": v["points"]}
+        for k, v in sorted(out.items())
+    }  # fmt: skip
 
 
 def summarise(preds: list[tuple[StepRow, float, bool, float, float]]) -> dict[str, Any]:

@@ -291,8 +291,7 @@ class ReferenceModel:
     ) -> list[StepEstimate]:
         """One estimate per batch size of a whole training step (forward, backward, optimizer).
 
-        training: optimizer, precision and layout (default SGD without momentum, fp32). channels_last is not
-        modelled (no public measurements): the answer is the NCHW step's, and the job's result says so.
+        training: optimizer, precision, layout and cudnn.benchmark (default SGD without momentum, fp32, NCHW, off).
         """
         return self.step_arrays(
             convs=convs, workload=workload, batch_sizes=batch_sizes, gpu=gpu, training=training, autotuned=autotuned
@@ -310,10 +309,10 @@ class ReferenceModel:
     ) -> StepParts:
         """A step's uncalibrated parts (what the fit calibrates; step_arrays combines them).
 
-        autotuned: cudnn.benchmark on (the public sets' setting, and the agent's); answers are for off, PyTorch's
-        default and how our H100 steps were timed: the fitted benchmark-on multiplier is confounded with the public
-        sets' stacks and with ResNet-50, their only CNN, so it is not offered as an answer.
+        autotuned: cudnn.benchmark on where the training configuration does not say so itself (the public sets
+        time with it on); training.cudnn_benchmark and training.channels_last are the job's settings.
         """
+        autotuned = autotuned or training.cudnn_benchmark
         gpu = gpu.filled()
         paths = self.conv_paths(convs, batch_sizes, gpu, kernel_precision(training.precision))
         return step_parts(paths, workload, np.asarray(batch_sizes, dtype=float), gpu, training, self._step, autotuned)

@@ -14,14 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from worker.reference.steps import DEVICE_PARTS, PRECISION_GROUPS, StepParts, overlap
+from worker.reference.steps import DEVICE_PARTS, NHWC_PARTS, PRECISION_GROUPS, StepParts, overlap
 
 # Priors (the starting point, and where the ridge pulls): device parts at 1x, a conv call's fixed device time,
 # host costs per launched kernel (forward and its backward), per autocast cast, per optimizer tensor, per step.
 PRIORS: dict[str, float] = {
     **{f"dev_{part}_{g}": 1.0 for part in DEVICE_PARTS if part != "conv_calls" for g in PRECISION_GROUPS},
     **{f"dev_conv_calls_{g}": 0.03 for g in PRECISION_GROUPS},
-    "dev_conv_autotuned": 1.0,
+    **{f"dev_conv_autotuned_{g}": 1.0 for g in PRECISION_GROUPS},
+    **{f"nhwc_{part}_{g}": 1.0 for part in NHWC_PARTS for g in PRECISION_GROUPS},
     "host_kernel_ms": 0.02,
     "host_cast_factor": 1.0,
     "host_tensor_ms": 0.002,
@@ -32,6 +33,12 @@ NAMES = tuple(PRIORS)
 # Ridge strengths on log values, against a (CNN, configuration) series' weight of 1: a part's multiplier across
 # precision groups, a group's multipliers across parts, the multipliers toward 1x, the host costs toward their priors.
 ACROSS_GROUPS, ACROSS_PARTS, TOWARD_ONE, HOST_PRIOR = 0.045, 0.045, 0.022, 0.009
+# channels_last multipliers are learnt from one GPU's steps (data/reference/h100/steps_settings.jsonl), for the parts
+# NHWC changes most: tensor-core convs (no NCHW<->NHWC transposes around cuDNN's kernels), grouped and depthwise
+# convs and the memory-bound operators (NHWC kernels). The rest (linear layers, CUDA-core convs, the per-call
+# floor) keep NCHW's cost: with 8 CNNs, more multipliers fitted noise (held out: 2 variants tried, this one kept).
+NHWC_FITTED = ("conv_tensor", "conv_grouped", "other")
+NHWC_PRIOR = 0.3
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,7 @@ class Rows:
     passes: np.ndarray  # (R,) foreach passes over the parameter tensors
     synced: np.ndarray  # (R,) bool
     autotuned: np.ndarray  # (R,) bool
+    nhwc: np.ndarray  # (R,) bool
     measured: np.ndarray
     weight: np.ndarray
 
@@ -60,7 +68,8 @@ class Rows:
             np.array([PRECISION_GROUPS.index(p.group) for p in parts], dtype=int),
             np.array([p.passes for p in parts]),
             np.array([p.synced for p in parts], dtype=bool), np.array([p.autotuned for p in parts], dtype=bool),
-            np.asarray(measured, dtype=float), np.asarray(weight, dtype=float),
+            np.array([p.nhwc for p in parts], dtype=bool), np.asarray(measured, dtype=float),
+            np.asarray(weight, dtype=float),
         )  # fmt: skip
 
 
@@ -68,7 +77,10 @@ def predict(rows: Rows, p: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray,
     """(step, device, host) ms of every row under constants p: the same arithmetic as steps.combine."""
     scales = np.array([[p[f"dev_{part}_{g}"] for g in PRECISION_GROUPS] for part in DEVICE_PARTS])  # (P, G)
     per_row = scales[:, rows.group].T.copy()
-    per_row[rows.autotuned, :3] *= p["dev_conv_autotuned"]
+    tuned = np.array([p[f"dev_conv_autotuned_{g}"] for g in PRECISION_GROUPS])[rows.group]
+    per_row[rows.autotuned, :3] *= tuned[rows.autotuned, None]
+    nhwc = np.array([[p[f"nhwc_{part}_{g}"] for part in NHWC_PARTS] for g in PRECISION_GROUPS])  # (G, P)
+    per_row[rows.nhwc] *= nhwc[rows.group[rows.nhwc]]
     device = (rows.device * per_row).sum(axis=1)
     per_step = np.array([p[f"host_step_ms_{g}"] for g in PRECISION_GROUPS])[rows.group]
     host_pass = p["host_kernel_ms"] * (rows.kernels + p["host_cast_factor"] * rows.casts)
@@ -85,6 +97,8 @@ _INDEX = {k: i for i, k in enumerate(NAMES)}
 _SCALES = np.array([[_INDEX[f"dev_{part}_{g}"] for part in DEVICE_PARTS[:-1]] for g in PRECISION_GROUPS])
 _HOST = np.array([i for k, i in _INDEX.items() if k.startswith("host_") or k.startswith("dev_conv_calls")])
 _PRIOR = np.log(np.array([PRIORS[k] for k in NAMES]))
+_TUNED = np.array([_INDEX[f"dev_conv_autotuned_{g}"] for g in PRECISION_GROUPS])
+_NHWC = np.array([[_INDEX[f"nhwc_{part}_{g}"] for part in NHWC_PARTS] for g in PRECISION_GROUPS])
 
 
 def _penalty(theta: np.ndarray) -> np.ndarray:
@@ -92,20 +106,55 @@ def _penalty(theta: np.ndarray) -> np.ndarray:
     return np.concatenate([
         ACROSS_GROUPS * (s - s.mean(axis=0)).ravel(), ACROSS_PARTS * (s - s.mean(axis=1, keepdims=True)).ravel(),
         TOWARD_ONE * s.ravel(), HOST_PRIOR * (theta[_HOST] - _PRIOR[_HOST]),
-        [TOWARD_ONE * theta[_INDEX["dev_conv_autotuned"]]],
     ])  # fmt: skip
 
 
 def fit(rows: Rows) -> dict[str, float]:
-    """Constants minimising the weighted squared log error of rows, with the ridge penalties (deterministic)."""
+    """Constants minimising the weighted squared log error of rows, with the ridge penalties (deterministic); the
+    settings' multipliers stay at 1x (fit_settings learns them from ratios)."""
     theta0 = np.log(np.array([PRIORS[k] for k in NAMES]))
     if not len(rows.measured):
         return _params(theta0)
     w = np.sqrt(rows.weight)
+    pinned = np.concatenate([_TUNED, _NHWC.ravel()])
 
     def residual(theta: np.ndarray) -> np.ndarray:
+        theta = theta.copy()
+        theta[pinned] = 0.0
         step, _, _ = predict(rows, _params(theta))
         return np.concatenate([w * np.log(step / rows.measured), _penalty(theta)])
 
-    fitted = least_squares(residual, theta0, bounds=(theta0 - 8.0, theta0 + 8.0))
-    return _params(fitted.x)
+    fitted = least_squares(residual, theta0, bounds=(theta0 - 8.0, theta0 + 8.0)).x
+    fitted[pinned] = 0.0
+    return _params(fitted)
+
+
+SETTINGS_NAMES = tuple(
+    k for k in NAMES if k.startswith("dev_conv_autotuned_") or k.startswith(tuple(f"nhwc_{p}_" for p in NHWC_FITTED))
+)
+
+
+def fit_settings(rows: Rows, baseline: Rows, p: Mapping[str, float]) -> dict[str, float]:
+    """The multipliers of channels_last and cudnn.benchmark, with every other constant of p held: fitted to the
+    ratio of each step in a setting (rows) to the same step in the default setting, measured in the same run
+    (baseline, row for row), so neither the base model's error on a CNN nor the host's run-to-run drift enters."""
+    free = np.array([_INDEX[k] for k in SETTINGS_NAMES])
+    theta_all = np.log(np.array([p[k] for k in NAMES]))
+    if not len(rows.measured):
+        return {k: 1.0 for k in SETTINGS_NAMES}
+    w = np.sqrt(rows.weight)
+    measured = np.log(rows.measured / baseline.measured)
+    base_step, _, _ = predict(baseline, p)
+
+    def residual(theta: np.ndarray) -> np.ndarray:
+        full = theta_all.copy()
+        full[free] = theta
+        step, _, _ = predict(rows, _params(full))
+        tuned, nhwc = full[_TUNED], full[_NHWC]
+        return np.concatenate([
+            w * (np.log(step / base_step) - measured), TOWARD_ONE * tuned,
+            NHWC_PRIOR * nhwc.ravel(), ACROSS_GROUPS * (nhwc - nhwc.mean(axis=0)).ravel(),
+        ])  # fmt: skip
+
+    theta = least_squares(residual, np.zeros(len(free)), bounds=(-3.0, 3.0)).x
+    return {k: float(np.exp(v)) for k, v in zip(SETTINGS_NAMES, theta, strict=True)}

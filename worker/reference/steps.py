@@ -25,6 +25,10 @@ PRECISION_GROUPS = ("fp32", "bf16", "fp16")
 # convs on CUDA cores, grouped and depthwise convs, memory-bound operators, linear layers, and a fixed time per
 # conv call (cuDNN's kernels at small batches, and autocast's NCHW layout conversions around each conv).
 DEVICE_PARTS = ("conv_tensor", "conv_simt", "conv_grouped", "other", "linear", "conv_calls")
+# channels_last changes each device part by a multiplier per precision group (1 where model.json has none): tensor-core
+# convs lose the NCHW<->NHWC transposes cuDNN's kernels need, grouped and depthwise convs and batch norm get other
+# (NHWC) kernels (stepfit.NHWC_FITTED says which are fitted).
+NHWC_PARTS = DEVICE_PARTS
 OPTIMIZER_KINDS = ("sgd", "sgd+momentum", "adam")
 # Foreach passes over the parameter list one step dispatches (PyTorch's _multi_tensor_sgd and _multi_tensor_adam):
 # SGD one add; momentum a mul and an add to the buffer, then the add; Adam the step count, lerp, mul, addcmul, sqrt,
@@ -181,6 +185,7 @@ class StepParts:
     optimizer: str  # optimizer kind
     synced: bool  # GradScaler: the host waits for the device before the optimizer step
     autotuned: bool = True  # cudnn.benchmark on: cuDNN times its algorithms once per shape and keeps the fastest
+    nhwc: bool = False  # channels_last: activations (and convs' kernels) in NHWC
 
 
 def step_parts(
@@ -204,16 +209,19 @@ def step_parts(
     return StepParts(
         device, optimizer_ms(workload, gpu, config, c), kernels(workload), weight_casts(workload) if amp else 0.0,
         parameter_tensors(workload), optimizer_passes(config), precision_group(precision), optimizer_kind(config),
-        precision == "amp_fp16", autotuned,
+        precision == "amp_fp16", autotuned, config.channels_last,
     )  # fmt: skip
 
 
-def device_scales(p: Mapping[str, float], group: str, autotuned: bool) -> np.ndarray:
+def device_scales(p: Mapping[str, float], group: str, autotuned: bool, nhwc: bool = False) -> np.ndarray:
     """The multipliers of DEVICE_PARTS for a precision group (1 where model.json has none), the convs' changed
-    where cuDNN chooses its algorithms by timing them (cudnn.benchmark) instead of by its heuristics."""
+    where cuDNN chooses its algorithms by timing them (cudnn.benchmark) instead of by its heuristics, and every
+    part's where activations are NHWC (channels_last)."""
     scales = np.array([p.get(f"dev_{part}_{group}", 1.0) for part in DEVICE_PARTS])
     if autotuned:
-        scales[:3] *= p.get("dev_conv_autotuned", 1.0)
+        scales[:3] *= p.get(f"dev_conv_autotuned_{group}", p.get("dev_conv_autotuned", 1.0))
+    if nhwc:
+        scales *= np.array([p.get(f"nhwc_{part}_{group}", 1.0) for part in NHWC_PARTS])
     return scales
 
 
@@ -295,7 +303,7 @@ def host_parts(parts: StepParts, p: Mapping[str, float]) -> tuple[float, float]:
 
 def combine(parts: StepParts, batch: np.ndarray, p: Mapping[str, float]) -> StepArrays:
     """Calibrated step times from a step's parts and the fitted constants p (model.json "step")."""
-    scaled = parts.device * device_scales(p, parts.group, parts.autotuned)
+    scaled = parts.device * device_scales(p, parts.group, parts.autotuned, parts.nhwc)
     n = len(batch)
     host_pass, host_opt = host_parts(parts, p)
     step, device, host = overlap(

@@ -156,20 +156,64 @@ def row_weights(rows: list[StepRow]) -> list[float]:
     return [1.0 / counts[k] for k in keys]
 
 
+def settings_row(row: StepRow) -> bool:
+    """Our own step in a setting other than PyTorch's defaults (channels_last, cudnn.benchmark)."""
+    return row.training is not None and (row.training.channels_last or row.training.cudnn_benchmark)
+
+
 def calibrate(
     model: ReferenceModel,
     gpus: dict[str, GpuSpecs],
     exclude: list[str],
     leave_out: Callable[[StepRow], bool] = lambda _: False,
 ) -> dict[str, float]:
-    """Whole-step constants fitted on the step-only rows of every GPU family not excluded.
+    """Whole-step constants fitted on the step-only rows of every GPU family not excluded, then the settings'
+    multipliers on our own steps in those settings (stepfit.fit_settings).
 
     Rows timed while real-data loaders ran concurrently (Pollux, Sia) are left out of the fit: their
-    step times include input-pipeline stalls the GPU model must not learn (they are still evaluated).
+    step times include input-pipeline stalls the GPU model must not learn (they are still evaluated). The public
+    sets ran with cudnn.benchmark on (DeepLearningExamples sets it); on our H100 it changes steps by about 1%
+    where the device sets the step, so the base fit takes public rows as they are and only ratios measured in one
+    run on one machine teach what a setting does.
     """
+    from worker.reference import h100
+
     rows = fit_rows(gpus, exclude, leave_out)
-    parts = [row_parts(model, r, gpus[r.gpu]) for r in rows]
-    return stepfit.fit(stepfit.Rows.stack(parts, [r.step_ms for r in rows], row_weights(rows)))
+    # Our default-setting steps of the settings run are baselines for its ratios, not more rows for the base fit.
+    base = [r for r in rows if not settings_row(r) and r.set != h100.SETTINGS_SET]
+    parts = [row_parts(model, r, gpus[r.gpu]) for r in base]
+    step = stepfit.fit(stepfit.Rows.stack(parts, [r.step_ms for r in base], row_weights(base)))
+    pairs = setting_pairs(rows, fallback=h100.SET)
+    if pairs:
+        tuned = [row_parts(model, r, gpus[r.gpu]) for r, _ in pairs]
+        default = [row_parts(model, d, gpus[d.gpu]) for _, d in pairs]
+        weights = row_weights([r for r, _ in pairs])
+        step.update(stepfit.fit_settings(
+            stepfit.Rows.stack(tuned, [r.step_ms for r, _ in pairs], weights),
+            stepfit.Rows.stack(default, [d.step_ms for _, d in pairs], weights), step,
+        ))  # fmt: skip
+    return step
+
+
+def setting_pairs(rows: list[StepRow], fallback: str) -> list[tuple[StepRow, StepRow]]:
+    """Each of our steps in a setting, with the same step in PyTorch's default setting from the same run (set), else
+    from the fallback set (a run on the same machine kind and software)."""
+    plain = {
+        (r.set, r.cnn, r.image_size, r.batch, row_config(r).model_copy(update={"channels_last": False,
+                                                                                "cudnn_benchmark": False})): r
+        for r in rows if r.training is not None and not settings_row(r)
+    }  # fmt: skip
+    out = []
+    for r in rows:
+        if not settings_row(r):
+            continue
+        default = row_config(r).model_copy(update={"channels_last": False, "cudnn_benchmark": False})
+        match = plain.get((r.set, r.cnn, r.image_size, r.batch, default)) or plain.get(
+            (fallback, r.cnn, r.image_size, r.batch, default)
+        )
+        if match is not None:
+            out.append((r, match))
+    return out
 
 
 def _known(row: StepRow) -> bool:

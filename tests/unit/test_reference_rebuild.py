@@ -1,0 +1,39 @@
+"""The shipped reference model is what its data and command give: the inputs it records are the files in the repo,
+and refitting its whole-step constants from them gives the committed ones (the conv models are refitted by the
+documented command, python -m worker.reference.fit, which rewrites model.json byte for byte)."""
+
+import json
+
+import pytest
+
+from worker.reference import fit, wholestep
+from worker.reference.model import MODEL_JSON, ReferenceModel
+
+
+def committed() -> dict:
+    return json.loads(MODEL_JSON.read_text())
+
+
+def test_model_json_records_the_inputs_libraries_and_command_it_was_fitted_with() -> None:
+    """Its input digest is that of today's data files: a data change without a refit fails here."""
+    shipped = committed()["provenance"]
+    now = fit.provenance()
+    assert shipped["command"] == fit.COMMAND == "python -m worker.reference.fit"
+    assert shipped["inputs"] == now["inputs"], "data/ changed since model.json was fitted: run " + fit.COMMAND
+    assert shipped["inputs_sha256"] == now["inputs_sha256"]
+    assert {"numpy", "scipy", "lightgbm", "python"} <= set(shipped["libraries"])
+    assert any(name.endswith("steps_settings.jsonl") for name in shipped["inputs"])  # our H100 settings run
+
+
+def test_refitting_the_whole_step_constants_gives_the_committed_ones() -> None:
+    """From the committed conv model and the data files, the step fit (both stages) lands on model.json's constants."""
+    params = committed()
+    gpus = fit.gpu_table()
+    step = dict(fit.STEP_DEFAULTS)
+    step.update(fit.fit_memory_ops(gpus))
+    model = ReferenceModel({**params, "step": step})
+    step.update(wholestep.calibrate(model, gpus, []))
+    rounded = fit._round(step)
+    for name, value in params["step"].items():
+        assert rounded[name] == pytest.approx(value, rel=1e-4), name
+    assert set(rounded) == set(params["step"])
