@@ -201,7 +201,7 @@ def send_units(plan: Plan) -> dict[Plan, list[int]]:
                 optimizer=unit.config.optimizer,
                 precision=unit.config.precision,
                 batch_sizes=list(unit.batch_sizes),
-                config=unit.config.model_dump(),
+                config=unit.config.wire(),
             )
     return sent
 

@@ -61,6 +61,11 @@ class TrainConfig(BaseModel):
         name = self.optimizer + ("+momentum" if self.momentum else "") + ("+wd" if self.weight_decay else "")
         return name + ("/grad_scaler" if self.precision == "amp_fp16" else "")
 
+    def wire(self) -> dict[str, object]:
+        """The configuration as an agent task carries it: cudnn_benchmark only when on, so an agent that predates
+        it takes every other task as before and refuses (rather than mis-measures) a step asked with it on."""
+        return self.model_dump(exclude=set() if self.cudnn_benchmark else {"cudnn_benchmark"})
+
     def cost_key(self) -> str:
         """The work a step does, e.g. 'sgd+momentum/fp32', 'adamw+wd/amp_fp16/channels_last/cudnn_benchmark'."""
         parts = [self.optimizer + ("+momentum" if self.momentum else "") + ("+wd" if self.weight_decay else "")]

@@ -1,6 +1,7 @@
-"""Issue 14: optimizer, momentum, weight decay, precision and channels_last, validated at the door, answered by the
-reference path over HTTP (AMP faster than fp32, AdamW costlier than SGD), never by a model fitted for another
-configuration, and a CPU type calibrated for another configuration fails fast with the command to run."""
+"""Optimizer, momentum, weight decay, precision, channels_last and cudnn.benchmark, validated at the door, answered by
+the reference path over HTTP (AMP faster than fp32, AdamW costlier than SGD, the settings as our H100 measured them),
+never by a model fitted for another configuration, and a CPU type calibrated for another configuration fails fast
+with the command to run."""
 
 from typing import Any
 
@@ -83,6 +84,32 @@ def test_resnet50_on_t4_and_a100_amp_faster_adamw_costlier(no_agent: Stack, clea
     # Tensor cores: the T4 (65 FP16 vs 8.1 FP32 TFLOPS) gains more from AMP than the A100 (TF32 convs already).
     gain = {m: times[("sgd", "fp32")][(m, 256)] / times[("sgd", "amp_fp16")][(m, 256)] for m in machine_types}
     assert gain["g4dn.xlarge"] > gain[a100] > 1.2
+
+
+def test_channels_last_and_cudnn_benchmark_change_reference_answers(no_agent: Stack, clean_db: None) -> None:
+    """Both settings are request fields: over HTTP each changes the reference answer for ResNet-50 on an H100 type
+    the way our H100 measured it (NHWC faster under AMP at batch 256; cudnn.benchmark within a few per cent there),
+    the result and its model summary say which settings they are for, and a non-boolean is a 422."""
+    h100 = type_with(gpu="H100-SXM5-80GB", provider="gcp")["name"]
+    body = {"machines": [h100], "batch_sizes": [256], "precision": "amp_bf16"}
+    answers = {}
+    for nhwc, tuned in ((False, False), (True, False), (False, True)):
+        submitted = post_job(no_agent, channels_last=nhwc, cudnn_benchmark=tuned, **body)
+        assert submitted.status_code == 202, submitted.text
+        job = wait_for(no_agent, submitted.json()["id"], timeout=120)
+        assert job["status"] == "succeeded", job.get("error")
+        result = job["result"]
+        assert result["training"]["channels_last"] is nhwc and result["training"]["cudnn_benchmark"] is tuned
+        detail = result["models"][h100]["detail"]
+        assert ("channels_last" if nhwc else "NCHW (PyTorch's default)") in detail, detail
+        assert ("cudnn.benchmark on" if tuned else "cudnn.benchmark off (PyTorch's default)") in detail, detail
+        assert ("settings_note" in result) is (nhwc or tuned)
+        answers[(nhwc, tuned)] = result["predictions"][0]["iteration_seconds"]
+    default = answers[(False, False)]
+    assert answers[(True, False)] < 0.85 * default  # measured there: 0.56x
+    assert answers[(False, True)] != default and abs(answers[(False, True)] / default - 1) < 0.05  # measured 1.00x
+    refused = post_job(no_agent, cudnn_benchmark="yes", **body)
+    assert refused.status_code == 422 and "cudnn_benchmark" in refused.text
 
 
 def test_a_gpu_calibrated_for_another_config_gets_the_reference_with_the_reason(

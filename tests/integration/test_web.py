@@ -497,7 +497,8 @@ def test_gpu_types_without_an_agent_get_reference_predictions(full_stack: Stack,
     assert ("does not fit" if point["fits_in_memory"] is False else "fits") in label, label
     index = next(i for i, t in enumerate(page.traces("plot-cost")) if t["meta"]["machine"] == multi["name"])
     label = page.hover("plot-cost", index)
-    assert f"of its {multi['gpu_count']} GPUs" in label and "cost per GPU" in label and "reference (±" in label, label
+    assert f"of its {multi['gpu_count']} GPUs" in label and "cost per GPU" in label, label
+    assert "reference (P10–P90 ×" in label, label
 
     rows = page.js(
         "return [...document.querySelectorAll('#best-table tbody tr')]"
@@ -717,10 +718,15 @@ def test_training_settings_memory_plot_and_largest_batch(page: Page) -> None:
     assert page.find("#momentum").get_attribute("disabled") is not None  # momentum is SGD's
     page.js("document.getElementById('precision').value = 'amp_fp16'")
     page.find("#channels-last").click()
+    page.find("#cudnn-benchmark").click()
     assert page.search(timeout=120) == "done", page.find("#error").text
     job = job_of(page)
     request = job["request"]
     assert (request["optimizer"], request["precision"], request["channels_last"]) == ("adamw", "amp_fp16", True)
+    assert request["cudnn_benchmark"] is True
+    # The page says what the answers are for, in PyTorch's words.
+    settings = page.find("#settings-note").text
+    assert "adamw" in settings and "channels_last" in settings and "cudnn.benchmark on" in settings, settings
     assert request["weight_decay"] == pytest.approx(0.01) and not request.get("momentum")  # AdamW's own default
     result = job["result"]
 
@@ -760,7 +766,7 @@ def test_training_settings_memory_plot_and_largest_batch(page: Page) -> None:
     wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
     assert page.find("#optimizer").get_attribute("value") == "adamw"
     assert page.find("#precision").get_attribute("value") == "amp_fp16"
-    assert page.find("#channels-last").is_selected()
+    assert page.find("#channels-last").is_selected() and page.find("#cudnn-benchmark").is_selected()
 
 
 def test_every_chosen_cnn_chip_stays_in_view(page: Page) -> None:

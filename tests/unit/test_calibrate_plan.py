@@ -23,10 +23,16 @@ def test_a_plan_spans_image_sizes_batch_sizes_and_configurations() -> None:
     sizes = [size for size, _ in calibrate.CPU_SETTINGS]
     batches = {b for _, bs in calibrate.CPU_SETTINGS for b in bs}
     assert sizes == [64, 112, 160] and min(batches) == 2 and max(batches) == 32
-    keys = ["sgd", "sgd+momentum", "adamw", "adam+wd/amp_bf16", "sgd/fp32/channels_last"]
+    keys = ["sgd", "sgd+momentum", "adamw", "adam+wd/amp_bf16", "sgd/fp32/channels_last",
+            "sgd+momentum/amp_fp16/channels_last/cudnn_benchmark"]  # fmt: skip
     assert [calibrate.config_from_key(k).cost_key() for k in keys] == [
         "sgd/fp32", "sgd+momentum/fp32", "adamw+wd/fp32", "adam+wd/amp_bf16", "sgd/fp32/channels_last",
+        "sgd+momentum/amp_fp16/channels_last/cudnn_benchmark",
     ]  # fmt: skip
+    tuned = calibrate.config_from_key("sgd/cudnn_benchmark")
+    assert tuned.cudnn_benchmark and tuned.calibrate_command("g5.xlarge").endswith("--cudnn-benchmark")
+    # Off, the setting stays out of what an agent receives (agents that predate it accept the task); on, it is in.
+    assert "cudnn_benchmark" not in TrainConfig().wire() and tuned.wire()["cudnn_benchmark"] is True
     assert calibrate.config_from_key("sgd", "amp_bf16").precision == "amp_bf16"
     with pytest.raises(InvalidRequest, match="unknown: nesterov"):
         calibrate.config_from_key("sgd+nesterov")

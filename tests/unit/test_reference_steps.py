@@ -73,8 +73,8 @@ def test_settings_multipliers_are_learnt_from_ratios_to_the_same_run() -> None:
     setting = stepfit.Rows(**common, autotuned=tuned, nhwc=nhwc)
     p = dict(stepfit.PRIORS)
     truth = {**p, "nhwc_conv_tensor_fp32": 0.7, "nhwc_conv_tensor_bf16": 0.6, "nhwc_conv_tensor_fp16": 0.6,
-             "nhwc_other_fp32": 0.8, "nhwc_other_bf16": 0.7, "nhwc_other_fp16": 0.7,
-             "dev_conv_autotuned_fp32": 0.9, "dev_conv_autotuned_bf16": 0.9, "dev_conv_autotuned_fp16": 0.9}  # fmt: skip
+             "nhwc_other_fp32": 0.8, "nhwc_other_bf16": 0.7, "nhwc_other_fp16": 0.7}  # fmt: skip
+    truth.update({f"dev_conv_autotuned_{g}": 0.9 for g in ("fp32", "bf16", "fp16")})
     drift = rng.uniform(0.8, 1.25, n)  # what the base model gets wrong per row, the same in both settings
     base = stepfit.Rows(**{**vars(base), "measured": stepfit.predict(base, p)[0] * drift})
     setting = stepfit.Rows(**{**vars(setting), "measured": stepfit.predict(setting, truth)[0] * drift})

@@ -75,3 +75,17 @@ def test_channels_last_images_and_weights() -> None:
     """channels_last puts the conv weights and the images in that memory format."""
     model, _, _ = stepped(TrainConfig(channels_last=True))
     assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_cudnn_benchmark_is_set_for_the_step_only() -> None:
+    """The step runs with cudnn.benchmark as its configuration asks and leaves the process's setting as it found it
+    (layer benchmarks in the same agent search algorithms)."""
+    seen: list[bool] = []
+    for asked in (True, False):
+        torch.backends.cudnn.benchmark = not asked
+        model, opt, _ = stepped(TrainConfig(cudnn_benchmark=asked))
+        hook = model[0].register_forward_hook(lambda *_: seen.append(torch.backends.cudnn.benchmark))
+        prepared = step_bench.prepare(model, opt, 2, 8, TrainConfig(cudnn_benchmark=asked), CPU)
+        prepared.phases["step"]()
+        hook.remove()
+        assert seen[-1] is asked and torch.backends.cudnn.benchmark is (not asked)

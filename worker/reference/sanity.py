@@ -9,7 +9,7 @@ bandwidth, power) is not slower. Pairs where one variant has more of one figure 
 import csv
 from dataclasses import dataclass
 
-from shared.training import TrainConfig
+from shared.training import Precision, TrainConfig
 from worker.reference.data import GPUS_CSV, ROOT
 from worker.reference.layerfit import family_of
 from worker.reference.model import ReferenceModel
@@ -99,3 +99,14 @@ def violations(rows: list[Row], tolerance: float = 0.005) -> list[str]:
                 if value is not None and other is not None and value < other * (1 - tolerance):
                     out.append(f"{a.gpu} ({label}) {value:.0f} images/s below {b.gpu}'s {other:.0f}")
     return out
+
+
+def as_lambda(model: ReferenceModel, gpu: str, precision: Precision, batch: int) -> float:
+    """Predicted ResNet-50 images/s as Lambda's DeepLearningExamples runs train it: SGD with momentum, NCHW,
+    cudnn.benchmark on, at its batch."""
+    convs, work = network("resnet50", 224)
+    config = TrainConfig(optimizer="sgd", momentum=0.9, precision=precision, cudnn_benchmark=True)
+    [est] = model.predict_steps(
+        convs=convs, workload=work, batch_sizes=[batch], gpu=GpuSpecs.from_row(gpu_rows()[gpu]), training=config
+    )
+    return batch / est.step_ms * 1e3
