@@ -36,4 +36,4 @@ RUN pip install --no-deps -e . \
 USER traincast
 
 EXPOSE 8000
-CMD ["uvicorn", "api.main:app", "--http", "api.server:Protocol", "--host", "0.0.0.0", "--port", "8000"]
+CMD ["uvicorn", "api.main:app", "--http", "api.server:Protocol", "--no-proxy-headers", "--host", "0.0.0.0", "--port", "8000"]

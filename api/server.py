@@ -36,7 +36,17 @@ def _timeout_response(seconds: float) -> bytes:
 
 def command(uvicorn: str, *, host: str, port: int | str) -> list[str]:
     """The argv that serves the API with this protocol (the tests' and benches' stacks run it)."""
-    return [uvicorn, "api.main:app", "--http", "api.server:Protocol", "--host", host, "--port", str(port)]
+    return [
+        uvicorn,
+        "api.main:app",
+        "--http",
+        "api.server:Protocol",
+        "--no-proxy-headers",
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
 
 
 class Protocol(H11Protocol):

@@ -112,10 +112,10 @@ def report() -> str:
     lines += ["", "Notes. The held-out predictions are those stored by the last fit; the AMP terms of issue 14 "
               "(GradScaler's unscale pass, fp32 master-weight casts) add under 1% to a ResNet-50 AMP step at these "
               "batches. Lambda's fp16 runs are NVIDIA's DeepLearningExamples with AMP in NCHW; channels_last "
-              "and cudnn.benchmark have their own section (our H100). Pollux and Sia time the step while real-data loaders decode JPEGs "
-              "on "
-              "the same host: their ResNet-50 steps run at about half Lambda's per-image speed on the same GPU models "
-              "(docs above), so their error is mostly the input pipeline, which no GPU model sees."]  # fmt: skip
+              "and cudnn.benchmark have their own section (our H100). Pollux and Sia time the step while "
+              "real-data loaders decode JPEGs on the same host: their ResNet-50 steps run at about half Lambda's "
+              "per-image speed on the same GPU models (docs above), so their error is mostly the input pipeline, "
+              "which no GPU model sees."]  # fmt: skip
     return "\n".join(lines)
 
 

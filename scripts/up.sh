@@ -30,7 +30,7 @@ start() {  # name, command…
   echo "$name started (supervisor pid $!, log $RUN/$name.log)"
 }
 
-start api "$VENV/bin/uvicorn" api.main:app --http api.server:Protocol --host 127.0.0.1 --port "${API_PORT:-8000}"
+start api "$VENV/bin/uvicorn" api.main:app --http api.server:Protocol --no-proxy-headers --host 127.0.0.1 --port "${API_PORT:-8000}"
 # Beat runs alone, so the reconciler is scheduled once however many workers run.
 start worker "$VENV/bin/celery" -A worker.app worker -Q jobs --concurrency 2 --loglevel INFO
 start beat "$VENV/bin/celery" -A worker.app beat --loglevel INFO --schedule "$RUN/celerybeat-schedule"

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar, cast
 
+from celery.exceptions import SoftTimeLimitExceeded
+
 from shared import agents, jobs, keys, machine_types
 from shared.cnn import registry as cnns
 from shared.core import collector, logs, tasks
@@ -38,9 +40,19 @@ def contained(job_id: uuid.UUID, step: Callable[[], T]) -> T | None:
         except Exception as exc:
             if is_transient(exc):
                 raise
-            log.exception("job %s failed with an unexpected error", job_id)
-            fail(job_id, f"unexpected error: {type(exc).__name__}: {str(exc)[:1000]}")
+            if isinstance(exc, SoftTimeLimitExceeded):
+                log.warning("job %s failed: past the worker task's soft time limit", job_id)
+                fail(job_id, "the job took longer than the worker's time limit for one step (planning or assembly)")
+                return None
+            # The user gets a stable message and an id; the exception (its text may quote SQL or our code) is logged.
+            error_id = uuid.uuid4().hex[:12]
+            log.exception("job %s failed with an unexpected error (error id %s)", job_id, error_id)
+            fail(job_id, f"{INTERNAL_ERROR} (error id {error_id}: the operator finds the details in the worker's log)")
             return None
+
+
+# What a job failed by a fault of ours says, whatever the fault.
+INTERNAL_ERROR = "internal error: the job could not be finished"
 
 
 def fail(job_id: uuid.UUID, error: str) -> None:
@@ -221,7 +233,15 @@ def finish_if_complete(
 
 
 def _finish_if_complete(job_id: uuid.UUID, counted: tuple[coverage.Missing, coverage.Missing, Progress] | None) -> bool:
-    # The row lock makes concurrent callers assemble a job once.
+    # One assembler per job; the row itself is locked only to read it and to store progress, never while the result
+    # is built, so a cancel never waits on an assembly.
+    with jobs.assembly_claim(job_id=job_id) as mine:
+        return mine and _assemble_if_complete(job_id, counted)
+
+
+def _assemble_if_complete(
+    job_id: uuid.UUID, counted: tuple[coverage.Missing, coverage.Missing, Progress] | None
+) -> bool:
     with jobs.locked_open(job_id=job_id) as (cur, job):
         if job is None or job["status"] != JobStatus.RUNNING:
             return False
@@ -239,21 +259,22 @@ def _finish_if_complete(job_id: uuid.UUID, counted: tuple[coverage.Missing, cove
         if (waited or ops_waited) and not expired:
             jobs.set_progress(cur=cur, job_id=job_id, progress=counts)
             return False
-        result: dict[str, Any] | None = None
-        status, error = JobStatus.FAILED, expired
-        if not expired:
-            try:
-                # Checked against Result before it is stored, so every reader may trust its shape.
-                peers = plan.peers_of(request.machines)
-                result = check_result(
-                    assemble.result(request=request, peers=peers, incomplete=set(gaps) | set(op_gaps))
-                )
-                status = JobStatus.SUCCEEDED
-            except TraincastError as exc:
-                if is_transient(exc):
-                    raise  # an outage, not this job's fault
-                error = exc.detail
-        finished = jobs.finish(cur=cur, job_id=job_id, status=status, result=result, error=error, progress=counts)
+    result: dict[str, Any] | None = None
+    status, error = JobStatus.FAILED, expired
+    if not expired:
+        try:
+            # Checked against Result before it is stored, so every reader may trust its shape.
+            peers = plan.peers_of(request.machines)
+            result = check_result(assemble.result(request=request, peers=peers, incomplete=set(gaps) | set(op_gaps)))
+            status = JobStatus.SUCCEEDED
+        except TraincastError as exc:
+            if is_transient(exc):
+                raise  # an outage, not this job's fault
+            error = exc.detail
+    finished = jobs.finish(job_id=job_id, status=status, result=result, error=error, progress=counts)
+    if finished is None:
+        log.info("job %s ended while its result was assembled (canceled): the result is dropped", job_id)
+        return True
     log.info("job %s %s", job_id, status)
     if status == JobStatus.FAILED and finished is not None:
         withdrawal.withdraw_jobs([finished])

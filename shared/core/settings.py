@@ -1,8 +1,9 @@
 """The one place configuration is read from the environment."""
 
+import ipaddress
 from functools import lru_cache
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -69,6 +70,9 @@ class Settings(BaseSettings):
     # Failed authentications a client address may send a minute (a key id: ten times as many, from all addresses)
     # before its next attempts get 429 unchecked: guessing secrets costs a minute per few dozen guesses.
     api_auth_failures_per_min: float = 30.0
+    # Addresses or networks of the reverse proxies in front of the API (comma-separated, e.g. "10.0.0.0/8,::1"):
+    # only a request from one of them has its client taken from X-Forwarded-For. Empty: the TCP peer is the client.
+    api_trusted_proxies: str = ""
     # Limits per key (issue 13), each replaced by the key's own (`keys create --max-jobs / --bench-seconds-per-day`):
     # jobs queued or running at once, and the benchmark seconds its jobs sent agents in the last 24 h (each
     # (signature, batch size) point a plan sends counts 3 phases x BENCH_TIME_CAP_S). Points per job: below.
@@ -164,6 +168,21 @@ class Settings(BaseSettings):
     fleet_early_deaths: int = 2
     # EC2 lists a new instance late: one missing from the listing is declared gone only this long after launch.
     fleet_gone_grace_s: float = 300.0
+
+    @field_validator("api_trusted_proxies")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        for part in filter(None, (p.strip() for p in value.split(","))):
+            try:
+                ipaddress.ip_network(part, strict=False)
+            except ValueError:
+                raise ValueError(f"API_TRUSTED_PROXIES: {part!r} is not an address or network") from None
+        return value
+
+    def trusted_proxy_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        """API_TRUSTED_PROXIES as networks (an address is a network of one)."""
+        parts = (p.strip() for p in self.api_trusted_proxies.split(","))
+        return [ipaddress.ip_network(p, strict=False) for p in parts if p]
 
 
 @lru_cache

@@ -92,6 +92,10 @@ GPUS_HELP = (
     "omitted: every GPU of each machine type. batch_sizes are per GPU"
 )
 NODES_HELP = "machines of the same type trained on together (1: one machine); a list compares the counts"
+# Bandwidths a request may give, Gbit/s: from 100 Mbit/s Ethernet, the slowest link anyone trains over, to 10 Tbit/s,
+# past every machine's NICs together (8 x 800 Gbit/s InfiniBand XDR is 6.4). A figure outside is a typo or an attack:
+# 5e-324 Gbit/s divided by zero, 1e-300 gave a 304-digit cost.
+MIN_GBPS, MAX_GBPS = 0.1, 10_000.0
 INTERNODE_HELP = (
     "Gbit/s the gradient all-reduce gets between machines, in place of the machine type's catalog figure "
     "(data/interconnect.csv); needs nodes > 1. E.g. 5 for NCCL over one TCP flow on AWS outside a cluster placement "
@@ -129,8 +133,12 @@ class InputSpec(BaseModel):
     dataloader_workers: int | None = Field(
         default=None, ge=1, le=1024, description="DataLoader workers per GPU; omitted: the machine's vCPUs split evenly"
     )
-    network_gbps: float | None = Field(default=None, gt=0, le=100_000, description="network_jpeg: read bandwidth")
-    jpeg_kb: float = Field(default=IMAGENET_JPEG_KB, gt=0, le=100_000, description="mean size of a JPEG (ImageNet's)")
+    network_gbps: float | None = Field(
+        default=None, ge=MIN_GBPS, le=MAX_GBPS, description="network_jpeg: read bandwidth, Gbit/s (0.1-10,000)"
+    )
+    jpeg_kb: float = Field(
+        default=IMAGENET_JPEG_KB, ge=1, le=100_000, description="mean size of a JPEG in KB (ImageNet's); 1-100,000"
+    )
 
     @model_validator(mode="after")
     def _coherent(self) -> "InputSpec":
@@ -177,9 +185,14 @@ class JobRequest(BaseModel):
     wait_for_benchmarks: bool = False
     # Data parallelism (issue 26): batch_sizes are per GPU; each step runs on `gpus` GPUs of each of `nodes` machines
     # of the same type. None: every GPU of each machine type. A list compares the counts (points for each).
-    gpus: GpuCount | list[GpuCount] | None = Field(default=None, description=GPUS_HELP)
-    nodes: NodeCount | list[NodeCount] = Field(default=1, description=NODES_HELP)
-    internode_gbps: float | None = Field(default=None, gt=0, le=100_000, description=INTERNODE_HELP)
+    # Lists of at most MAX_LAYOUTS counts: a longer one is refused at its length, before its items are read.
+    gpus: GpuCount | Annotated[list[GpuCount], Field(min_length=1, max_length=MAX_LAYOUTS)] | None = Field(
+        default=None, description=GPUS_HELP
+    )
+    nodes: NodeCount | Annotated[list[NodeCount], Field(min_length=1, max_length=MAX_LAYOUTS)] = Field(
+        default=1, description=NODES_HELP
+    )
+    internode_gbps: float | None = Field(default=None, ge=MIN_GBPS, le=MAX_GBPS, description=INTERNODE_HELP)
     # Batch-size control (issue 26): phases run one after another; their time and cost are summed and shown beside
     # the best constant batch size over the same epochs.
     schedule: list[Phase] | None = Field(default=None, min_length=1, max_length=MAX_PHASES)

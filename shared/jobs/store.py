@@ -109,13 +109,15 @@ SELECT id, status, request, progress, error, created_at, started_at, finished_at
        CASE WHEN status = '{S.SUCCEEDED}' THEN result::text END AS result_text
 FROM jobs WHERE id = %(id)s AND {_OWNED}"""
 SELECT_POSITION = f"SELECT id, created_at FROM jobs WHERE id = %(id)s AND {_OWNED}"
+# A job's status alone: what a refused cancel names, read without its result (which can be hundreds of MB).
+SELECT_STATUS = f"SELECT status FROM jobs WHERE id = %(id)s AND {_OWNED}"
 SELECT_PAGE = f"""
 SELECT id, status, request, progress, created_at, started_at, finished_at FROM jobs
 WHERE (%(before)s::timestamptz IS NULL OR (created_at, id) < (%(before)s, %(before_id)s)) AND {_OWNED}
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s"""
 CANCEL_JOB = f"""
-UPDATE jobs SET status = '{S.CANCELED}', finished_at = now(), updated_at = now()
+UPDATE jobs SET status = '{S.CANCELED}', finished_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = %(id)s AND status IN {_OPEN} AND {_OWNED}
 RETURNING *"""
 SELECT_OPEN_USING_CNN = f"""
@@ -257,8 +259,8 @@ def cancel(*, job_id: uuid.UUID, owner: str | None = None) -> JobRow:
         row = cur.fetchone()
     if row is not None:
         return cast(JobRow, row)
-    job = get(job_id=job_id, owner=owner)
-    raise Conflict(f"job {job_id} is already {job['status']}", job_id=str(job_id), job_status=job["status"])
+    status = _one(SELECT_STATUS, {"id": job_id, "owner": owner}, job_id)["status"]
+    raise Conflict(f"job {job_id} is already {status}", job_id=str(job_id), job_status=status)
 
 
 def open_using_cnn(*, name: str) -> list[str]:
@@ -286,10 +288,12 @@ RETURNING id"""
 SET_PROGRESS = f"""
 UPDATE jobs SET progress = %(progress)s::jsonb, updated_at = now()
 WHERE id = %(id)s AND status = '{S.RUNNING}' AND progress IS DISTINCT FROM %(progress)s::jsonb"""
+# clock_timestamp(), not now(): now() is when the transaction began, which for a job assembled in it is before the
+# assembly ran.
 FINISH_JOB = f"""
 UPDATE jobs SET status = %(status)s, result = %(result)s, error = %(error)s,
        progress = COALESCE(%(progress)s::jsonb, progress),
-       finished_at = now(), updated_at = now()
+       finished_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = %(id)s AND status IN {_OPEN}
 RETURNING id, status, request, plan"""
 SELECT_RUNNING_JOB = f"SELECT * FROM jobs WHERE id = %s AND status = '{S.RUNNING}'"
@@ -304,6 +308,7 @@ TOUCH = f"UPDATE jobs SET updated_at = now() WHERE id = %s AND status IN {_OPEN}
 TRY_PLANNING_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(%s::text)) AS mine"
 UNLOCK_PLANNING = "SELECT pg_advisory_unlock(%s, hashtext(%s::text))"
 PLANNING_LOCK_CLASS = 14
+ASSEMBLY_LOCK_CLASS = 15
 # Running jobs keep their queued work, whoever else asked for it too.
 SELECT_LIVE_PLANS = f"SELECT id, request, plan FROM jobs WHERE status = '{S.RUNNING}' AND plan IS NOT NULL"
 SELECT_RECENTLY_ENDED = f"""
@@ -322,14 +327,29 @@ def locked_open(*, job_id: uuid.UUID) -> Iterator[tuple[Cursor, JobRow | None]]:
 
 @contextmanager
 def planning_claim(*, job_id: uuid.UUID) -> Iterator[bool]:
-    """True inside the block if this process alone may plan the job now; False if another is planning it.
+    """True inside the block if this process alone may plan the job now; False if another is planning it."""
+    with _claim(PLANNING_LOCK_CLASS, job_id) as mine:
+        yield mine
 
-    A session lock on a pooled connection kept for the block and unlocked at its end; if the process dies
-    mid-planning its connection closes and the lock goes with it, so a later plan message can take the job up.
+
+@contextmanager
+def assembly_claim(*, job_id: uuid.UUID) -> Iterator[bool]:
+    """True inside the block if this process alone may assemble the job's result now; False if another is.
+
+    Assembly runs outside the job row's lock (a large result takes seconds), so a cancel meanwhile takes effect at
+    once and the finished result is then dropped (finish is conditional on the job being open).
     """
+    with _claim(ASSEMBLY_LOCK_CLASS, job_id) as mine:
+        yield mine
+
+
+@contextmanager
+def _claim(lock_class: int, job_id: uuid.UUID) -> Iterator[bool]:
+    """A session lock on a pooled connection kept for the block and unlocked at its end; if the process dies
+    inside the block its connection closes and the lock goes with it, so a later message can take the job up."""
     owner = pool()
     conn = owner.borrow()
-    key = (PLANNING_LOCK_CLASS, str(job_id))
+    key = (lock_class, str(job_id))
     try:
         with conn, conn.cursor() as cur:
             cur.execute(TRY_PLANNING_LOCK, key)

@@ -95,3 +95,21 @@ def test_failed_authentication_is_throttled_per_address_and_key_id(
         assert codes[:5] == [401] * 5 and set(codes[5:]) == {429}, codes
         r = http.get(f"{stack.url}/v1/jobs", headers={"Authorization": f"Bearer {key}"})
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+
+
+def test_layout_lists_and_bandwidths_are_bounded_at_the_door(api_only: Stack) -> None:
+    """200,000 GPU or node counts are refused at their length; bandwidths outside 0.1-10,000 Gbit/s (5e-324 divided
+    by zero, 1e-300 gave a 304-digit cost) are refused by name; nothing is stored."""
+    before = counts()
+    for field in ("gpus", "nodes"):
+        r = post_job(api_only, GOOD | {field: ["x"] * 200_000})
+        assert_problem(r, 422, field)
+        assert len(r.content) < 4_000 and "at most 16" in r.text, r.text[:500]
+    for value in (5e-324, 1e-300, 0.05, 1e6):
+        r = post_job(api_only, GOOD | {"internode_gbps": value, "nodes": 2})
+        assert_problem(r, 422, "internode_gbps")
+        network = {"source": "network_jpeg", "network_gbps": value}
+        assert_problem(post_job(api_only, GOOD | {"input": network}), 422, "network_gbps")
+    assert counts() == before
+    ok = post_job(api_only, GOOD | {"input": {"source": "network_jpeg", "network_gbps": 0.1}})
+    assert ok.status_code == 202, ok.text
