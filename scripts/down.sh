@@ -6,16 +6,16 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 RUN=${TRAINCAST_RUN_DIR:-.run}
 VENV=${VENV:-.venv}
+# shellcheck source=scripts/procs.sh
+. scripts/procs.sh
 for name in api beat worker agent; do
   pidfile=$RUN/$name.pid
   [ -f "$pidfile" ] || continue
-  pid=$(cat "$pidfile")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid"
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    # The supervisor leads its own process group (up.sh starts it with setsid): end the whole group, so neither
-    # a process that ignored SIGTERM nor a killed worker's pool processes outlive it.
-    kill -0 -- "-$pid" 2>/dev/null && kill -KILL -- "-$pid" 2>/dev/null
+  # The supervisor leads its own process group (up.sh starts it with setsid): the whole group ends, so neither a
+  # process that ignored SIGTERM, a killed worker's pool processes, nor what a lost supervisor left outlive it.
+  group=$(cat "$pidfile")
+  if group_alive "$group"; then
+    stop_group "$group"
     echo "$name stopped"
   fi
   rm -f "$pidfile" "$RUN/$name.child.pid"

@@ -19,10 +19,24 @@ mkdir -p "$RUN"
 # API keys: a local admin key, made once and kept in .run/admin.key (mode 0600); the CLI reads it from there.
 "$VENV/bin/python" -m cli.keys "$RUN/admin.key"
 
+# shellcheck source=scripts/procs.sh
+. scripts/procs.sh
+
 start() {  # name, command…
   local name=$1; shift
-  if [ -f "$RUN/$name.pid" ] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null; then
+  if [ -f "$RUN/$name.pid" ] && alive "$(cat "$RUN/$name.pid")"; then
     echo "$name already running (pid $(cat "$RUN/$name.pid"))"; return
+  fi
+  # Its supervisor is gone but what it ran may not be (a killed supervisor leaves its process running,
+  # unsupervised): never a second copy beside it. The group is the old supervisor's (setsid made it the leader).
+  if [ -f "$RUN/$name.pid" ]; then
+    local group
+    group=$(cat "$RUN/$name.pid")
+    if group_alive "$group"; then
+      echo "$name: stopping what its lost supervisor left running (process group $group)"
+      stop_group "$group"
+    fi
+    rm -f "$RUN/$name.pid" "$RUN/$name.child.pid"
   fi
   # A session of its own per supervisor: down.sh can then end whatever is left of it (a killed worker's pool).
   setsid scripts/supervise.sh "$RUN" "$name" "$@" </dev/null >/dev/null 2>&1 &

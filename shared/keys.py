@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal, cast
 from typing_extensions import TypedDict  # pydantic reads typing's only from Python 3.12
 
 from shared.core.db import transaction
-from shared.core.errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, Unauthorized
+from shared.core.errors import Conflict, Forbidden, InvalidRequest, NotFound, OverBudget, RateLimited, Unauthorized
 from shared.core.settings import get_settings
 
 if TYPE_CHECKING:
@@ -254,7 +254,7 @@ def check_submission(principal: Principal, usage: "KeyUsage") -> None:
     budget = settings.max_bench_seconds_per_key_day if budget is None else budget
     spent = float(usage["bench_seconds_day"])
     if spent > budget:
-        retry_after = max(1, math.ceil(float(usage["bench_frees_in_s"] or 0)))
+        retry_after = max(1, math.ceil(frees_in(usage, needed=spent - budget)))
         raise RateLimited(
             f"API key {principal.key_id} sent agents {spent:g} s of layer benchmarks in the last 24 h; its budget is"
             f" {budget:g} s a day: retry after {retry_after} s",
@@ -273,12 +273,31 @@ def bench_budget(*, key_id: str) -> float:
     return get_settings().max_bench_seconds_per_key_day if own is None else float(own)
 
 
+def frees_in(usage: "KeyUsage", *, needed: float) -> float:
+    """Seconds until the charges leaving the key's 24 h window add up to `needed` benchmark seconds."""
+    freed = 0.0
+    for expires_in, seconds in sorted(usage.get("bench_charges") or []):
+        freed += seconds
+        if freed >= needed - 1e-9:
+            return max(0.0, expires_in)
+    return 24 * 3600.0  # pragma: no cover - the charges sum to the spent seconds, which exceed `needed`
+
+
 def check_charge(usage: "KeyUsage", *, key_id: str, budget_s: float, charge_s: float) -> None:
     """RateLimited when a job's benchmark seconds would take the key past its budget of the last 24 h."""
     spent = float(usage["bench_seconds_day"])
     if spent + charge_s <= budget_s:
         return
-    retry_after = max(1, math.ceil(float(usage["bench_frees_in_s"] or 0)))
+    if charge_s > budget_s:  # no wait makes room: say so rather than name a retry that fails again
+        raise OverBudget(
+            f"this job needs {charge_s:g} s of layer benchmarks on agents, more than API key {key_id}'s whole budget"
+            f" of {budget_s:g} s a day, so no retry can run it: ask for fewer CNNs, batch sizes or machine types,"
+            " or ask an admin for a key with a larger budget (traincast keys create --bench-seconds-per-day)",
+            bench_seconds_day=spent,
+            charge=charge_s,
+            limit=budget_s,
+        )
+    retry_after = max(1, math.ceil(frees_in(usage, needed=spent + charge_s - budget_s)))
     raise RateLimited(
         f"this job needs {charge_s:g} s of layer benchmarks on agents, and API key {key_id} has"
         f" {max(0.0, budget_s - spent):g} s left of its {budget_s:g} s a day: ask for fewer CNNs, batch sizes or"

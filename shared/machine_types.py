@@ -9,7 +9,7 @@ import psycopg2.errors
 import psycopg2.extras
 
 from shared.core.db import Cursor, floats, one, transaction
-from shared.core.errors import Conflict, NotFound
+from shared.core.errors import Conflict, Forbidden, NotFound
 from shared.jobs.request import MachineCreate
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -55,16 +55,27 @@ class MachineTypeInfo(TypedDict):
     spot_price_read_at: datetime | None
     registered_at: datetime | None
     described_at: datetime | None  # when its agent last described it (only `local`: shared/local_machine.py)
+    owner_key_id: str | None  # the key that registered it (None: the catalog, or registered by an admin: shared)
 
 
 def _info(row: Any) -> MachineTypeInfo:
     return cast(MachineTypeInfo, floats(row))
 
 
-SELECT_ALL = "SELECT * FROM machine_types ORDER BY provider = 'local' DESC, provider, price_usd_per_hour, name"
-SELECT_NAMES = "SELECT name FROM machine_types WHERE name = ANY(%s)"
+# Visibility: %(owner)s NULL sees every type (admin keys, workers); a key sees the shared ones (owner NULL: the
+# catalog, `local`, types admins registered) and its own.
+VISIBLE = "(%(owner)s::text IS NULL OR owner_key_id IS NULL OR owner_key_id = %(owner)s)"
+SELECT_ALL = f"""SELECT * FROM machine_types WHERE {VISIBLE}
+ORDER BY provider = 'local' DESC, provider, price_usd_per_hour, name"""
+SELECT_NAMES = f"SELECT name FROM machine_types WHERE name = ANY(%(names)s) AND {VISIBLE}"
 SELECT_ALL_NAMES = "SELECT name FROM machine_types ORDER BY name"
-SELECT_ONE = "SELECT * FROM machine_types WHERE name = %s"
+SELECT_ONE = f"SELECT * FROM machine_types WHERE name = %(name)s AND {VISIBLE}"
+# The type whose name is this one's up to letter case (names are unique that way: migrations/0032).
+SELECT_SAME_NAME = "SELECT name FROM machine_types WHERE lower(name) = lower(%s)"
+DELETE_REGISTERED = """
+DELETE FROM machine_types WHERE name = %(name)s AND registered_at IS NOT NULL
+  AND (%(owner)s::text IS NULL OR owner_key_id = %(owner)s)
+RETURNING name"""
 SELECT_SOME = "SELECT * FROM machine_types WHERE name = ANY(%s)"
 # GPU types without bf16: said so, or unknown on a GPU older than Ampere (compute capability < 8.0).
 SELECT_WITHOUT_BF16 = """
@@ -105,12 +116,13 @@ ON CONFLICT (name) DO UPDATE SET
 INSERT_REGISTERED = """
 INSERT INTO machine_types (name, provider, gpu, gpu_count, gpu_memory_gib, vcpus, memory_gib, price_usd_per_hour,
     gpu_fp32_tflops, gpu_tf32_tflops, gpu_fp16_tflops, gpu_mem_bandwidth_gbs, gpu_sm_count, gpu_l2_mib,
-    gpu_compute_capability, gpu_bf16, gpu_tdp_watts, source, specs_source, price_source, registered_at)
+    gpu_compute_capability, gpu_bf16, gpu_tdp_watts, source, specs_source, price_source, registered_at,
+    owner_key_id)
 VALUES (%(name)s, %(provider)s, %(gpu)s, %(gpu_count)s, %(gpu_memory_gib_total)s, %(vcpus)s, %(memory_gib)s,
     %(price_usd_per_hour)s, %(gpu_fp32_tflops)s, %(gpu_tf32_tflops)s, %(gpu_fp16_tflops)s,
     %(gpu_mem_bandwidth_gbs)s, %(gpu_sm_count)s, %(gpu_l2_mib)s, %(gpu_compute_capability)s, %(gpu_bf16)s,
     %(gpu_tdp_watts)s,
-    'registered by its specs (POST /v1/machines)', 'given by the user', 'given by the user', now())
+    'registered by its specs (POST /v1/machines)', 'given by the user', 'given by the user', now(), %(owner)s)
 RETURNING *"""
 
 
@@ -122,10 +134,10 @@ def reference_can_answer(info: MachineTypeInfo) -> bool:
     return info["gpu"] is not None and bool(info["gpu_fp32_tflops"]) and bool(info["gpu_mem_bandwidth_gbs"])
 
 
-def list_all() -> list[MachineTypeInfo]:
-    """Every machine type with its specs and price."""
+def list_all(*, owner: str | None = None) -> list[MachineTypeInfo]:
+    """Every machine type with its specs and price (with `owner`: the shared ones and that key's)."""
     with transaction() as cur:
-        cur.execute(SELECT_ALL)
+        cur.execute(SELECT_ALL, {"owner": owner})
         return [_info(r) for r in cur.fetchall()]
 
 
@@ -142,20 +154,20 @@ def names(cur: Cursor) -> list[str]:
     return [r["name"] for r in cur.fetchall()]
 
 
-def get_by_name(*, name: str) -> MachineTypeInfo:
-    """One machine type."""
+def get_by_name(*, name: str, owner: str | None = None) -> MachineTypeInfo:
+    """One machine type (with `owner`: only if shared or that key's; another key's is unknown)."""
     with transaction() as cur:
-        cur.execute(SELECT_ONE, (name,))
+        cur.execute(SELECT_ONE, {"name": name, "owner": owner})
         row = cur.fetchone()
     if row is None:
         raise NotFound(f"unknown machine type {name!r}", machine_type=name)
     return _info(row)
 
 
-def missing(*, names: list[str]) -> list[str]:
-    """The names among `names` that are not in the catalog."""
+def missing(*, names: list[str], owner: str | None = None) -> list[str]:
+    """The names among `names` that are not in the catalog (with `owner`: not visible to that key)."""
     with transaction() as cur:
-        cur.execute(SELECT_NAMES, (names,))
+        cur.execute(SELECT_NAMES, {"names": names, "owner": owner})
         known = {r["name"] for r in cur.fetchall()}
     return [n for n in names if n not in known]
 
@@ -175,17 +187,54 @@ def peers_of(*, names: list[str]) -> dict[str, list[str]]:
     return {n: found.get(n) or [n] for n in names}
 
 
-def create(*, figures: MachineCreate) -> MachineTypeInfo:
-    """Register a machine type from its GPU's figures (POST /v1/machines)."""
+def create(*, figures: MachineCreate, owner_key_id: str | None = None) -> MachineTypeInfo:
+    """Register a machine type from its GPU's figures (POST /v1/machines); owner None: shared with every key."""
     row = figures.model_dump()
     row["gpu_memory_gib_total"] = figures.gpu_memory_gib * figures.gpu_count
     row["provider"] = figures.provider or "own"
+    row["owner"] = owner_key_id
     try:
         with transaction() as cur:
             cur.execute(INSERT_REGISTERED, row)
             return _info(one(cur))
     except psycopg2.errors.UniqueViolation as exc:
-        raise Conflict(f"machine type {figures.name!r} exists already", machine_type=figures.name) from exc
+        with transaction() as cur:
+            cur.execute(SELECT_SAME_NAME, (figures.name,))
+            found = cur.fetchone()
+        taken = found["name"] if found else figures.name
+        if taken == figures.name:
+            raise Conflict(f"machine type {figures.name!r} exists already", machine_type=figures.name) from exc
+        # Shown whatever its owner: a name one key holds cannot be another's, and saying so tells nothing more.
+        raise Conflict(
+            f"machine type {figures.name!r} differs only in letter case from {taken!r}, which exists: names are "
+            "unique whatever their case, so that one name never means two types",
+            machine_type=figures.name,
+        ) from exc
+
+
+def delete(*, name: str, owner: str | None, using: list[str]) -> None:
+    """Delete a registered machine type (with `owner`: only that key's); `using`: ids of unfinished jobs naming it.
+
+    The catalog and `local` are not deleted; nor is a type with stored measurements or agents (they name it: deleting
+    it would lose measurements), nor one an unfinished job names.
+    """
+    info = get_by_name(name=name, owner=owner)  # 404 for another key's type
+    if info["registered_at"] is None:
+        raise Conflict(f"machine type {name!r} is part of the catalog; only registered types can be deleted")
+    if info["owner_key_id"] is None and owner is not None:
+        raise Forbidden(f"machine type {name!r} was registered by an admin for every key; only an admin may delete it")
+    if using:
+        raise Conflict(f"machine type {name!r} is named by unfinished jobs {', '.join(using)}; cancel them first")
+    try:
+        with transaction() as cur:
+            cur.execute(DELETE_REGISTERED, {"name": name, "owner": owner})
+            gone = cur.fetchone()
+    except psycopg2.errors.ForeignKeyViolation as exc:
+        raise Conflict(
+            f"machine type {name!r} has stored measurements, agents or fleet records: deleting it would lose them"
+        ) from exc
+    if gone is None:
+        raise NotFound(f"unknown machine type {name!r}", machine_type=name)
 
 
 def seed_catalog(cur: psycopg2.extras.RealDictCursor) -> int:

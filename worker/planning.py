@@ -11,7 +11,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from shared import agents, jobs, keys, machine_types
 from shared.cnn import registry as cnns
 from shared.core import collector, logs, tasks
-from shared.core.errors import RateLimited, TraincastError
+from shared.core.errors import OverBudget, RateLimited, TraincastError
 from shared.core.settings import get_settings
 from shared.core.transient import is_transient
 from shared.jobs import JobStatus, Plan, Progress
@@ -142,7 +142,7 @@ def _start_within_budget(
     """
     budget = keys.bench_budget(key_id=owner) if owner is not None else None
     waited = cast(tuple[coverage.Missing, coverage.Missing], tuple(coverage.waited_for(w, plan) for w in work))
-    refused: RateLimited | None = None
+    refused: RateLimited | OverBudget | None = None
     # Same types (keys), same work: comparing the pair sets themselves could walk millions of pairs.
     same = all(set(w) == set(v) for w, v in zip(work, waited, strict=True))
     for attempt in (work,) if same else (work, waited):
@@ -155,7 +155,7 @@ def _start_within_budget(
                 return attempt
             log.info("job %s was canceled while it was planned: nothing sent", job_id)
             return None
-        except RateLimited as exc:
+        except (RateLimited, OverBudget) as exc:
             refused = exc
             log.info("job %s: %s", job_id, exc.detail)
     assert refused is not None

@@ -82,9 +82,9 @@ def did_you_mean(unknown: list[str], known: list[str]) -> str:
 
 
 def _validate_names(request: JobRequest, owner: str | None) -> None:
-    unknown_machines = machine_types.missing(names=request.machines)
+    unknown_machines = machine_types.missing(names=request.machines, owner=owner)
     if unknown_machines:
-        known = [m["name"] for m in machine_types.list_all()]
+        known = [m["name"] for m in machine_types.list_all(owner=owner)]
         hint = did_you_mean(unknown_machines, known)
         raise InvalidRequest(f"unknown machine type(s): {', '.join(unknown_machines)}{hint}; see GET /v1/machines")
     if request.precision == "amp_bf16":

@@ -4,7 +4,8 @@ TraincastError                 base: every error we raise on purpose
 ├── ServiceUnavailable         PostgreSQL or Redis cannot be reached
 ├── NotFound                   a job, CNN or machine type that does not exist
 ├── InvalidRequest             input a person must correct (bad batch sizes, image size, …)
-│   └── ExtractionError        a CNN could not be read into conv layers
+│   ├── ExtractionError        a CNN could not be read into conv layers
+│   └── OverBudget             a job needing more benchmark seconds than its key's whole day: no wait helps
 ├── PayloadTooLarge            an upload over the configured size limit
 ├── Unauthorized               no API key, or one that is unknown or revoked (401, WWW-Authenticate)
 ├── Forbidden                  a valid key whose scope does not allow the request (403)
@@ -65,6 +66,12 @@ class ExtractionError(InvalidRequest):
     """A CNN could not be read into its conv layers."""
 
     title = "Cannot read CNN"
+
+
+class OverBudget(InvalidRequest):
+    """A job whose benchmarks need more seconds than its key may spend in a whole day: no retry can run it."""
+
+    title = "Larger than the key's daily budget"
 
 
 class PayloadTooLarge(TraincastError):

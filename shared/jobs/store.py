@@ -85,7 +85,7 @@ class KeyUsage(TypedDict):
 
     unfinished: int
     bench_seconds_day: float
-    bench_frees_in_s: float | None
+    bench_charges: list[list[float]] | None  # [seconds until the charge leaves the 24 h window, its seconds]
     retry: bool
 
 
@@ -122,17 +122,20 @@ WHERE id = %(id)s AND status IN {_OPEN} AND {_OWNED}
 RETURNING *"""
 SELECT_OPEN_USING_CNN = f"""
 SELECT id FROM jobs WHERE status IN {_OPEN} AND request->'cnns' ? %s ORDER BY created_at LIMIT 5"""
+SELECT_OPEN_USING_MACHINE = f"""
+SELECT id FROM jobs WHERE status IN {_OPEN} AND request->'machines' ? %s ORDER BY created_at LIMIT 5"""
 
 # What a key has running and spent, for its limits (shared/keys.py check_submission): unfinished jobs, benchmark
-# seconds its plans sent in the last 24 h (Plan.bench_seconds), when the oldest of those charges leaves the window,
+# seconds its plans sent in the last 24 h (Plan.bench_seconds), each of those charges with when it leaves the window,
 # and whether this idempotency key is a retry (never refused).
 SELECT_KEY_USAGE = f"""
 SELECT count(*) FILTER (WHERE status IN {_OPEN}) AS unfinished,
        COALESCE(sum((plan->>'bench_seconds')::float8) FILTER (WHERE created_at > now() - interval '24 hours'), 0)
            AS bench_seconds_day,
-       EXTRACT(EPOCH FROM min(created_at) FILTER (
+       array_agg(ARRAY[EXTRACT(EPOCH FROM created_at + interval '24 hours' - now())::float8,
+                       (plan->>'bench_seconds')::float8] ORDER BY created_at) FILTER (
            WHERE created_at > now() - interval '24 hours' AND (plan->>'bench_seconds')::float8 > 0
-       ) + interval '24 hours' - now()) AS bench_frees_in_s,
+       ) AS bench_charges,
        COALESCE(bool_or(idempotency_key = %(key)s), false) AS retry
 FROM jobs
 WHERE owner_key_id = %(owner)s
@@ -267,6 +270,13 @@ def open_using_cnn(*, name: str) -> list[str]:
     """Ids of unfinished jobs that name a CNN (a few at most)."""
     with transaction() as cur:
         cur.execute(SELECT_OPEN_USING_CNN, (name,))
+        return [str(r["id"]) for r in cur.fetchall()]
+
+
+def open_using_machine(*, name: str) -> list[str]:
+    """Ids of unfinished jobs that name a machine type (a few at most)."""
+    with transaction() as cur:
+        cur.execute(SELECT_OPEN_USING_MACHINE, (name,))
         return [str(r["id"]) for r in cur.fetchall()]
 
 

@@ -323,3 +323,22 @@ def test_cli_creates_and_lists_limits(service_env: dict[str, str]) -> None:
         text=True,
     )
     assert bad.returncode != 0 and "max jobs 0" in bad.stderr
+
+
+def test_a_budget_refusal_names_a_retry_that_can_succeed(limits_stack: Stack, clean_db: None) -> None:
+    """Over the budget, the retry waits until enough charges have left the 24 h window, not only the oldest; a job
+    needing more than the whole day's budget fails saying no retry can run it (it said "retry after 1 s")."""
+    key = new_key()
+    charged_job(key, seconds=5, hours_ago=3)  # leaves in ~21 h: not enough on its own (15 s over the budget)
+    charged_job(key, seconds=BENCH_BUDGET_S + 10, hours_ago=1)  # leaves in ~23 h
+    refused = submit(limits_stack, key, JOB)
+    assert refused.status_code == 429
+    assert 22 * 3600 < int(refused.headers["retry-after"]) <= 23 * 3600 + 60, refused.headers["retry-after"]
+
+    small = new_key()
+    job, _ = jobs.create(request=JobRequest.model_validate(sizes(2)), owner_key_id=key_id(small))
+    set_budget(small, 1.0)  # far below what the job's benchmarks need
+    planning.plan_job(job["id"])
+    failed = jobs.get(job_id=job["id"])
+    assert failed["status"] == "failed" and "whole budget of 1 s a day" in failed["error"], failed["error"]
+    assert "no retry can run it" in failed["error"] and "retry after" not in failed["error"]

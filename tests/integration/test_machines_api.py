@@ -80,3 +80,47 @@ def test_a_missing_figure_is_named(api_only: Stack) -> None:
     body = {k: v for k, v in OWN_GPU.items() if k != "gpu_sm_count"} | {"name": "lab-short"}
     response = http.post(f"{api_only.url}/v1/machines", json=body)
     assert response.status_code == 422 and "gpu_sm_count" in response.json()["detail"]
+
+
+def test_names_are_unique_whatever_their_case_and_typos_suggest_the_real_one(api_only: Stack) -> None:
+    """`P4D.24XLARGE` beside `p4d.24xlarge` (or `Local`) is a 409 naming the real one; nothing is registered, so a
+    typo's did-you-mean names the catalog's type, not an impostor."""
+    for name, real in (("P4D.24XLARGE", "p4d.24xlarge"), ("Local", "local")):
+        r = http.post(f"{api_only.url}/v1/machines", json=OWN_GPU | {"name": name})
+        assert r.status_code == 409 and f"differs only in letter case from {real!r}" in r.json()["detail"], r.text
+        assert http.get(f"{api_only.url}/v1/machines/{name}").status_code == 404
+    typo = http.post(f"{api_only.url}/v1/jobs", json={"cnns": ["resnet18"], "machines": ["p4d.24xlarg"],
+                                                      "batch_sizes": [8]})  # fmt: skip
+    assert typo.status_code == 422 and "did you mean 'p4d.24xlarge'" in typo.json()["detail"], typo.text
+
+
+def test_a_keys_own_types_are_its_own_and_owners_or_admins_delete_them(api_only: Stack) -> None:
+    """A submit key registers a type only it (and admins) can see and use; another key gets 404 and 'unknown'; the
+    owner deletes it (204, then 404); the catalog is never deleted; a type an admin registered is every key's."""
+    from tests.integration.test_keys import new_key
+
+    alice, bob = new_key("submit"), new_key("submit")
+
+    def as_key(key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+    mine = OWN_GPU | {"name": "alice-box"}
+    created = http.post(f"{api_only.url}/v1/machines", json=mine, headers=as_key(alice))
+    assert created.status_code == 201 and created.json()["shared"] is False, created.text
+    assert http.get(f"{api_only.url}/v1/machines/alice-box", headers=as_key(alice)).status_code == 200
+    assert http.get(f"{api_only.url}/v1/machines/alice-box", headers=as_key(bob)).status_code == 404
+    names = {m["name"] for m in http.get(f"{api_only.url}/v1/machines", headers=as_key(bob)).json()["machines"]}
+    assert "alice-box" not in names and "p4d.24xlarge" in names
+    job = {"cnns": ["resnet18"], "machines": ["alice-box"], "batch_sizes": [8]}
+    refused = http.post(f"{api_only.url}/v1/jobs", json=job, headers=as_key(bob))
+    assert refused.status_code == 422 and "unknown machine type(s): alice-box" in refused.json()["detail"]
+    assert http.delete(f"{api_only.url}/v1/machines/alice-box", headers=as_key(bob)).status_code == 404
+    assert http.get(f"{api_only.url}/v1/machines/alice-box").status_code == 200  # the admin sees every type
+    assert http.delete(f"{api_only.url}/v1/machines/alice-box", headers=as_key(alice)).status_code == 204
+    assert http.get(f"{api_only.url}/v1/machines/alice-box", headers=as_key(alice)).status_code == 404
+    assert http.delete(f"{api_only.url}/v1/machines/p4d.24xlarge").status_code == 409  # the catalog stays
+    shared = http.post(f"{api_only.url}/v1/machines", json=OWN_GPU | {"name": "lab-shared"})  # the admin's
+    assert shared.status_code == 201 and shared.json()["shared"] is True
+    assert http.get(f"{api_only.url}/v1/machines/lab-shared", headers=as_key(bob)).status_code == 200
+    assert http.delete(f"{api_only.url}/v1/machines/lab-shared", headers=as_key(bob)).status_code == 403
+    assert http.delete(f"{api_only.url}/v1/machines/lab-shared").status_code == 204

@@ -39,9 +39,9 @@ def alive(pid: int) -> bool:
 
 
 def in_group(pgid: int) -> list[int]:
-    """Pids of the processes of a process group."""
+    """Pids of the live processes of a process group (a zombie is dead, awaiting its parent)."""
     out = subprocess.run(["ps", "-eo", "pid=,pgid="], capture_output=True, text=True, check=True).stdout
-    return [int(p) for p, g in (line.split() for line in out.splitlines()) if int(g) == pgid]
+    return [int(p) for p, g in (line.split() for line in out.splitlines()) if int(g) == pgid and alive(int(p))]
 
 
 @pytest.fixture
@@ -99,3 +99,22 @@ def test_a_killed_worker_is_restarted_and_down_leaves_nothing(up: tuple[Path, st
         cur.execute("SELECT stopped_at, stop_reason FROM agents WHERE pid = %s", (children["agent"],))
         agent = cur.fetchone()
     assert agent is not None and agent["stopped_at"] is not None and agent["stop_reason"] == "stop signal"
+
+
+def test_up_again_after_a_lost_supervisor_never_runs_a_second_copy(up: tuple[Path, str, dict[str, str]]) -> None:
+    """The worker's supervisor killed (its worker runs on, unsupervised): `make up` again stops that worker and starts
+    one supervised copy, so exactly one worker process consumes the jobs queue (there were two)."""
+    run, _url, env = up
+    supervisor = int((run / "worker.pid").read_text())
+    orphan = int((run / "worker.child.pid").read_text())
+    os.kill(supervisor, signal.SIGKILL)
+    until("the supervisor to go", lambda: not alive(supervisor), 10)
+    assert alive(orphan)
+    again = subprocess.run([str(ROOT / "scripts/up.sh")], env=env, capture_output=True, text=True, timeout=240)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "worker: stopping what its lost supervisor left running" in again.stdout, again.stdout
+    assert "api already running" in again.stdout  # the others were left as they were
+    until("the orphaned worker to stop", lambda: not alive(orphan), 30)
+    assert in_group(supervisor) == []  # nothing left of the lost supervisor's group (the pool's children included)
+    new = int((run / "worker.pid").read_text())
+    until("one supervised worker", lambda: (run / "worker.child.pid").exists() and len(in_group(new)) >= 2, 30)
