@@ -2,6 +2,7 @@
 
 import difflib
 import functools
+import itertools
 import logging
 import re
 import time
@@ -10,6 +11,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator
 from starlette.concurrency import run_in_threadpool
 
@@ -212,28 +214,30 @@ async def get_job(
                     row = await read()  # woken, or a periodic re-read in case a notification was lost
     else:
         row = await read()
-    # In a thread: a result of tens of MB must not block the event loop.
-    body = await run_in_threadpool(_render, row, predictions_offset, predictions_limit)
-    response = Response(content=body, media_type="application/json")
+    head = _head(row, predictions_offset, predictions_limit)
+    if row["result_json"] is None:
+        response: Response = Response(content=head, media_type="application/json")
+    else:
+        # Streamed as read from the table (a sync iterator: Starlette reads it in a thread), its length said first.
+        parts = itertools.chain((head[:-1], b',"result":'), row["result_json"], (b"}",))
+        length = len(head) - 1 + len(b',"result":') + (row["result_length"] or 0) + 1
+        response = StreamingResponse(parts, media_type="application/json", headers={"Content-Length": str(length)})
     _set_poll_header(response, row)
     return response
 
 
-def _render(row: jobs.JobView, offset: int | None, limit: int | None) -> bytes:
-    """The job's JSON: the stored result spliced in as PostgreSQL's text, never parsed and re-encoded.
+def _head(row: jobs.JobView, offset: int | None, limit: int | None) -> bytes:
+    """The job's JSON without its result, which is spliced in after it as PostgreSQL's text, never parsed.
 
-    It was checked against Result before it was stored (worker/planning.py); the rest of the job is encoded as
-    response_model would.
+    The result was checked against Result before it was stored (worker/planning.py); the rest of the job is encoded
+    as response_model would.
     """
     head = job_view(row)
     if row["predictions_total"] is not None:
         start = offset or 0
         total = row["predictions_total"]
         head["predictions_page"] = {"offset": start, "limit": limit or max(0, total - start), "total": total}
-    body = Job.model_validate(head).model_dump_json(exclude_unset=True).encode()
-    if row["result_json"] is not None:
-        body = b"".join((body[:-1], b',"result":', *row["result_json"], b"}"))  # one copy of a large result
-    return body
+    return Job.model_validate(head).model_dump_json(exclude_unset=True).encode()
 
 
 @router.post("/{job_id}/cancel", response_model=Job, response_model_exclude_unset=True)

@@ -83,7 +83,9 @@ class Settings(BaseSettings):
     # Bounded work (issue 13): request bodies other than uploads, prediction points per job
     # (CNNs x machine types x batch sizes), and the nodes of an uploaded ONNX graph.
     max_json_bytes: int = 1024 * 1024
-    max_points_per_job: int = 200_000
+    # A point's JSON is about 1 KB (with the data-parallel and input fields): 100,000 points is a result of ~100 MB,
+    # which the worker builds in memory (the API streams it). 200,000 allowed a 196 MB result.
+    max_points_per_job: int = 100_000
     max_onnx_nodes: int = 20_000
     # Slow clients (issue 25): a request's line and headers must arrive within this many seconds of their first byte
     # (api/server.py), a JSON body within api_body_timeout_s of the route's first read and an upload within

@@ -33,6 +33,15 @@ SELECT first, points, body FROM job_predictions
 WHERE job_id = %(id)s AND first + points > %(start)s AND (%(end)s::bigint IS NULL OR first < %(end)s)
 ORDER BY part"""
 SELECT_TOTAL = "SELECT COALESCE(sum(points), 0) AS total FROM job_predictions WHERE job_id = %s"
+# A page's parts without their bodies: where each starts and how long its text is.
+SELECT_EXTENT = """
+SELECT part, first, points, octet_length(body) AS size FROM job_predictions
+WHERE job_id = %(id)s AND first + points > %(start)s AND (%(end)s::bigint IS NULL OR first < %(end)s)
+ORDER BY part"""
+SELECT_BODIES = """
+SELECT part, body FROM job_predictions WHERE job_id = %(id)s AND part >= %(from)s AND part <= %(to)s ORDER BY part"""
+# Parts read per query while an answer streams: ~256 points each, a few MB in memory at once whatever the result.
+STREAM_PARTS = 16
 
 
 def render(points: list[dict[str, Any]]) -> Iterator[tuple[int, int, bytes]]:
@@ -82,6 +91,50 @@ def chunks(*, job_id: uuid.UUID, offset: int = 0, limit: int | None = None) -> t
         out.append(body)  # whole: spliced as stored
     out.append(b"]")
     return out, total
+
+
+class Stream:
+    """predictions[offset:offset + limit] as a JSON array whose byte length is known before a byte is read: the
+    page's cut end parts are read and cut at once, the whole parts between them are read STREAM_PARTS at a time
+    as the answer is sent (a succeeded job's parts never change, so each read may be a transaction of its own)."""
+
+    def __init__(self, *, job_id: uuid.UUID, offset: int = 0, limit: int | None = None) -> None:
+        end = offset + limit if limit is not None else None
+        self.job_id = job_id
+        with transaction() as cur:
+            cur.execute(SELECT_EXTENT, {"id": job_id, "start": offset, "end": end})
+            extent = cur.fetchall()
+            cur.execute(SELECT_TOTAL, (job_id,))
+            self.total = int(one(cur)["total"])
+        # (part, bytes or None: read as it streams, its size)
+        self.pieces: list[tuple[int, bytes | None, int]] = []
+        for row in extent:
+            first, n = row["first"], row["points"]
+            if first < offset or (end is not None and first + n > end):
+                lo, hi = max(first, offset), first + n if end is None else min(first + n, end)
+                cut = b"".join(chunks(job_id=job_id, offset=lo, limit=hi - lo)[0])[1:-1]  # a page cuts it
+                if cut:
+                    self.pieces.append((row["part"], cut, len(cut)))
+            else:
+                self.pieces.append((row["part"], None, int(row["size"])))
+        self.length = 2 + sum(size for _, _, size in self.pieces) + max(0, len(self.pieces) - 1)
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b"["
+        for start in range(0, len(self.pieces), STREAM_PARTS):
+            batch = self.pieces[start : start + STREAM_PARTS]
+            lazy = [part for part, body, _ in batch if body is None]
+            read: dict[int, bytes] = {}
+            if lazy:
+                with transaction() as cur:
+                    psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cur)
+                    cur.execute(SELECT_BODIES, {"id": self.job_id, "from": min(lazy), "to": max(lazy)})
+                    read = {r["part"]: r["body"] for r in cur.fetchall()}
+            for i, (part, body, _) in enumerate(batch):
+                if start + i:
+                    yield b","
+                yield body if body is not None else read[part]
+        yield b"]"
 
 
 def points(*, job_id: uuid.UUID) -> list[dict[str, Any]]:

@@ -104,6 +104,8 @@ INTERNODE_HELP = (
 
 
 MAX_PHASES = 20
+# What one prediction point weighs in a stored result, KB (JSON with the data-parallel and input fields).
+POINT_KB = 1.0
 
 
 class Phase(BaseModel):
@@ -267,8 +269,9 @@ class JobRequest(BaseModel):
         if limit is not None and points > limit:
             raise ValueError(
                 f"{points} prediction points requested ({len(self.cnns)} CNNs x {len(self.machines)} machine types"
-                f" x {len(sizes)} batch sizes{f' x {layouts} GPU and node counts' if layouts > 1 else ''});"
-                f" at most {limit} are allowed per job"
+                f" x {len(sizes)} batch sizes{f' x {layouts} GPU and node counts' if layouts > 1 else ''}, a result"
+                f" of about {points * POINT_KB / 1024:,.0f} MB); at most {limit} are allowed per job: ask for fewer"
+                " batch sizes (a range with a step) or split the job"
             )
         return self
 

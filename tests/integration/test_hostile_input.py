@@ -134,3 +134,16 @@ def test_layout_lists_and_bandwidths_are_bounded_at_the_door(api_only: Stack) ->
     assert counts() == before
     ok = post_job(api_only, GOOD | {"input": {"source": "network_jpeg", "network_gbps": 0.1}})
     assert ok.status_code == 202, ok.text
+
+
+def test_a_job_too_large_to_answer_is_refused_at_the_door_with_its_size(api_only: Stack) -> None:
+    """12 CNNs x p4d.24xlarge x batch 1-1000 x 16 GPU and node counts (192,000 points, a 196 MB result that took the
+    API down) is a 422 naming the points, the result's size and the limit; nothing is stored."""
+    before = counts()
+    body = {"cnns": ["resnet18", "resnet50", "vgg16", "alexnet", "densenet121", "mobilenet_v2", "googlenet",
+                     "squeezenet1_1", "vgg11", "resnet34", "resnet101", "efficientnet_b0"],
+            "machines": ["p4d.24xlarge"], "batch_sizes": {"min": 1, "max": 1000}, "gpus": [1, 2, 4, 8],
+            "nodes": [1, 2, 3, 4]}  # fmt: skip
+    r = post_job(api_only, body)
+    assert_problem(r, 422, "192000 prediction points", "about 188 MB", "at most 100000")
+    assert counts() == before
