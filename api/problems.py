@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.auth import checked
+from shared.core import logs
 from shared.core.errors import TraincastError
 
 MEDIA_TYPE = "application/problem+json"
@@ -101,7 +102,13 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        return problem(500, "Internal error", "an unexpected error occurred; it has been logged", str(request.url.path))
+        # A stable message and the request's id (also its X-Request-ID), never the exception's text.
+        request_id = logs.current().get("request_id")
+        return problem(
+            500, "Internal error",
+            f"an unexpected error occurred (request id {request_id}); the operator finds it in the API's log",
+            str(request.url.path), request_id=request_id,
+        )  # fmt: skip
 
 
 # What FastAPI answers (400) when reading a body raised anything but a JSON syntax error.

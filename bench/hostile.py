@@ -50,8 +50,19 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _probe(url: str, period_s: float, done: Any, out: Any) -> None:
-    """GET /healthz every period until `done` is set; (monotonic start, seconds, ok) of each onto `out`."""
+def resident_mib(pid: int) -> float:
+    """A process's resident memory (VmRSS), MiB; 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except FileNotFoundError:
+        pass
+    return 0.0
+
+
+def _probe(url: str, period_s: float, pid: int, done: Any, out: Any) -> None:
+    """GET /healthz every period until `done` is set; (monotonic start, seconds, ok, API's resident MiB) of each."""
     with httpx.Client(timeout=30) as client:
         while not done.is_set():
             began = time.monotonic()
@@ -59,7 +70,7 @@ def _probe(url: str, period_s: float, done: Any, out: Any) -> None:
                 ok = client.get(f"{url}/healthz").status_code == 200
             except httpx.HTTPError:
                 ok = False
-            out.put((began, time.monotonic() - began, ok))
+            out.put((began, time.monotonic() - began, ok, resident_mib(pid)))
             done.wait(max(0.0, period_s - (time.monotonic() - began)))
 
 
@@ -67,13 +78,16 @@ class Prober:
     """/healthz probed from a process of its own (so this process's work, building 839 KB bodies, cannot hold the
     probe's GIL), each latency filed under the phase that was running when it began."""
 
-    def __init__(self, url: str, period_s: float) -> None:
+    def __init__(self, url: str, period_s: float, pid: int) -> None:
         self.done = multiprocessing.Event()
-        self.queue: Any = multiprocessing.Queue()  # (monotonic start, seconds, ok) of each probe
-        self.process = multiprocessing.Process(target=_probe, args=(url, period_s, self.done, self.queue), daemon=True)
+        self.queue: Any = multiprocessing.Queue()  # (monotonic start, seconds, ok, resident MiB) of each probe
+        self.process = multiprocessing.Process(
+            target=_probe, args=(url, period_s, pid, self.done, self.queue), daemon=True
+        )
         self.starts: list[tuple[float, str]] = [(0.0, "idle")]
         self.times: dict[str, list[float]] = {}
         self.failures: dict[str, int] = {}
+        self.resident: dict[str, float] = {}  # the API's largest resident memory per phase, MiB
 
     def start(self) -> None:
         """Start probing."""
@@ -98,9 +112,10 @@ class Prober:
             except queue.Empty:
                 continue
         self.process.join()
-        for began, seconds, ok in samples:
+        for began, seconds, ok, mib in samples:
             phase = next(name for start, name in reversed(self.starts) if start <= began)
             self.times.setdefault(phase, []).append(seconds)
+            self.resident[phase] = max(self.resident.get(phase, 0.0), mib)
             if not ok:
                 self.failures[phase] = self.failures.get(phase, 0) + 1
 
@@ -123,6 +138,97 @@ def hostile_requests(url: str, key: str, rounds: int) -> Iterator[Callable[[http
         yield lambda c: c.get(f"{url}/v1/jobs/00000000-0000-0000-0000-000000000000",
                               params={"predictions_offset": 2**31 - 1, "predictions_limit": 10_000},
                               headers={"Authorization": f"Bearer {key}"})  # fmt: skip
+
+
+# A result as large as a job may be (12 CNNs x batch 1-1000 x 8 GPU and node counts: 96,000 points, ~95 MB).
+BIG: dict[str, Any] = {
+    "cnns": ["resnet18", "resnet50", "vgg16", "alexnet", "densenet121", "mobilenet_v2", "googlenet", "squeezenet1_1",
+             "vgg11", "resnet34", "resnet101", "efficientnet_b0"],
+    "machines": ["p4d.24xlarge"], "batch_sizes": {"min": 1, "max": 1000}, "gpus": [1, 2, 4, 8], "nodes": [1, 2],
+}  # fmt: skip
+# What no answer may carry: exception names, tracebacks, SQL, our code's paths.
+LEAKS = ("Traceback", "Error:", "Exception", "psycopg", "SELECT ", "UPDATE ", "INSERT ", "DELETE FROM", ".py\"",
+         "ZeroDivision", "Overflow", "Infinity")  # fmt: skip
+
+
+def leaks(text: str) -> bool:
+    """Whether an answer carries exception, SQL or source text."""
+    return any(word in text for word in LEAKS)
+
+
+def big_job(url: str, key: str, timeout_s: float = 900) -> tuple[str, float]:
+    """Submit BIG and wait for it to succeed; (job id, seconds it took)."""
+    auth = {"Authorization": f"Bearer {key}"}
+    began = time.monotonic()
+    job = httpx.post(f"{url}/v1/jobs", json=BIG, headers=auth, timeout=60).raise_for_status().json()["id"]
+    while time.monotonic() - began < timeout_s:
+        status = httpx.get(f"{url}/v1/jobs", params={"limit": 5}, headers=auth, timeout=60).json()
+        mine = next(j for j in status["jobs"] if j["id"] == job)
+        if mine["status"] in ("succeeded", "failed", "canceled"):
+            assert mine["status"] == "succeeded", mine
+            return job, time.monotonic() - began
+        time.sleep(2)
+    raise TimeoutError(f"job {job} did not finish within {timeout_s:g} s")
+
+
+def concurrently(sends: Sequence[Callable[[httpx.Client], httpx.Response]], threads: int) -> tuple[int, int, int]:
+    """Send all at once over `threads` connections; (requests, 5xx answers, answers leaking exception or SQL text).
+    A streamed answer is read and dropped as it comes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(send: Callable[[httpx.Client], httpx.Response]) -> tuple[bool, bool]:
+        with httpx.Client(timeout=300) as client:
+            r = send(client)
+            head = r.content[:65536].decode(errors="replace")
+            return r.status_code >= 500, leaks(head)
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(one, sends))
+    return len(results), sum(e for e, _ in results), sum(leak for _, leak in results)
+
+
+def round_three(url: str, key: str, job: str) -> Iterator[Callable[[httpx.Client], httpx.Response]]:
+    """Issue 33's requests: 40 cancels of a finished large job and 4 unpaged GETs of it, at once; 200,000-item
+    layout lists; bandwidths near zero; machine type names that differ only in letter case."""
+    auth = {"Authorization": f"Bearer {key}"}
+    for _ in range(40):
+        yield lambda c: c.post(f"{url}/v1/jobs/{job}/cancel", headers=auth)
+    for _ in range(4):
+        yield lambda c: c.get(f"{url}/v1/jobs/{job}", headers=auth)
+    for field in ("gpus", "nodes"):
+        body = json.dumps(GOOD | {field: ["x"] * 200_000}).encode()
+        typed = auth | {"Content-Type": "application/json"}
+        yield lambda c, body=body, typed=typed: c.post(f"{url}/v1/jobs", content=body, headers=typed)
+    for value in (5e-324, 1e-300, 1e-12):
+        yield lambda c, v=value: c.post(f"{url}/v1/jobs", json=GOOD | {"internode_gbps": v, "nodes": 2}, headers=auth)
+        network = {"source": "network_jpeg", "network_gbps": value}
+        yield lambda c, n=network: c.post(f"{url}/v1/jobs", json=GOOD | {"input": n}, headers=auth)
+    from tests.integration.test_reference_jobs import OWN_GPU
+
+    for name in ("P4D.24XLARGE", "Local", "G5.XLARGE"):
+        yield lambda c, n=name: c.post(f"{url}/v1/machines", json=OWN_GPU | {"name": n}, headers=auth)
+
+
+def cancel_during_assembly(url: str, key: str) -> dict[str, Any]:
+    """Submit BIG again (its benchmarks are the reference's: it goes straight to assembly), cancel it while the worker
+    assembles it; how long the cancel took, what it said and what GET says after."""
+    auth = {"Authorization": f"Bearer {key}"}
+    job = httpx.post(f"{url}/v1/jobs", json=BIG, headers=auth, timeout=60).raise_for_status().json()["id"]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # running: planned, and assembling
+        if (
+            httpx.get(f"{url}/v1/jobs", params={"limit": 5}, headers=auth, timeout=60).json()["jobs"][0]["status"]
+            == "running"
+        ):
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)
+    began = time.monotonic()
+    r = httpx.post(f"{url}/v1/jobs/{job}/cancel", headers=auth, timeout=120)
+    took = time.monotonic() - began
+    time.sleep(1)
+    after = httpx.get(f"{url}/v1/jobs", params={"limit": 5}, headers=auth, timeout=60).json()["jobs"][0]
+    return {"status": r.status_code, "seconds": took, "after": after["status"], "leaks": leaks(r.text)}
 
 
 def generated_graphs(count: int) -> list[bytes]:
@@ -240,9 +346,10 @@ def main() -> int:
             Path(logs),
         )
         stack.start("api")
+        stack.start("worker")
         try:
             stack.wait_ready()
-            prober = Prober(stack.url, args.probe_ms / 1000)
+            prober = Prober(stack.url, args.probe_ms / 1000, stack.procs["api"].pid)
             prober.start()
             counted: dict[str, tuple[int, int]] = {}
             time.sleep(args.idle_s)
@@ -261,8 +368,18 @@ def main() -> int:
             counted["generated ONNX"] = run_requests(stack.url, uploads)
             prober.phase = "slow clients"
             counted["slow clients"] = slow_clients(stack.port, args.slow, hold_s=30)
+            prober.phase = "a 96,000-point job assembled"
+            job, assembled_s = big_job(stack.url, key)
+            prober.phase = "round three"
+            sent, errors, leaking = concurrently(list(round_three(stack.url, key, job)), threads=44)
+            counted["round three"] = (sent, errors)
+            prober.phase = "cancel during assembly"
+            cancel = cancel_during_assembly(stack.url, key)
+            prober.phase = "after"
+            time.sleep(2)
             prober.join()
         finally:
+            stack.stop("worker")
             stack.stop("api")
     idle = [t * 1000 for t in prober.times["idle"]]
     lines = [
@@ -273,17 +390,30 @@ def main() -> int:
         f"column counts connections the server had not closed after 30 s; {fuzz_note}.",
         "",
         "| phase | requests | 5xx (slow clients: left open) | /healthz p50 ms | p99 ms | max ms | "
-        "p99 / idle p99 | probe failures |",
-        "|---|---|---|---|---|---|---|---|",
+        "p99 / idle p99 | probe failures | API resident MiB (max) |",
+        "|---|---|---|---|---|---|---|---|---|",
         f"| idle (baseline) | – | – | {percentile(idle, 0.5):.1f} | {percentile(idle, 0.99):.1f} | "
-        f"{max(idle):.1f} | 1.00 | {prober.failures.get('idle', 0)} |",
+        f"{max(idle):.1f} | 1.00 | {prober.failures.get('idle', 0)} | {prober.resident.get('idle', 0):.0f} |",
     ]
-    for phase, (sent, bad) in counted.items():
+    for phase in [p for _, p in prober.starts[1:]]:
+        sent, bad = counted.get(phase, ("–", "–"))  # type: ignore[assignment]
         ms = [t * 1000 for t in prober.times.get(phase, [0.0])]
         lines.append(
             f"| {phase} | {sent} | {bad} | {percentile(ms, 0.5):.1f} | {percentile(ms, 0.99):.1f} | {max(ms):.1f} | "
-            f"{percentile(ms, 0.99) / percentile(idle, 0.99):.2f} | {prober.failures.get(phase, 0)} |"
+            f"{percentile(ms, 0.99) / percentile(idle, 0.99):.2f} | {prober.failures.get(phase, 0)} | "
+            f"{prober.resident.get(phase, 0):.0f} |"
         )
+    worst = max(prober.resident.values())
+    lines += [
+        "",
+        f"Round three (issue 33): the 96,000-point job took {assembled_s:.0f} s to plan and assemble (reference "
+        f"answers; ~95 MB of result); then 40 cancels of it and 4 unpaged GETs of it at once, 200,000-item gpus and "
+        f"nodes lists, bandwidths of 5e-324, 1e-300 and 1e-12 Gbit/s, and machine types named like the catalog's in "
+        f"another case, all at once: {leaking} of {sent} answers carried exception, SQL or source text. A cancel of "
+        f"the same job while the worker assembled it answered {cancel['status']} in {cancel['seconds'] * 1000:.0f} ms "
+        f"(leaking text: {cancel['leaks']}); GET then said {cancel['after']}. The API's resident memory peaked at "
+        f"{worst:.0f} MiB (ceiling: 1 GiB).",
+    ]
     body = "\n".join(lines)
     print(body)
     from bench.perf_doc import write_section

@@ -188,10 +188,10 @@ class JobRequest(BaseModel):
     # Data parallelism (issue 26): batch_sizes are per GPU; each step runs on `gpus` GPUs of each of `nodes` machines
     # of the same type. None: every GPU of each machine type. A list compares the counts (points for each).
     # Lists of at most MAX_LAYOUTS counts: a longer one is refused at its length, before its items are read.
-    gpus: GpuCount | Annotated[list[GpuCount], Field(min_length=1, max_length=MAX_LAYOUTS)] | None = Field(
+    gpus: GpuCount | Annotated[list[GpuCount], Field(max_length=MAX_LAYOUTS)] | None = Field(
         default=None, description=GPUS_HELP
     )
-    nodes: NodeCount | Annotated[list[NodeCount], Field(min_length=1, max_length=MAX_LAYOUTS)] = Field(
+    nodes: NodeCount | Annotated[list[NodeCount], Field(max_length=MAX_LAYOUTS)] = Field(
         default=1, description=NODES_HELP
     )
     internode_gbps: float | None = Field(default=None, ge=MIN_GBPS, le=MAX_GBPS, description=INTERNODE_HELP)

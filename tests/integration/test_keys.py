@@ -74,7 +74,8 @@ def test_missing_wrong_and_revoked_keys_are_401(api_only: Stack) -> None:
         ("submit", "POST", "/v1/jobs", JOB, 202),
         ("submit", "PUT", "/v1/fleet/g5.xlarge", {"held": 1}, 403),
         ("submit", "POST", "/v1/fleet/g5.xlarge/drain", None, 403),
-        ("submit", "POST", "/v1/machines", OWN_GPU | {"name": "keys-box", "provider": "lab"}, 403),
+        ("read", "POST", "/v1/machines", OWN_GPU | {"name": "keys-read-box", "provider": "lab"}, 403),
+        ("submit", "POST", "/v1/machines", OWN_GPU | {"name": "keys-own-box", "provider": "lab"}, 201),  # its own
         ("admin", "PUT", "/v1/fleet/g5.xlarge", {"held": None}, 200),
         ("admin", "POST", "/v1/machines", OWN_GPU | {"name": "keys-box", "provider": "lab"}, 201),
     ],

@@ -220,7 +220,7 @@ def test_job_probes_are_422(limits_api: Stack, change: dict[str, Any], words: st
     r = http.post(f"{limits_api.url}/v1/jobs", content=body, headers={"content-type": "application/json"})
     assert_problem(r, 422, words)
     if "prediction points" in words:
-        assert "200000" in r.json()["detail"]
+        assert "at most 100000" in r.json()["detail"] and "293 MB" in r.json()["detail"]  # the default, the size
     assert counts() == before
 
 
