@@ -137,9 +137,9 @@ def settings_section(settings: dict[str, Any]) -> list[str]:
     out = [
         "### channels_last and cudnn.benchmark on our H100, CNN held out",
         "",
-        "data/reference/h100/steps_settings.jsonl (bench/gpu_settings.py on one H100 SXM 80GB, 2026-11-27: 8 CNNs at "
-        "batch 32 and 128, resnet50 and resnet18 at 256, each configuration in the four settings, the default setting "
-        "in the same run) and steps_cudnn_benchmark_on.jsonl (the team's, SGD fp32, batch 32 and 128, 5 CNNs; its "
+        "data/reference/h100/steps_settings.jsonl (bench/gpu_settings.py on H100 SXM 80GB machines, 2026-11-27, two "
+        "runs: 12 CNNs at batch 32 and 128, resnet50 and resnet18 at 256, each configuration in the four settings, the "
+        "default setting in the same run) and steps_cudnn_benchmark_on.jsonl (the team's, SGD fp32, batch 32 and 128, 5 CNNs; its "
         "default-setting steps are those of steps.jsonl, two days earlier). The effect is a step's time over the "
         "same CNN's default-setting step; *ratio error* compares the predicted effect with the measured one, "
         "*no-effect error* is what answering the default-setting step (what the reference did before) errs by, "
@@ -166,7 +166,8 @@ def settings_section(settings: dict[str, Any]) -> list[str]:
         "steps of two runs two days apart differ that much at batch 32). The multipliers are one GPU's: on another "
         "GPU the setting scales the same kinds of work by the same factors, which is an assumption no data here "
         "checks. The NHWC parts fitted (tensor-core convs, grouped convs, memory-bound operators) were chosen over "
-        "fitting every part by these same held-out figures (two variants tried), so they flatter the model a little.",
+        "fitting every part by these same held-out figures on the first run's 8 CNNs (two variants tried), so they "
+        "flatter the model a little; the second run's 4 CNNs came after that choice.",
     ]
     return out
 
