@@ -138,11 +138,11 @@ def settings_section(settings: dict[str, Any]) -> list[str]:
         "### channels_last and cudnn.benchmark on our H100, CNN held out",
         "",
         "data/reference/h100/steps_settings.jsonl (bench/gpu_settings.py on H100 SXM 80GB machines, 2026-11-27, two "
-        "runs: 12 CNNs at batch 32 and 128, resnet50 and resnet18 at 256, each configuration in the four settings, the "
-        "default setting in the same run) and steps_cudnn_benchmark_on.jsonl (the team's, SGD fp32, batch 32 and 128, 5 CNNs; its "
-        "default-setting steps are those of steps.jsonl, two days earlier). The effect is a step's time over the "
-        "same CNN's default-setting step; *ratio error* compares the predicted effect with the measured one, "
-        "*no-effect error* is what answering the default-setting step (what the reference did before) errs by, "
+        "runs: 12 CNNs at batch 32 and 128, resnet50 and resnet18 at 256, each configuration in the four settings, "
+        "the default setting in the same run) and steps_cudnn_benchmark_on.jsonl (the team's, SGD fp32, batch 32 and "
+        "128, 5 CNNs; its default-setting steps are those of steps.jsonl, two days earlier). The effect is a step's "
+        "time over the same CNN's default-setting step; *ratio error* compares the predicted effect with the measured"
+        " one, *no-effect error* is what answering the default-setting step (what the reference did before) errs by, "
         "*step error* is the held-out step itself. Every figure is predicted by constants fitted without that CNN's "
         "H100 rows.",
         "",

@@ -6,9 +6,12 @@ from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import require
+from api.routing import ParsedOffLoop
 from fleet import service as fleet
 
-router = APIRouter(prefix="/v1/fleet", tags=["fleet"], dependencies=[Depends(require("read"))])
+router = APIRouter(
+    route_class=ParsedOffLoop, prefix="/v1/fleet", tags=["fleet"], dependencies=[Depends(require("read"))]
+)
 MachineType = Annotated[str, Path(max_length=100)]
 
 

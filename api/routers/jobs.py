@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api import waits
 from api.auth import Reader, Submitter, require
+from api.routing import ParsedOffLoop
 from shared import interconnect, jobs, keys, machine_types
 from shared.cnn import registry as cnns
 from shared.core import logs, tasks
@@ -25,7 +26,7 @@ from shared.jobs import Job, JobList, JobStatus, JobSummary
 from shared.jobs.request import JobRequest
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(require("read"))])
+router = APIRouter(route_class=ParsedOffLoop, prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(require("read"))])
 
 # Seconds a client should wait before polling an unfinished job again.
 POLL_AFTER_S = 2

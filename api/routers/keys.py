@@ -10,11 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
 from api.auth import Admin, Reader
+from api.routing import ParsedOffLoop
 from shared import keys
 from shared.core.errors import Forbidden
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/v1/keys", tags=["keys"])
+router = APIRouter(route_class=ParsedOffLoop, prefix="/v1/keys", tags=["keys"])
 KeyId = Annotated[str, Path(pattern=r"^[0-9a-f]{12}$", description="the key's public id: 12 hex digits")]
 Scope = keys.Scope
 MAX_INT = 2**31 - 1

@@ -5,11 +5,14 @@ from typing import Any
 from fastapi import APIRouter, Depends, Response
 
 from api.auth import Reader, Submitter, require
+from api.routing import ParsedOffLoop
 from shared import jobs, machine_types
 from shared.jobs.request import MachineCreate
 from shared.machine_types import MachineTypeInfo
 
-router = APIRouter(prefix="/v1/machines", tags=["machines"], dependencies=[Depends(require("read"))])
+router = APIRouter(
+    route_class=ParsedOffLoop, prefix="/v1/machines", tags=["machines"], dependencies=[Depends(require("read"))]
+)
 
 
 @router.get("")
