@@ -3,6 +3,7 @@
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import to_thread
 from fastapi import FastAPI
 
 from api import problems, waits
@@ -12,6 +13,7 @@ from api.observe import Observe
 from api.routers import agents, cnns, fleet, health, jobs, keys, machines, metrics, web
 from shared.cnn import builtins as cnn_registry
 from shared.core import logs, secrets
+from shared.core.settings import get_settings
 
 # uvicorn set up its loggers before importing this module: ours replace them (JSON lines unless on a terminal).
 logs.setup("api")
@@ -26,6 +28,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     request, not during it (the document took ~170 ms on the event loop, stalling every other request)."""
     cnn_registry.names()
     app.openapi()
+    # Sync routes run in anyio's thread pool (40 threads by default). Each runnable thread holds the GIL for up to
+    # 5 ms at a time, so 40 busy ones (40 cancels at once beside 4 streamed results) kept the event loop, and
+    # /healthz, waiting 130-160 ms; fewer threads queue the rest on the loop, where waiting costs nothing.
+    to_thread.current_default_thread_limiter().total_tokens = get_settings().api_threads
     yield
     waits.stop()
 

@@ -73,6 +73,8 @@ class Settings(BaseSettings):
     # Addresses or networks of the reverse proxies in front of the API (comma-separated, e.g. "10.0.0.0/8,::1"):
     # only a request from one of them has its client taken from X-Forwarded-For. Empty: the TCP peer is the client.
     api_trusted_proxies: str = ""
+    # Threads the API's sync routes (and a streamed result's reads) share; more wait their turn on the event loop.
+    api_threads: int = Field(default=8, ge=1, le=200)
     # Limits per key (issue 13), each replaced by the key's own (`keys create --max-jobs / --bench-seconds-per-day`):
     # jobs queued or running at once, and the benchmark seconds its jobs sent agents in the last 24 h (each
     # (signature, batch size) point a plan sends counts 3 phases x BENCH_TIME_CAP_S). Points per job: below.
