@@ -1,11 +1,12 @@
 """The worker's Celery app: `celery -A worker.app worker -Q jobs`, and one `celery -A worker.app beat`."""
 
 import logging
+import os
 import sys
 import uuid
 from typing import Any
 
-from celery.signals import worker_ready
+from celery.signals import worker_init, worker_ready
 
 from shared.core import logs, secrets, tasks
 from shared.core.settings import get_settings
@@ -44,6 +45,13 @@ def advance_jobs(machine_type: str) -> None:
 def reconcile_jobs() -> None:
     """Re-send work for jobs that stopped moving (lost messages, restarts); withdraw work of ended jobs."""
     reconcile.run()
+
+
+@worker_init.connect
+def lower_priority(**_kwargs: Any) -> None:
+    """The worker's batch work yields the CPU to the API's interactive answers where they share a host (`make up`):
+    assembling a 96,000-point result on the API's two cores held /healthz 110 ms. Its pool children inherit it."""
+    os.nice(get_settings().worker_nice)
 
 
 @worker_ready.connect

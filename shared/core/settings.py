@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     api_trusted_proxies: str = ""
     # Threads the API's sync routes (and a streamed result's reads) share; more wait their turn on the event loop.
     api_threads: int = Field(default=8, ge=1, le=200)
+    # The Celery worker's niceness (0: as started): batch work below the API on a shared host. Never the agent's,
+    # whose CPU timings are measurements.
+    worker_nice: int = Field(default=10, ge=0, le=19)
     # Limits per key (issue 13), each replaced by the key's own (`keys create --max-jobs / --bench-seconds-per-day`):
     # jobs queued or running at once, and the benchmark seconds its jobs sent agents in the last 24 h (each
     # (signature, batch size) point a plan sends counts 3 phases x BENCH_TIME_CAP_S). Points per job: below.
