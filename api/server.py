@@ -1,7 +1,7 @@
 """uvicorn's h11 protocol with a deadline for a request's head: `uvicorn api.main:app --http api.server:Protocol`.
 
 uvicorn times out an idle kept-alive connection but not a slow one: a client that sends half its headers, or one
-byte a second, held a connection (and its memory) for as long as it liked (issue 25). Here a request line and its
+byte a second, held a connection (and its memory) for as long as it liked. Here a request line and its
 headers must be complete within API_HEADER_TIMEOUT_S of their first byte (or of the connection, for the first
 request); past that the client gets a 408 and the connection is closed. The body's deadline is api/limits.py's.
 """

@@ -156,7 +156,7 @@ def report(
             f"{noise['median_ape']:.1f}%; the second ÷ the stored, median over points: {noise['shift']:.2f}). An "
             "error cannot be told apart from measurement noise below that.",
         ]
-    lines += ["", "Target (issue 14): MAPE ≤ 5% with CNNs held out, also at image sizes and batch sizes held out; "
+    lines += ["", "Target: MAPE ≤ 5% with CNNs held out, also at image sizes and batch sizes held out; "
               "P10-P90 holding about 80% of held-out steps."]  # fmt: skip
     for m in models:
         ev = m["evaluation"]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-# HEAD before the agent's throughput work (issue 24): per-signature tasks, a transaction per row.
+# HEAD before the agent's throughput work: per-signature tasks, a transaction per row.
 BASELINE = "648d0c0"
 # Op kinds both trees measure (later trees read more kinds from a CNN): the same work for both.
 OP_KINDS = ["add", "batch_norm", "cat", "cross_entropy", "hardtanh", "linear", "max_pool2d", "mean", "mul",

@@ -12,7 +12,7 @@ after another:
   ONNX input of rank 20 with 2^62 dimensions, offsets past int4), --rounds times;
 - generated ONNX: --graphs uploads from tests/unit/test_onnx_fuzz.py's generator, within and past the bounds;
 - slow clients: --slow connections at once that send half a request head and wait;
-- round three (issue 33): a 96,000-point job answered by the reference, then 40 cancels and 4 unpaged GETs of it at
+- round three: a 96,000-point job answered by the reference, then 40 cancels and 4 unpaged GETs of it at
   once with 200,000-item layout lists, near-zero bandwidths and impostor machine names; then a cancel while the worker
   assembles the same job again. Every answer is checked for exception, SQL or source text, and the API's resident
   memory is read with every probe.
@@ -192,7 +192,7 @@ def concurrently(sends: Sequence[Callable[[httpx.Client], httpx.Response]], thre
 
 
 def round_three(url: str, key: str, job: str) -> Iterator[Callable[[httpx.Client], httpx.Response]]:
-    """Issue 33's requests: 40 cancels of a finished large job and 4 unpaged GETs of it, at once; 200,000-item
+    """Round three's requests: 40 cancels of a finished large job and 4 unpaged GETs of it, at once; 200,000-item
     layout lists; bandwidths near zero; machine type names that differ only in letter case."""
     auth = {"Authorization": f"Bearer {key}"}
     for _ in range(40):
@@ -410,7 +410,7 @@ def main() -> int:
     worst = max(prober.resident.values())
     lines += [
         "",
-        f"Round three (issue 33): the 96,000-point job took {assembled_s:.0f} s to plan and assemble (reference "
+        f"Round three: the 96,000-point job took {assembled_s:.0f} s to plan and assemble (reference "
         f"answers; ~95 MB of result); then 40 cancels of it and 4 unpaged GETs of it at once, 200,000-item gpus and "
         f"nodes lists, bandwidths of 5e-324, 1e-300 and 1e-12 Gbit/s, and machine types named like the catalog's in "
         f"another case, all at once: {leaking} of {three} answers carried exception, SQL or source text. A cancel of "

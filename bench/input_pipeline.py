@@ -1,4 +1,4 @@
-"""The input pipeline (issue 26): this host's JPEG decode and augmentation rate, measured as the agent measures it,
+"""The input pipeline: this host's JPEG decode and augmentation rate, measured as the agent measures it,
 and what it means for GPUs whose steps we measured.
 
 Three measurements of gpu_agent/input_bench.py on this host (the spread is the run-to-run noise). Then, for the

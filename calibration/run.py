@@ -32,7 +32,7 @@ DEFAULT_CNNS = (
     "shufflenet_v2_x1_0",
     "squeezenet1_1",
 )
-# Enough CNNs of enough families for a leave-one-CNN-out evaluation to mean something (issue 5).
+# Enough CNNs of enough families for a leave-one-CNN-out evaluation to mean something.
 FULL_CNNS = (
     *DEFAULT_CNNS,
     "vgg16",

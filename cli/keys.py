@@ -109,7 +109,7 @@ def ensure_local_admin(path: Path, *, name: str = "local-admin") -> bool:
         except TraincastError as exc:
             if exc.status != 401:  # the database is down: say so rather than mint a key
                 raise
-    # The operator's own key on their own machine: no daily benchmark budget to run out of (issue 25: a morning of
+    # The operator's own key on their own machine: no daily benchmark budget to run out of (a morning of
     # trying GPU types charged it past its 3,600 s and locked it out for a day). Keys made for others keep theirs.
     _row, key = keys.create(name=name, scope="admin", bench_seconds_per_day=keys.MAX_BENCH_SECONDS_PER_DAY)
     path.parent.mkdir(parents=True, exist_ok=True)

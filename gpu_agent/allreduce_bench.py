@@ -1,4 +1,4 @@
-"""All-reduce across a host's GPUs (issue 26), as DDP runs it: one process per GPU, NCCL, buckets of DDP's sizes.
+"""All-reduce across a host's GPUs, as DDP runs it: one process per GPU, NCCL, buckets of DDP's sizes.
 
 Each size is warmed up, then timed `rounds` times between a barrier and a device synchronise on every rank; rank 0's
 median is stored. On a host without two GPUs there is nothing DDP would do; gloo over CPU processes runs the same

@@ -148,7 +148,7 @@ def _bench_ops(machine_type: str, config: TrainConfig, items: list[dict[str, Any
 
 @app.task(name=tasks.BENCH_INPUT)
 def bench_input(machine_type: str) -> int:
-    """Measure this host's JPEG decode and augmentation rate (issue 26) once per environment; 1 if it was stored."""
+    """Measure this host's JPEG decode and augmentation rate once per environment; 1 if it was stored."""
     _check_machine(machine_type)
     return _retrying_outages(tasks.BENCH_INPUT, partial(_bench_input, machine_type))
 
@@ -214,8 +214,8 @@ def measure_steps(
 ) -> int:
     """Time whole training steps of a CNN at several batch sizes; skip what is stored.
 
-    config: a shared.training.TrainConfig; without it (a sender older than issue 14) the step is what was
-    measured then: SGD(momentum=0.9) or Adam, in the precision given.
+    config: a shared.training.TrainConfig; without it (a sender that predates training configurations) the step is
+    what was measured then: SGD(momentum=0.9) or Adam, in the precision given.
     """
     _check_machine(machine_type)
     momentum = LEGACY_SGD_MOMENTUM if optimizer == "sgd" else 0.0

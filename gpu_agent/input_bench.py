@@ -1,4 +1,4 @@
-"""The input pipeline's CPU cost on this host (issue 26): JPEGs decoded and augmented as DataLoader workers do it.
+"""The input pipeline's CPU cost on this host: JPEGs decoded and augmented as DataLoader workers do it.
 
 The agent makes its own images (no dataset on the host): ImageNet's most common size, 500x375, with smooth
 structure and enough grain that at quality 90 they come to ~107 KB, about ImageNet's mean JPEG (~115 KB). Each is

@@ -40,7 +40,7 @@ NAMES = (
 OpMembers = list[tuple[int, dict[str, Any], int]]
 # One point's features as a record with a field per name (float64): a table of points is a structured array
 # of it, read by name (`table["conv_ms"]`), and `matrix()` gives the models' columns in NAMES order. (Models
-# stored before issue 24 had "activation_mbytes" twice, the activation memory overwriting the activation ops'
+# stored by older extractors had "activation_mbytes" twice, the activation memory overwriting the activation ops'
 # bytes; their feature list differs, so they are refused until retrained.)
 DTYPE = np.dtype([(name, np.float64) for name in NAMES])
 Rows = Mapping[tuple[int, int], Mapping[str, Any]]

@@ -1,4 +1,4 @@
-"""The input pipeline (issue 26): a point's step as the slower of its upstream (reading, decoding, augmenting the
+"""The input pipeline: a point's step as the slower of its upstream (reading, decoding, augmenting the
 batch on the machine's CPUs) and its downstream (the GPUs' step), and what data echoing would gain.
 
 Upstream per step = images a step takes on one machine (per-GPU batch x GPUs) x a CPU's time per image with every

@@ -1,4 +1,4 @@
-"""Data-parallel layouts (issue 26): a CNN's one-GPU points spread over the GPU and node counts a job asks for.
+"""Data-parallel layouts: a CNN's one-GPU points spread over the GPU and node counts a job asks for.
 
 A point's compute is its one-GPU step at the per-GPU batch (measured or reference); each layout adds the part of
 the gradient all-reduce that backward does not hide (worker/parallel.py, from the machine type's links in

@@ -74,7 +74,7 @@ def booster_params(rows: int) -> dict[str, Any]:
     }
 
 
-# Measured where the agent measured them: the other ops' and the optimizer's time (issue 14). The guessed
+# Measured where the agent measured them: the other ops' and the optimizer's time. The guessed
 # terms (parameters, other layers' bytes) stand in only where those are not measured, so the learnt part
 # shrinks to what no measurement covers (framework overhead per op, and a constant).
 BASE_TERMS = (

@@ -196,7 +196,7 @@ def exposed_many(
 
 
 def with_measured(links: Links, measured: Measured | None) -> Links:
-    """The links with the bus bandwidth an agent measured within the machine in place of the catalog's (issue 26)."""
+    """The links with the bus bandwidth an agent measured within the machine in place of the catalog's."""
     if measured is None:
         return links
     source = (

@@ -164,7 +164,7 @@ def _start_within_budget(
 
 
 def _charge(sent: coverage.Missing, sent_ops: coverage.Missing) -> float:
-    """Benchmark seconds the work charges its key (issue 13): three phases a conv point, two an op point at half a
+    """Benchmark seconds the work charges its key: three phases a conv point, two an op point at half a
     phase's cap (gpu_agent/app.py OP_CAP_FACTOR)."""
     points = sum(map(len, sent.values())) * 3 + sum(map(len, sent_ops.values()))
     return float(points * get_settings().bench_time_cap_s)
@@ -184,7 +184,7 @@ def _send(gaps: coverage.Missing, op_gaps: coverage.Missing, request: JobRequest
 
 
 def _ask_measurements(request: JobRequest, infos: dict[str, MachineTypeInfo], listed: list[agents.AgentListed]) -> None:
-    """Ask live agents for the host measurements this job's answer would use but that are not stored (issue 26):
+    """Ask live agents for the host measurements this job's answer would use but that are not stored:
     the input rate of each type when it decodes JPEGs, the all-reduce of each multi-GPU type it spreads over.
 
     Not waited for: until stored, input rates come from other types (labelled reference), all-reduce is modelled.

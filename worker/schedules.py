@@ -1,4 +1,4 @@
-"""Batch-size schedules (issue 26): a job's phases priced from its own points, beside the best constant batch size."""
+"""Batch-size schedules: a job's phases priced from its own points, beside the best constant batch size."""
 
 from typing import Any, cast
 

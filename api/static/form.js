@@ -59,7 +59,7 @@ function layoutSettings() {
   return out;
 }
 
-// How images arrive (issue 26): omitted for images in memory, as before.
+// How images arrive: omitted for images in memory, as before.
 function inputSettings() {
   const source = $("#input-source").value;
   const gbps = $("#network-gbps").value.trim();

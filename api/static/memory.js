@@ -4,7 +4,7 @@ import { sig3, extremes, listed } from "./util.js";
 import { deviceMemoryGib, deviceName } from "./state.js";
 import { SYMBOLS, colour, sourceStyle, markerSymbol, TWIN_DASHES } from "./traces.js";
 
-// Peak memory against batch size, one line per CNN (issue 27): the memory model mostly answers the same for every
+// Peak memory against batch size, one line per CNN: the memory model mostly answers the same for every
 // machine type, so machine types whose curves are equal share a line, named by them when a CNN needs several.
 // Each device memory is one dotted line labelled with the GPUs that have it (points that do not fit are drawn too:
 // that is the question this plot answers).

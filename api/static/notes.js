@@ -55,7 +55,7 @@ export function explainGaps(result, cnns, machines, pairs) {
   }
   const free = machines.filter((m) => { const s = machineSpec(m); return s && !s.price_usd_per_hour; });
   if (free.length) note(`${listed(free)} ${free.length > 1 ? "have" : "has"} no hourly price, so ${free.length > 1 ? "their" : "its"} cost is $0.`);
-  // In plain words (issue 27): what each fitted model learnt from; the model's kind is in the note's tooltip.
+  // In plain words: what each fitted model learnt from; the model's kind is in the note's tooltip.
   const fittedOn = machines.filter((m) => models[m] && models[m].status === "ok");
   const fitted = fittedOn.map((m) => {
     const model = models[m];

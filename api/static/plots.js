@@ -16,7 +16,7 @@ function baseLayout(title, xTitle, yTitle) {
     xaxis: { title: { text: xTitle, font: { size: 13 } }, zeroline: false, gridcolor: "#e6e9ee", automargin: true },
     yaxis: { title: { text: yTitle, font: { size: 13 } }, zeroline: false, gridcolor: "#e6e9ee", automargin: true,
              rangemode: "tozero" },
-    // Each plot's own legend, beside it (issue 27): clicking an entry hides or shows that CNN × machine type in
+    // Each plot's own legend, beside it: clicking an entry hides or shows that CNN × machine type in
     // every plot (syncLegends).
     showlegend: true,
     legend: { x: 1.02, xanchor: "left", y: 1, yanchor: "top", font: { size: 11 }, tracegroupgap: 2,
@@ -104,7 +104,7 @@ export function render(result, request) {
       const points = all.filter(drawable);
       const ctx = { name, cnn, machine, unit, s, models, gl, banded };
       if (points.length) {
-        // One line per source (normally a CNN × machine has one): the dash says which. Data parallel (issue 26):
+        // One line per source (normally a CNN × machine has one): the dash says which. Data parallel:
         // one line per GPU and node count too, named by it.
         const layouts = [...new Set(points.map(layoutOf))];
         for (const source of [...new Set(points.map((p) => p.source))]) {

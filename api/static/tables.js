@@ -5,7 +5,7 @@ import { state, providerName, gpuText } from "./state.js";
 import { machinePicker } from "./pickers.js";
 import { sourceText } from "./traces.js";
 
-// A chosen batch size and the memory it leaves free (a choice keeps 10% where some batch size does: issue 27).
+// A chosen batch size and the memory it leaves free (a choice keeps 10% where some batch size does).
 function batchCell(pick) {
   const cell = el("td", { class: "num", "data-field": "batch_size", text: String(pick.batch_size) });
   if (typeof pick.memory_headroom_pct === "number") {
@@ -21,7 +21,7 @@ export function renderBest(result, cnns, machines, pairs) {
   const rows = (result.best || []).slice().sort((a, b) =>
     cnns.indexOf(a.cnn) - cnns.indexOf(b.cnn) || machines.indexOf(a.machine) - machines.indexOf(b.machine));
   // On one machine type the cost is the time × the price: the fastest batch size is nearly always the cheapest
-  // too. Then one "best" group of columns (issue 27); both only where some row's two differ.
+  // too. Then one "best" group of columns; both only where some row's two differ.
   const same = (b) => !b.min_time || !b.min_cost || b.min_time.batch_size === b.min_cost.batch_size;
   const one = rows.every(same);
   const group = (title) => [title, "Time", "Cost", "Energy"];
@@ -56,7 +56,7 @@ export function renderBest(result, cnns, machines, pairs) {
   $("#best").hidden = rows.length === 0;
 }
 
-// The specs table: the chosen machine types first, the others behind a toggle (issue 27).
+// The specs table: the chosen machine types first, the others behind a toggle.
 export function renderMachines() {
   const chosen = new Set(machinePicker.values());
   const head = el("tr", {}, ...["Machine type", "Provider", "GPU", "GPU memory (total)", "vCPUs", "RAM",

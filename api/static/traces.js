@@ -88,7 +88,7 @@ export function byPair(predictions) {
   return groups;
 }
 
-// Data parallel (issue 26): per CNN × machine × node count, its fastest training time against the GPUs it uses
+// Data parallel: per CNN × machine × node count, its fastest training time against the GPUs it uses
 // (GPUs per machine × machines), drawn only when a result compares GPU or node counts.
 export function gpuTraces(cnns, machines, pairs, style, drawable, unit) {
   const traces = [];
@@ -154,7 +154,7 @@ function gpuShare(p, machine) {
   return `<br>on ${used} of its ${m.gpu_count} GPUs${nodes}; cost per GPU ${money(p.cost_per_gpu_usd)}${scaling}`;
 }
 
-// The input pipeline's share of a step (issue 26): who sets the step, and the echo factor that would hide it.
+// The input pipeline's share of a step: who sets the step, and the echo factor that would hide it.
 function inputLine(p) {
   if (typeof p.input_ms !== "number") return "";
   if (!p.input_bound) return `<br>input pipeline keeps up (${duration(p.input_ms / 1000)} a step)`;

@@ -1,4 +1,4 @@
-"""The processes' PostgreSQL logins (issue 13): `python -m shared.core.logins` or `traincast db-logins`, as the owner.
+"""The processes' PostgreSQL logins: `python -m shared.core.logins` or `traincast db-logins`, as the owner.
 
 One LOGIN role per process kind, a member of that kind's NOLOGIN group role (migrations 0007 and 0014), with
 the password the operator gives in API_DB_PASSWORD, WORKER_DB_PASSWORD, FLEET_DB_PASSWORD, AGENT_DB_PASSWORD;

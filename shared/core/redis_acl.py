@@ -1,4 +1,4 @@
-"""The processes' Redis ACL users (issue 13): the one place their rules are written.
+"""The processes' Redis ACL users: the one place their rules are written.
 
 One user per process kind. docker-compose.yml's redis command (`--user` arguments, checked equal to
 compose_user_args() by tests/unit/test_compose_redis.py), the ACL SETUSER lines in docs/FLEET.md (checked

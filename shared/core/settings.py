@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     visibility_timeout_s: int = 6 * 3600
     # Largest CNN upload (ONNX file or JSON layer list) the API accepts, in bytes.
     max_upload_bytes: int = 200 * 1024 * 1024
-    # API keys (issue 13): requests per second a key may send (token bucket in Redis, shared by every API
+    # API keys: requests per second a key may send (token bucket in Redis, shared by every API
     # process; a burst of one second's worth), unless the key has a rate of its own (`keys create --rate`).
     api_rate_per_key_s: float = 20.0
     # Failed authentications a client address may send a minute (a key id: ten times as many, from all addresses)
@@ -78,21 +78,21 @@ class Settings(BaseSettings):
     # The Celery worker's niceness (0: as started): batch work below the API on a shared host. Never the agent's,
     # whose CPU timings are measurements.
     worker_nice: int = Field(default=10, ge=0, le=19)
-    # Limits per key (issue 13), each replaced by the key's own (`keys create --max-jobs / --bench-seconds-per-day`):
+    # Limits per key, each replaced by the key's own (`keys create --max-jobs / --bench-seconds-per-day`):
     # jobs queued or running at once, and the benchmark seconds its jobs sent agents in the last 24 h (each
     # (signature, batch size) point a plan sends counts 3 phases x BENCH_TIME_CAP_S). Points per job: below.
     max_unfinished_jobs_per_key: int = 20
     max_bench_seconds_per_key_day: float = 3600.0
     max_batch_sizes: int = 1000
     max_batch_size: int = 4096
-    # Bounded work (issue 13): request bodies other than uploads, prediction points per job
+    # Bounded work: request bodies other than uploads, prediction points per job
     # (CNNs x machine types x batch sizes), and the nodes of an uploaded ONNX graph.
     max_json_bytes: int = 1024 * 1024
     # A point's JSON is about 1 KB (with the data-parallel and input fields): 100,000 points is a result of ~100 MB,
     # which the worker builds in memory (the API streams it). 200,000 allowed a 196 MB result.
     max_points_per_job: int = 100_000
     max_onnx_nodes: int = 20_000
-    # Slow clients (issue 25): a request's line and headers must arrive within this many seconds of their first byte
+    # Slow clients: a request's line and headers must arrive within this many seconds of their first byte
     # (api/server.py), a JSON body within api_body_timeout_s of the route's first read and an upload within
     # api_upload_timeout_s (api/limits.py); else 408 and the connection closes. 200 MB in 600 s: ~2.8 Mbit/s.
     api_header_timeout_s: float = Field(default=10.0, gt=0)
@@ -119,7 +119,7 @@ class Settings(BaseSettings):
     # ~/.postgresql/root.crt, and for Redis the system's CAs.
     database_ca_file: str = ""
     redis_ca_file: str = ""
-    # Logs (issue 16): "json" (one object a line), "text", or "auto": text when stderr is a terminal, else JSON.
+    # Logs: "json" (one object a line), "text", or "auto": text when stderr is a terminal, else JSON.
     log_format: str = "auto"
     log_level: str = "INFO"
     # GET /metrics answers an admin key, or this bearer token (for a Prometheus scraper; empty: admin keys only).
@@ -128,7 +128,7 @@ class Settings(BaseSettings):
     # first scrape on (a scrape only formats them); 0: every scrape reads them (slower: see docs/PERFORMANCE.md).
     metrics_cache_s: float = 2.0
 
-    # Fleet (issue 7): the controller (`python -m fleet`) launches agents on AWS.
+    # Fleet: the controller (`python -m fleet`) launches agents on AWS.
     fleet_enabled: bool = False
     fleet_name: str = "default"  # tag traincast:fleet; two deployments in one account keep apart
     fleet_region: str = "us-east-1"

@@ -298,7 +298,7 @@ class ModelSummary(BaseModel):
 
 
 class InputSummary(BaseModel):
-    """Where a machine type's input-pipeline rate comes from (issue 26)."""
+    """Where a machine type's input-pipeline rate comes from."""
 
     model_config = _Stored
     source: Literal["measured", "reference", "none"]

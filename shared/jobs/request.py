@@ -124,7 +124,7 @@ IMAGENET_JPEG_KB = 115.0
 
 
 class InputSpec(BaseModel):
-    """How training images reach the GPUs (issue 26): in memory, JPEGs decoded from local disk, or over a network."""
+    """How training images reach the GPUs: in memory, JPEGs decoded from local disk, or over a network."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     source: InputSource = Field(
@@ -185,7 +185,7 @@ class JobRequest(BaseModel):
     # False: a GPU machine type with no benchmarks of its own is answered at once by the reference
     # predictor (its layer benchmarks are still queued where an agent or the fleet can measure them).
     wait_for_benchmarks: bool = False
-    # Data parallelism (issue 26): batch_sizes are per GPU; each step runs on `gpus` GPUs of each of `nodes` machines
+    # Data parallelism: batch_sizes are per GPU; each step runs on `gpus` GPUs of each of `nodes` machines
     # of the same type. None: every GPU of each machine type. A list compares the counts (points for each).
     # Lists of at most MAX_LAYOUTS counts: a longer one is refused at its length, before its items are read.
     gpus: GpuCount | Annotated[list[GpuCount], Field(max_length=MAX_LAYOUTS)] | None = Field(
@@ -195,10 +195,10 @@ class JobRequest(BaseModel):
         default=1, description=NODES_HELP
     )
     internode_gbps: float | None = Field(default=None, ge=MIN_GBPS, le=MAX_GBPS, description=INTERNODE_HELP)
-    # Batch-size control (issue 26): phases run one after another; their time and cost are summed and shown beside
+    # Batch-size control: phases run one after another; their time and cost are summed and shown beside
     # the best constant batch size over the same epochs.
     schedule: list[Phase] | None = Field(default=None, min_length=1, max_length=MAX_PHASES)
-    # The input pipeline (issue 26): None, as before, is images ready in memory.
+    # The input pipeline: None, as before, is images ready in memory.
     input: InputSpec | None = None
     # The batch sizes, sorted without repeats: worked out once, when the request is validated or loaded.
     _sizes: list[int] = PrivateAttr(default_factory=list)

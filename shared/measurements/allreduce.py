@@ -1,4 +1,4 @@
-"""All-reduce timings a multi-GPU host's agent measured (issue 26): the `allreduce_timings` table."""
+"""All-reduce timings a multi-GPU host's agent measured: the `allreduce_timings` table."""
 
 from dataclasses import dataclass
 from typing import Any

@@ -1,4 +1,4 @@
-"""The input pipeline's measured CPU cost per machine type (issue 26): the `input_rates` table."""
+"""The input pipeline's measured CPU cost per machine type: the `input_rates` table."""
 
 from datetime import datetime
 from typing import Any
