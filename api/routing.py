@@ -25,9 +25,9 @@ class ParsedOffLoop(APIRoute):
         async def parsed_first(request: Request) -> Response:
             if "json" in request.headers.get("content-type", ""):
                 body = await request.body()
-                # One that does not parse: FastAPI parses it again and answers its own 422.
-                with contextlib.suppress(ValueError):
-                    if body:
+                if body:
+                    # One that does not parse: FastAPI parses it again and answers its own 422.
+                    with contextlib.suppress(ValueError):
                         request._json = await run_in_threadpool(json.loads, body)
             return await handle(request)
 

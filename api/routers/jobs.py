@@ -215,7 +215,8 @@ async def get_job(
                     row = await read()  # woken, or a periodic re-read in case a notification was lost
     else:
         row = await read()
-    head = _head(row, predictions_offset, predictions_limit)
+    # In a thread, as the reads: the job's request (up to 65,536 batch sizes) is encoded off the event loop.
+    head = await run_in_threadpool(_head, row, predictions_offset, predictions_limit)
     if row["result_json"] is None:
         response: Response = Response(content=head, media_type="application/json")
     else:

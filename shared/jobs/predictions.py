@@ -79,18 +79,28 @@ def chunks(*, job_id: uuid.UUID, offset: int = 0, limit: int | None = None) -> t
         total = int(one(cur)["total"])
     out = [b"["]
     for row in parts:
-        first, n, body = row["first"], row["points"], row["body"]
-        if first < offset or (end is not None and first + n > end):
-            # A part the page cuts: parse it and keep the page's points of it.
-            cut = json.loads(b"[" + body + b"]")[max(0, offset - first) : None if end is None else end - first]
-            if not cut:
-                continue
-            body = orjson.dumps(cut)[1:-1]
+        body = _page_of(row["first"], row["points"], row["body"], offset, end)
+        if not body:
+            continue
         if len(out) > 1:
             out.append(b",")
-        out.append(body)  # whole: spliced as stored
+        out.append(body)
     out.append(b"]")
     return out, total
+
+
+def _cut(first: int, n: int, offset: int, end: int | None) -> bool:
+    """Whether the page [offset, end) takes only some of the part's points [first, first + n)."""
+    return first < offset or (end is not None and first + n > end)
+
+
+def _page_of(first: int, n: int, body: bytes, offset: int, end: int | None) -> bytes:
+    """The page's points of a part as JSON array members: the part as stored when the page takes it whole, else it
+    parsed and cut (b"" when none of it is on the page)."""
+    if not _cut(first, n, offset, end):
+        return body
+    cut = json.loads(b"[" + body + b"]")[max(0, offset - first) : None if end is None else end - first]
+    return orjson.dumps(cut)[1:-1] if cut else b""
 
 
 class Stream:
@@ -102,17 +112,22 @@ class Stream:
         end = offset + limit if limit is not None else None
         self.job_id = job_id
         with transaction() as cur:
+            psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cur)
             cur.execute(SELECT_EXTENT, {"id": job_id, "start": offset, "end": end})
             extent = cur.fetchall()
             cur.execute(SELECT_TOTAL, (job_id,))
             self.total = int(one(cur)["total"])
+            # The page's end parts (two at most) are read now and cut: their length must be known before sending.
+            edges = [r["part"] for r in extent if _cut(r["first"], r["points"], offset, end)]
+            bodies: dict[int, bytes] = {}
+            for part in edges:
+                cur.execute(SELECT_BODIES, {"id": job_id, "from": part, "to": part})
+                bodies[part] = one(cur)["body"]
         # (part, bytes or None: read as it streams, its size)
         self.pieces: list[tuple[int, bytes | None, int]] = []
         for row in extent:
-            first, n = row["first"], row["points"]
-            if first < offset or (end is not None and first + n > end):
-                lo, hi = max(first, offset), first + n if end is None else min(first + n, end)
-                cut = b"".join(chunks(job_id=job_id, offset=lo, limit=hi - lo)[0])[1:-1]  # a page cuts it
+            if row["part"] in bodies:
+                cut = _page_of(row["first"], row["points"], bodies[row["part"]], offset, end)
                 if cut:
                     self.pieces.append((row["part"], cut, len(cut)))
             else:

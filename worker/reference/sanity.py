@@ -8,9 +8,11 @@ bandwidth, power) is not slower. Pairs where one variant has more of one figure 
 
 import csv
 from dataclasses import dataclass
+from functools import cache
 
 from shared.training import Precision, TrainConfig
-from worker.reference.data import GPUS_CSV, ROOT
+from worker.reference import data
+from worker.reference.data import ROOT
 from worker.reference.layerfit import family_of
 from worker.reference.model import ReferenceModel
 from worker.reference.specs import GpuSpecs
@@ -45,10 +47,10 @@ def catalog_gpus() -> list[str]:
     return sorted(names)
 
 
+@cache
 def gpu_rows() -> dict[str, dict[str, str]]:
-    """data/gpus.csv by GPU name."""
-    with open(GPUS_CSV, newline="") as fh:
-        return {r["gpu"]: r for r in csv.DictReader(fh)}
+    """data/gpus.csv by GPU name (read once)."""
+    return {r["gpu"]: r for r in data.gpu_rows()}
 
 
 def table(model: ReferenceModel, gpus: list[str], batch: int = BATCH) -> list[Row]:

@@ -14,15 +14,21 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from worker.reference.steps import DEVICE_PARTS, NHWC_PARTS, PRECISION_GROUPS, StepParts, overlap
+from worker.reference.steps import DEVICE_PARTS, PRECISION_GROUPS, StepParts, overlap
 
+# channels_last multipliers are learnt from one GPU's steps (data/reference/h100/steps_settings.jsonl), for the parts
+# NHWC changes most: tensor-core convs (no NCHW<->NHWC transposes around cuDNN's kernels), grouped and depthwise
+# convs and the memory-bound operators (NHWC kernels). The rest (linear layers, CUDA-core convs, the per-call
+# floor) keep NCHW's cost: with 8 CNNs, more multipliers fitted noise (held out: 2 variants tried, this one kept).
+NHWC_FITTED = ("conv_tensor", "conv_grouped", "other")
 # Priors (the starting point, and where the ridge pulls): device parts at 1x, a conv call's fixed device time,
 # host costs per launched kernel (forward and its backward), per autocast cast, per optimizer tensor, per step.
 PRIORS: dict[str, float] = {
     **{f"dev_{part}_{g}": 1.0 for part in DEVICE_PARTS if part != "conv_calls" for g in PRECISION_GROUPS},
     **{f"dev_conv_calls_{g}": 0.03 for g in PRECISION_GROUPS},
     **{f"dev_conv_autotuned_{g}": 1.0 for g in PRECISION_GROUPS},
-    **{f"nhwc_{part}_{g}": 1.0 for part in NHWC_PARTS for g in PRECISION_GROUPS},
+    # every part's, those not in NHWC_FITTED held at 1x (pinned in both stages, not fitted)
+    **{f"nhwc_{part}_{g}": 1.0 for part in DEVICE_PARTS for g in PRECISION_GROUPS},
     "host_kernel_ms": 0.02,
     "host_cast_factor": 1.0,
     "host_tensor_ms": 0.002,
@@ -33,11 +39,6 @@ NAMES = tuple(PRIORS)
 # Ridge strengths on log values, against a (CNN, configuration) series' weight of 1: a part's multiplier across
 # precision groups, a group's multipliers across parts, the multipliers toward 1x, the host costs toward their priors.
 ACROSS_GROUPS, ACROSS_PARTS, TOWARD_ONE, HOST_PRIOR = 0.045, 0.045, 0.022, 0.009
-# channels_last multipliers are learnt from one GPU's steps (data/reference/h100/steps_settings.jsonl), for the parts
-# NHWC changes most: tensor-core convs (no NCHW<->NHWC transposes around cuDNN's kernels), grouped and depthwise
-# convs and the memory-bound operators (NHWC kernels). The rest (linear layers, CUDA-core convs, the per-call
-# floor) keep NCHW's cost: with 8 CNNs, more multipliers fitted noise (held out: 2 variants tried, this one kept).
-NHWC_FITTED = ("conv_tensor", "conv_grouped", "other")
 NHWC_PRIOR = 0.3
 
 
@@ -79,7 +80,7 @@ def predict(rows: Rows, p: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray,
     per_row = scales[:, rows.group].T.copy()
     tuned = np.array([p[f"dev_conv_autotuned_{g}"] for g in PRECISION_GROUPS])[rows.group]
     per_row[rows.autotuned, :3] *= tuned[rows.autotuned, None]
-    nhwc = np.array([[p[f"nhwc_{part}_{g}"] for part in NHWC_PARTS] for g in PRECISION_GROUPS])  # (G, P)
+    nhwc = np.array([[p[f"nhwc_{part}_{g}"] for part in DEVICE_PARTS] for g in PRECISION_GROUPS])  # (G, P)
     per_row[rows.nhwc] *= nhwc[rows.group[rows.nhwc]]
     device = (rows.device * per_row).sum(axis=1)
     per_step = np.array([p[f"host_step_ms_{g}"] for g in PRECISION_GROUPS])[rows.group]
@@ -98,7 +99,7 @@ _SCALES = np.array([[_INDEX[f"dev_{part}_{g}"] for part in DEVICE_PARTS[:-1]] fo
 _HOST = np.array([i for k, i in _INDEX.items() if k.startswith("host_") or k.startswith("dev_conv_calls")])
 _PRIOR = np.log(np.array([PRIORS[k] for k in NAMES]))
 _TUNED = np.array([_INDEX[f"dev_conv_autotuned_{g}"] for g in PRECISION_GROUPS])
-_NHWC = np.array([[_INDEX[f"nhwc_{part}_{g}"] for part in NHWC_PARTS] for g in PRECISION_GROUPS])
+_NHWC = np.array([[_INDEX[f"nhwc_{part}_{g}"] for part in DEVICE_PARTS] for g in PRECISION_GROUPS])
 
 
 def _penalty(theta: np.ndarray) -> np.ndarray:
@@ -130,7 +131,7 @@ def fit(rows: Rows) -> dict[str, float]:
 
 
 SETTINGS_NAMES = tuple(
-    k for k in NAMES if k.startswith("dev_conv_autotuned_") or k.startswith(tuple(f"nhwc_{p}_" for p in NHWC_FITTED))
+    k for k in NAMES if k.startswith(("dev_conv_autotuned_", *(f"nhwc_{part}_" for part in NHWC_FITTED)))
 )
 
 

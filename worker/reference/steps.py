@@ -25,10 +25,6 @@ PRECISION_GROUPS = ("fp32", "bf16", "fp16")
 # convs on CUDA cores, grouped and depthwise convs, memory-bound operators, linear layers, and a fixed time per
 # conv call (cuDNN's kernels at small batches, and autocast's NCHW layout conversions around each conv).
 DEVICE_PARTS = ("conv_tensor", "conv_simt", "conv_grouped", "other", "linear", "conv_calls")
-# channels_last changes each device part by a multiplier per precision group (1 where model.json has none): tensor-core
-# convs lose the NCHW<->NHWC transposes cuDNN's kernels need, grouped and depthwise convs and batch norm get other
-# (NHWC) kernels (stepfit.NHWC_FITTED says which are fitted).
-NHWC_PARTS = DEVICE_PARTS
 OPTIMIZER_KINDS = ("sgd", "sgd+momentum", "adam")
 # Foreach passes over the parameter list one step dispatches (PyTorch's _multi_tensor_sgd and _multi_tensor_adam):
 # SGD one add; momentum a mul and an add to the buffer, then the add; Adam the step count, lerp, mul, addcmul, sqrt,
@@ -215,13 +211,14 @@ def step_parts(
 
 def device_scales(p: Mapping[str, float], group: str, autotuned: bool, nhwc: bool = False) -> np.ndarray:
     """The multipliers of DEVICE_PARTS for a precision group (1 where model.json has none), the convs' changed
-    where cuDNN chooses its algorithms by timing them (cudnn.benchmark) instead of by its heuristics, and every
-    part's where activations are NHWC (channels_last)."""
+    where cuDNN chooses its algorithms by timing them (cudnn.benchmark) instead of by its heuristics, and the parts'
+    where activations are NHWC (channels_last: tensor-core convs lose the NCHW<->NHWC transposes cuDNN's kernels
+    need, grouped and depthwise convs and batch norm get NHWC kernels; stepfit.NHWC_FITTED says which have one)."""
     scales = np.array([p.get(f"dev_{part}_{group}", 1.0) for part in DEVICE_PARTS])
     if autotuned:
         scales[:3] *= p.get(f"dev_conv_autotuned_{group}", p.get("dev_conv_autotuned", 1.0))
     if nhwc:
-        scales *= np.array([p.get(f"nhwc_{part}_{group}", 1.0) for part in NHWC_PARTS])
+        scales *= np.array([p.get(f"nhwc_{part}_{group}", 1.0) for part in DEVICE_PARTS])
     return scales
 
 

@@ -198,19 +198,15 @@ def calibrate(
 def setting_pairs(rows: list[StepRow], fallback: str) -> list[tuple[StepRow, StepRow]]:
     """Each of our steps in a setting, with the same step in PyTorch's default setting from the same run (set), else
     from the fallback set (a run on the same machine kind and software)."""
-    plain = {
-        (r.set, r.cnn, r.image_size, r.batch, row_config(r).model_copy(update={"channels_last": False,
-                                                                                "cudnn_benchmark": False})): r
-        for r in rows if r.training is not None and not settings_row(r)
-    }  # fmt: skip
-    out = []
-    for r in rows:
-        if not settings_row(r):
-            continue
+
+    def key(r: StepRow, run: str) -> tuple[Any, ...]:
         default = row_config(r).model_copy(update={"channels_last": False, "cudnn_benchmark": False})
-        match = plain.get((r.set, r.cnn, r.image_size, r.batch, default)) or plain.get(
-            (fallback, r.cnn, r.image_size, r.batch, default)
-        )
+        return run, r.cnn, r.image_size, r.batch, default
+
+    plain = {key(r, r.set): r for r in rows if r.training is not None and not settings_row(r)}
+    out = []
+    for r in filter(settings_row, rows):
+        match = plain.get(key(r, r.set)) or plain.get(key(r, fallback))
         if match is not None:
             out.append((r, match))
     return out
