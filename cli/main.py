@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from cli import catalog, fleet, keys, machines, render
+from cli import catalog, fleet, keys, machines, measurements, render
 from cli.client import Api, CliError, dumps
 from shared.core.errors import InvalidRequest
 from shared.jobs.models import JobStatus
@@ -452,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
     machines.add_parser(sub)
     catalog.add_parser(sub)
     keys.add_parser(sub)
+    measurements.add_parser(sub)
     return p
 
 
@@ -480,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
             return catalog.run(args)
         if args.command == "keys":
             return keys.run(args)
+        if args.command == "measurements":
+            return measurements.run(args)
         admin = {"calibrate": cmd_calibrate, "train": cmd_train, "migrate": cmd_migrate, "db-logins": cmd_db_logins}
         return admin[args.command](args)
     except (CliError, TraincastError) as exc:

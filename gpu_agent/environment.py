@@ -1,7 +1,5 @@
 """What a measurement ran on, stored once and referenced by every row it produced."""
 
-import hashlib
-import json
 import os
 import platform
 from dataclasses import dataclass
@@ -101,8 +99,7 @@ def local_device(dev: torch.device) -> LocalDevice:
 def environment_id(dev_str: str) -> int:
     """Store this process's environment (once) and return its id."""
     details = describe(torch.device(dev_str))
-    digest = hashlib.sha256(json.dumps(details, sort_keys=True).encode()).hexdigest()[:32]
-    return environments.store(digest=digest, details=details)
+    return environments.store(digest=environments.digest(details), details=details)
 
 
 def _cpu_model() -> str:

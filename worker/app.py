@@ -10,7 +10,7 @@ from celery.signals import worker_init, worker_ready
 
 from shared.core import logs, secrets, tasks
 from shared.core.settings import get_settings
-from worker import planning, reconcile, reference_store
+from worker import planning, reconcile, reference_store, refit
 from worker.reference.model import file_version
 
 # Before the broker URL is read: with TRAINCAST_SSM_PATH set, DATABASE_URL and REDIS_URL come from SSM.
@@ -45,6 +45,13 @@ def advance_jobs(machine_type: str) -> None:
 def reconcile_jobs() -> None:
     """Re-send work for jobs that stopped moving (lost messages, restarts); withdraw work of ended jobs."""
     reconcile.run()
+
+
+@app.task(name=tasks.REFIT, **LIMITS)
+def refit_models(machine_types: list[str]) -> None:
+    """Measurements were imported: fit each machine type's models from its whole steps."""
+    for fitted in refit.refit(machine_types=machine_types):
+        logging.getLogger(__name__).info("refit after import", extra=fitted)
 
 
 @worker_init.connect

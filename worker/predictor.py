@@ -52,7 +52,8 @@ FROM predictor_models WHERE machine_type = %(machine_type)s
 RETURNING *"""
 
 
-def _config(step: whole_steps.MeasuredStep) -> TrainConfig:
+def step_config(step: whole_steps.MeasuredStep) -> TrainConfig:
+    """The training configuration a stored whole step was measured in."""
     return TrainConfig(
         optimizer=step["optimizer"], momentum=step["momentum"], weight_decay=step["weight_decay"],
         precision=step["precision"], channels_last=step["channels_last"], cudnn_benchmark=step["cudnn_benchmark"],
@@ -63,7 +64,7 @@ def dataset(machine_type: str, cost_key: str = DEFAULT_KEY) -> list[models.Point
     """Every whole step of this cost key measured on a machine type with its layer benchmarks (same environment)."""
     info = machine_types.get_by_name(name=machine_type)
     steps = whole_steps.measured(machine_type=machine_type)
-    steps = [s for s in steps if _config(s).cost_key() == cost_key]
+    steps = [s for s in steps if step_config(s).cost_key() == cost_key]
     points = []
     for s in steps:
         key: dict[str, Any] = {"name": s["cnn_name"], "image_size": s["image_size"], "num_classes": BUILTIN_CLASSES}
@@ -85,7 +86,7 @@ def dataset(machine_type: str, cost_key: str = DEFAULT_KEY) -> list[models.Point
         # The op timings of the step's own environment too; a step without them falls back to the guessed terms.
         op_rows = ops.in_environment(
             machine_type=machine_type, environment_id=s["environment_id"], signature_ids=[m[0] for m in op_members],
-            batch_size=s["batch_size"], config=_config(s),
+            batch_size=s["batch_size"], config=step_config(s),
         )  # fmt: skip
         x = features.vector(
             members=members, rows=rows, workload=work, batch_size=s["batch_size"],

@@ -215,3 +215,20 @@ def one(cur: psycopg2.extras.RealDictCursor) -> dict[str, Any]:
     if row is None:
         raise LookupError("statement returned no row")
     return dict(row)
+
+
+def rows_of(cur: psycopg2.extras.RealDictCursor, sql: str, params: Any) -> list[dict[str, Any]]:
+    """Every row a query returns, as plain JSON values."""
+    cur.execute(sql, params)
+    return [jsonable(r) for r in cur.fetchall()]
+
+
+def insert_new(
+    cur: psycopg2.extras.RealDictCursor, sql: str, columns: tuple[str, ...], rows: list[dict[str, Any]]
+) -> int:
+    """Insert rows' columns with an `INSERT … VALUES %s ON CONFLICT DO NOTHING RETURNING 1`; how many were new."""
+    if not rows:
+        return 0
+    template = "(" + ", ".join(f"%({c})s" for c in columns) + ")"
+    adapted = [{k: Json(v) if isinstance(v, dict) else v for k, v in r.items()} for r in rows]
+    return len(psycopg2.extras.execute_values(cur, sql, adapted, template=template, page_size=1000, fetch=True))

@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     api_trusted_proxies: str = ""
     # Threads the API's sync routes (and a streamed result's reads) share; more wait their turn on the event loop.
     api_threads: int = Field(default=8, ge=1, le=200)
+    # How long a thread holding the GIL keeps it while another waits (CPython's default is 5 ms): the event loop,
+    # which answers /healthz, waits this long per wake-up behind busy route threads.
+    api_gil_switch_ms: float = Field(default=1.0, ge=0.1, le=100)
     # The Celery worker's niceness (0: as started): batch work below the API on a shared host. Never the agent's,
     # whose CPU timings are measurements.
     worker_nice: int = Field(default=10, ge=0, le=19)

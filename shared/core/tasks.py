@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 PLAN_JOB = "worker.plan_job"
 ADVANCE_JOBS = "worker.advance_jobs"
 RECONCILE = "worker.reconcile"
+REFIT = "worker.refit"
 BENCH_LAYERS = "gpu_agent.bench_layers"
 MEASURE_STEPS = "gpu_agent.measure_steps"
 BENCH_OPS = "gpu_agent.bench_ops"

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import Any
 
-from shared.core.db import Json, transaction
+from shared.core.db import Cursor, Json, insert_new, rows_of, transaction
 
 INSERT = """
 INSERT INTO allreduce_timings (machine_type, environment_id, backend, gpus, bytes, ms, stats)
@@ -60,3 +60,32 @@ def largest(*, machine_types: list[str], backend: str = "nccl") -> dict[tuple[st
             )  # fmt: skip
             for r in cur.fetchall()
         }
+
+
+# Bundles (shared/measurements/bundle.py): all-reduce timings of machine types, oldest first; stored elsewhere
+# with ids mapped to that installation's own, each once.
+BUNDLE_COLUMNS = (
+    "machine_type",
+    "environment_id",
+    "backend",
+    "gpus",
+    "bytes",
+    "ms",
+    "stats",
+    "measured_at",
+)
+EXPORT_ALLREDUCE_TIMINGS = f"""
+SELECT {", ".join(BUNDLE_COLUMNS)} FROM allreduce_timings WHERE machine_type = ANY(%s) ORDER BY id"""
+IMPORT_ALLREDUCE_TIMINGS = f"""
+INSERT INTO allreduce_timings ({", ".join(BUNDLE_COLUMNS)}) VALUES %s
+ON CONFLICT (machine_type, environment_id, backend, gpus, bytes) DO NOTHING RETURNING 1"""
+
+
+def export_rows(cur: Cursor, *, machine_types: list[str]) -> list[dict[str, Any]]:
+    """This table's rows of the machine types, as plain JSON values, in the caller's transaction."""
+    return rows_of(cur, EXPORT_ALLREDUCE_TIMINGS, (machine_types,))
+
+
+def import_rows(cur: Cursor, *, rows: list[dict[str, Any]]) -> int:
+    """Store rows another installation exported (ids already mapped to this one's); how many were new."""
+    return insert_new(cur, IMPORT_ALLREDUCE_TIMINGS, BUNDLE_COLUMNS, rows)

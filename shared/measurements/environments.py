@@ -1,9 +1,11 @@
 """Measurement environments (software, driver and device a timing ran in): their rows and the one-environment rule."""
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-from shared.core.db import Cursor, Json, one, transaction
+from shared.core.db import Cursor, Json, one, rows_of, transaction
 
 # A timing row (layers.LayerTiming, ops.OpTiming): it names its signature, batch size and environment.
 Row = TypeVar("Row", bound=Mapping[str, Any])
@@ -61,3 +63,28 @@ def most_complete(counts: Iterable[Mapping[int, int]]) -> int:
         for env, n in per_env.items():
             total[env] = total.get(env, 0) + n
     return max(total.values(), default=0)
+
+
+# Bundles (shared/measurements/bundle.py) carry environments by hash, the key every installation stores them under.
+SELECT_ROWS = "SELECT id, hash, details FROM environments WHERE id = ANY(%s) ORDER BY id"
+
+
+def digest(details: dict[str, Any]) -> str:
+    """The hash an environment is stored under: the same details give the same hash on every installation."""
+    return hashlib.sha256(json.dumps(details, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def rows(cur: Cursor, *, ids: list[int]) -> list[dict[str, Any]]:
+    """Environments by id, with their hashes, in the caller's transaction."""
+    return rows_of(cur, SELECT_ROWS, (sorted(set(ids)),))
+
+
+def ensure(cur: Cursor, *, details: dict[str, Any]) -> int:
+    """An environment's id in the caller's transaction, stored when new."""
+    key = digest(details)
+    cur.execute(INSERT_ENVIRONMENT, (key, Json(details)))
+    inserted = cur.fetchone()
+    if inserted is not None:
+        return int(inserted["id"])
+    cur.execute(SELECT_ENVIRONMENT, (key,))
+    return int(one(cur)["id"])

@@ -5,7 +5,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from shared.core.db import Json, transaction
+from shared.core.db import Cursor, Json, insert_new, rows_of, transaction
 
 # What the agent measures (gpu_agent/input_bench.py): ImageNet-sized JPEGs (500x375, quality 90) decoded with PIL
 # and put through torchvision's standard ImageNet training transforms to 224 px.
@@ -66,3 +66,34 @@ def newest(*, pipeline: str = PIPELINE) -> dict[str, InputRate]:
     with transaction() as cur:
         cur.execute(SELECT_NEWEST, (pipeline,))
         return {r["machine_type"]: InputRate.model_validate(dict(r)) for r in cur.fetchall()}
+
+
+# Bundles (shared/measurements/bundle.py): input-pipeline rates of machine types, oldest first; stored elsewhere
+# with ids mapped to that installation's own, each once.
+BUNDLE_COLUMNS = (
+    "machine_type",
+    "environment_id",
+    "pipeline",
+    "host_cpus",
+    "decode_ms",
+    "augment_ms",
+    "images_per_s_all",
+    "jpeg_kb",
+    "stats",
+    "measured_at",
+)
+EXPORT_INPUT_RATES = f"""
+SELECT {", ".join(BUNDLE_COLUMNS)} FROM input_rates WHERE machine_type = ANY(%s) ORDER BY id"""
+IMPORT_INPUT_RATES = f"""
+INSERT INTO input_rates ({", ".join(BUNDLE_COLUMNS)}) VALUES %s
+ON CONFLICT (machine_type, environment_id, pipeline) DO NOTHING RETURNING 1"""
+
+
+def export_rows(cur: Cursor, *, machine_types: list[str]) -> list[dict[str, Any]]:
+    """This table's rows of the machine types, as plain JSON values, in the caller's transaction."""
+    return rows_of(cur, EXPORT_INPUT_RATES, (machine_types,))
+
+
+def import_rows(cur: Cursor, *, rows: list[dict[str, Any]]) -> int:
+    """Store rows another installation exported (ids already mapped to this one's); how many were new."""
+    return insert_new(cur, IMPORT_INPUT_RATES, BUNDLE_COLUMNS, rows)

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple, TypedDict, cast
 import psycopg2.extras
 
 from shared.cnn.op_signatures import OPTIMIZER, OpSignature
-from shared.core.db import Json, one, transaction
+from shared.core.db import Cursor, Json, insert_new, one, rows_of, transaction
 from shared.measurements import environments
 from shared.training import TrainConfig
 
@@ -306,3 +306,48 @@ def count_by_environment(
     with transaction() as cur:
         cur.execute(COUNT_BY_ENVIRONMENT, _params(signature_ids, [machine_type], batch_sizes, config))
         return {r["environment_id"]: int(r["n"]) for r in cur.fetchall()}
+
+
+# Bundles (shared/measurements/bundle.py): op and optimizer timings of machine types, oldest first; stored elsewhere
+# with ids mapped to that installation's own, each once.
+BUNDLE_COLUMNS = (
+    "op_signature_id",
+    "machine_type",
+    "batch_size",
+    "variant",
+    "environment_id",
+    "oom",
+    "forward_ms",
+    "backward_ms",
+    "stats",
+    "measured_at",
+)
+EXPORT_OP_BENCHMARKS = f"""
+SELECT {", ".join(BUNDLE_COLUMNS)} FROM op_benchmarks WHERE machine_type = ANY(%s) ORDER BY id"""
+IMPORT_OP_BENCHMARKS = f"""
+INSERT INTO op_benchmarks ({", ".join(BUNDLE_COLUMNS)}) VALUES %s
+ON CONFLICT (op_signature_id, machine_type, batch_size, variant, environment_id) DO NOTHING RETURNING 1"""
+
+
+def export_rows(cur: Cursor, *, machine_types: list[str]) -> list[dict[str, Any]]:
+    """This table's rows of the machine types, as plain JSON values, in the caller's transaction."""
+    return rows_of(cur, EXPORT_OP_BENCHMARKS, (machine_types,))
+
+
+def import_rows(cur: Cursor, *, rows: list[dict[str, Any]]) -> int:
+    """Store rows another installation exported (ids already mapped to this one's); how many were new."""
+    return insert_new(cur, IMPORT_OP_BENCHMARKS, BUNDLE_COLUMNS, rows)
+
+
+def signature_rows(cur: Cursor, *, ids: list[int]) -> list[dict[str, Any]]:
+    """Op signatures by id with their hashes and specs, in the caller's transaction."""
+    return rows_of(cur, SELECT_SPECS, (sorted(set(ids)),))
+
+
+def ensure_signatures(cur: Cursor, *, signatures: list[OpSignature]) -> dict[str, int]:
+    """Hash → id of each signature, stored when new, in the caller's transaction."""
+    out = {}
+    for sig in signatures:
+        cur.execute(UPSERT_SIGNATURE, (sig.hash, sig.op, Json(sig.to_json())))
+        out[sig.hash] = int(one(cur)["id"])
+    return out

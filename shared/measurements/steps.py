@@ -2,7 +2,7 @@
 
 from typing import Any, TypedDict, cast
 
-from shared.core.db import Json, transaction
+from shared.core.db import Cursor, Json, insert_new, rows_of, transaction
 from shared.training import Optimizer, Precision, TrainConfig
 
 # Infeasible steps count as done: measuring them again would fail the same way.
@@ -160,3 +160,40 @@ def measured_types(*, other_than: str) -> list[str]:
     with transaction() as cur:
         cur.execute(SELECT_MEASURED_TYPES, (other_than,))
         return [r["machine_type"] for r in cur.fetchall()]
+
+
+# Bundles (shared/measurements/bundle.py): whole steps of machine types, oldest first; stored elsewhere
+# with ids mapped to that installation's own, each once.
+BUNDLE_COLUMNS = (
+    "cnn_name",
+    "machine_type",
+    "batch_size",
+    "image_size",
+    "optimizer",
+    "momentum",
+    "weight_decay",
+    "precision",
+    "channels_last",
+    "cudnn_benchmark",
+    "environment_id",
+    "oom",
+    "step_ms",
+    "peak_memory_bytes",
+    "stats",
+    "measured_at",
+)
+EXPORT_STEP_MEASUREMENTS = f"""
+SELECT {", ".join(BUNDLE_COLUMNS)} FROM step_measurements WHERE machine_type = ANY(%s) ORDER BY id"""
+IMPORT_STEP_MEASUREMENTS = f"""
+INSERT INTO step_measurements ({", ".join(BUNDLE_COLUMNS)}) VALUES %s
+ON CONFLICT ({_COLUMNS}) DO NOTHING RETURNING 1"""
+
+
+def export_rows(cur: Cursor, *, machine_types: list[str]) -> list[dict[str, Any]]:
+    """This table's rows of the machine types, as plain JSON values, in the caller's transaction."""
+    return rows_of(cur, EXPORT_STEP_MEASUREMENTS, (machine_types,))
+
+
+def import_rows(cur: Cursor, *, rows: list[dict[str, Any]]) -> int:
+    """Store rows another installation exported (ids already mapped to this one's); how many were new."""
+    return insert_new(cur, IMPORT_STEP_MEASUREMENTS, BUNDLE_COLUMNS, rows)

@@ -229,6 +229,12 @@ def test_the_processes_run_as_their_roles(service_env: dict[str, str], clean_db:
         assert any(a["machine_type"] == "local" for a in http.get(f"{api.url}/v1/agents").json()["agents"])
         scraped = http.get(f"{api.url}/metrics")  # every figure read as traincast_api (migrations/0020_metrics.sql)
         assert scraped.status_code == 200 and 'traincast_layer_benchmarks_done{machine_type="local"}' in scraped.text
+        # A bundle exported and imported over HTTP, read and stored as traincast_api (migration 0033).
+        bundle = http.get(f"{api.url}/v1/measurements", params={"machine_type": "local"})
+        assert bundle.status_code == 200, bundle.text
+        imported = http.post(f"{api.url}/v1/measurements", params={"as": f"local={machine_type}"},
+                             content=bundle.content, headers={"Content-Type": "application/gzip"})  # fmt: skip
+        assert imported.status_code == 200 and imported.json()["stored"]["layer"] > 0, imported.text
         canceled = http.post(f"{api.url}/v1/jobs", json=body | {"epochs": 3}).json()["id"]
         assert http.post(f"{api.url}/v1/jobs/{canceled}/cancel").status_code == 200
         # Connections are opened per transaction, so who each process logs in as is read from its environment.
