@@ -96,8 +96,9 @@ def test_export_import_gives_the_same_answers_and_importing_twice_adds_nothing(
     assert "stored no rows" in again.stdout and counts(other) == imported
 
 
-def test_rows_of_unknown_types_local_and_unknown_cnns_change_nothing(clean_db: None, other: str, tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_unknown_types_local_and_unknown_cnns_change_nothing(
+    clean_db: None, other: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A bundle naming what the other installation lacks is refused whole, saying what to do; --as maps a type."""
     here = os.environ["DATABASE_URL"]
     calibrate_as("local", monkeypatch, cnns=("resnet18", "squeezenet1_1"))

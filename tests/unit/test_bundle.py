@@ -63,7 +63,7 @@ def test_a_valid_bundle_is_read_with_its_rows_by_kind() -> None:
         (lambda: io.BytesIO(gzip.compress(b"\n".join(json.dumps(r).encode() for r in lines())[:-300])),
          "cut short"),
         (lambda: io.BytesIO(packed(lines()).getvalue()[:-40]), "cut short"),
-        (lambda: packed([{**lines()[0], "version": 2}, *lines()[1:]]), "format version 2; this Traincast reads version 1"),
+        (lambda: packed([{**lines()[0], "version": 2}, *lines()[1:]]), "version 2; this Traincast reads version 1"),
         (lambda: packed([{"kind": "header", "format": "csv"}]), "not a Traincast measurement bundle"),
         (lambda: packed(lines(layer={"forward_ms": float("nan")})), "forward_ms"),
         (lambda: packed(lines(op={"stats": {"spread": float("inf")}})), "NaN or infinity"),
