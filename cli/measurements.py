@@ -46,14 +46,14 @@ def run(args: argparse.Namespace) -> int:
     """Carry out a `measurements` subcommand."""
     if args.measurements_command == "export":
         to_stdout = args.output == "-"
-        with (sys.stdout.buffer if to_stdout else open(args.output, "wb")) as out:  # noqa: SIM115
+        with sys.stdout.buffer if to_stdout else open(args.output, "wb") as out:  # noqa: SIM115
             counts = transfer.export(machine_types=args.machine_type, out=out, source=platform.node())
         where = "stdout" if to_stdout else args.output
         print(f"wrote {_counts(counts)} to {where}", file=sys.stderr if to_stdout else sys.stdout)
         return 0
     rename = parse_rename(args.rename)
     try:
-        with (sys.stdin.buffer if args.bundle == "-" else Path(args.bundle).open("rb")) as raw:
+        with sys.stdin.buffer if args.bundle == "-" else Path(args.bundle).open("rb") as raw:
             bundle = transfer.read(raw)
     except OSError as exc:
         raise CliError(f"cannot read {args.bundle}: {exc.strerror or exc}") from None

@@ -60,8 +60,7 @@ def test_a_valid_bundle_is_read_with_its_rows_by_kind() -> None:
     ("make", "message"),
     [
         (lambda: io.BytesIO(b"layer,1.5\n"), "not a gzip-compressed bundle"),
-        (lambda: io.BytesIO(gzip.compress(b"\n".join(json.dumps(r).encode() for r in lines())[:-300])),
-         "cut short"),
+        (lambda: io.BytesIO(gzip.compress(b"\n".join(json.dumps(r).encode() for r in lines())[:-300])), "cut short"),
         (lambda: io.BytesIO(packed(lines()).getvalue()[:-40]), "cut short"),
         (lambda: packed([{**lines()[0], "version": 2}, *lines()[1:]]), "version 2; this Traincast reads version 1"),
         (lambda: packed([{"kind": "header", "format": "csv"}]), "not a Traincast measurement bundle"),
@@ -76,9 +75,23 @@ def test_a_valid_bundle_is_read_with_its_rows_by_kind() -> None:
         (lambda: packed(lines(), raw=[json.dumps(lines()[4]).encode()]), "duplicate"),
         (lambda: packed(lines(), raw=[b'{"kind": "layer", "x": "' + b"a" * (300 * 1024) + b'"}']), "longer than"),
     ],
-    ids=["not-gzip", "truncated-lines", "truncated-gzip", "version", "foreign", "nan", "inf-in-stats",
-         "missing-timing", "negative-batch", "unknown-field", "env-hash", "sig-hash", "dangling", "duplicate",
-         "long-line"],  # fmt: skip
+    ids=[
+        "not-gzip",
+        "truncated-lines",
+        "truncated-gzip",
+        "version",
+        "foreign",
+        "nan",
+        "inf-in-stats",
+        "missing-timing",
+        "negative-batch",
+        "unknown-field",
+        "env-hash",
+        "sig-hash",
+        "dangling",
+        "duplicate",
+        "long-line",
+    ],
 )
 def test_hostile_bundles_get_one_clear_error(make: Any, message: str) -> None:
     """Each hostile file is refused while read, saying what is wrong (and where), before anything is stored."""
