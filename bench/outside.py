@@ -53,14 +53,19 @@ def load_services() -> None:
             os.environ[name] = value
 
 
-def predict(cnns: list[str], image_size: int, batch_sizes: list[int], config: Any) -> dict[str, Any]:
-    """Submit a job per CNN for `local` (all at once), follow each to its end; the jobs as the API answered them."""
+def predict(
+    cnns: list[str], image_size: int, batch_sizes: list[int], config: Any, *, wait: bool = False
+) -> dict[str, Any]:
+    """Submit a job per CNN for `local` (all at once), follow each to its end; the jobs as the API answered them.
+
+    wait: have each job wait for the agent's benchmarks even where the reference could answer (a GPU `local`)."""
     from cli.client import Api
     from cli.main import follow
 
     port = os.environ.get("API_PORT", "8000")
     api = Api(os.environ.get("TRAINCAST_API_URL", f"http://127.0.0.1:{port}"), timeout=60)
     body = {"machines": [MACHINE], "batch_sizes": batch_sizes, "image_size": image_size, **config.model_dump()}
+    body |= {"wait_for_benchmarks": True} if wait else {}
     ids = {cnn: api.call("POST", "/v1/jobs", json=body | {"cnns": [cnn]})["id"] for cnn in cnns}
     jobs = {}
     for cnn, job_id in ids.items():

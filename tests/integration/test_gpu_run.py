@@ -1,0 +1,44 @@
+"""The one-call GPU script's CPU dry run: every stage runs and writes every figure docs/GPU.md names."""
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+from shared.measurements import transfer
+from tests.support.stack import ROOT
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_dry_run_writes_the_bundle_and_every_figure(tmp_path: Path) -> None:
+    """scripts/gpu_run.sh on the CPU: a private stack up and down, a calibration, a new CNN, a held-out CNN, a bundle."""
+    out, run_dir = tmp_path / "out", tmp_path / "run"
+    env = {**os.environ, "TRAINCAST_DRY_RUN": "1", "TRAINCAST_RUN_DIR": str(run_dir), "API_PORT": str(free_port())}
+    done = subprocess.run(["scripts/gpu_run.sh", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["dry_run"] is True
+    assert set(summary["stages_s"]) == {"calibrate", "new CNN", "held-out CNNs", "bundle"}
+    calibration = summary["calibration"]
+    assert calibration["wall_s"] > 0 and calibration["rows"] > 0 and calibration["measurements_per_s"] > 0
+    assert 0 <= calibration["loco_mape"]["sgd/fp32"] and "sgd/fp32" in calibration["interval_coverage"]
+    assert summary["new_cnn"]["status"] == "succeeded" and len(summary["new_cnn"]["batch_sizes"]) == 5
+    held = summary["held_out"]
+    assert held["points"] and all(p["measured_ms"] > 0 and p["model_ms"] > 0 for p in held["points"])
+    assert held["mean_ape_vs_steps_here"]["sgd/fp32"] >= 0
+    assert json.loads((out / "setup.json").read_text())["stack_up_s"] >= 0
+    # The bundle is whole and names every row the summary counted.
+    with (out / "bundle.jsonl.gz").open("rb") as raw:
+        bundle = transfer.read(raw)
+    assert bundle.machine_types == ["local"]
+    assert len(bundle.rows["step"]) == summary["bundle"]["rows"]["step"] > 0
+    # The stack is down again: the supervisors' pid files are gone.
+    assert not list(run_dir.glob("*.pid"))
