@@ -154,10 +154,10 @@ COMMAND = "python -m worker.reference.fit"
 
 def inputs() -> list[Path]:
     """Every file the fit reads, in a fixed order: GPU figures, layer timings, whole steps, our own steps."""
-    from worker.reference import h100, wholestep
+    from worker.reference import h100, measured, wholestep
 
     own = [p for p in (h100.STEPS, *h100.SETTINGS_FILES.values()) if p.exists()]
-    return [data.GPUS_CSV, *sorted(data.LAYERS.glob("*.csv.gz")), wholestep.WHOLE_STEPS, *own]
+    return [data.GPUS_CSV, *sorted(data.LAYERS.glob("*.csv.gz")), wholestep.WHOLE_STEPS, *own, *measured.files()]
 
 
 def provenance() -> dict[str, Any]:

@@ -138,9 +138,9 @@ def steps_only(row: StepRow) -> bool:
 def fit_rows(gpus: dict[str, GpuSpecs], exclude: list[str], leave_out: Callable[[StepRow], bool]) -> list[StepRow]:
     """The rows the whole-step constants are fitted on: step-only public rows and our own steps, each of a GPU
     family not excluded and not left out (a held-out CNN's rows)."""
-    from worker.reference import h100
+    from worker.reference import h100, measured
 
-    rows = [*load_rows(), *h100.load_rows()]
+    rows = [*load_rows(), *h100.load_rows(), *measured.load_rows()]
     return [
         r for r in rows
         if steps_only(r) and r.gpu in gpus and family_of(r.gpu) not in exclude and _known(r) and not leave_out(r)

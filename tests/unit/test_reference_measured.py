@@ -1,0 +1,58 @@
+"""Bundles committed under data/measured/ join the reference's fit: their GPU steps, under the GPU's catalog name."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from shared.measurements import bundle, environments
+from worker.reference import fit, measured, wholestep
+
+H100_STEPS = Path(__file__).resolve().parents[2] / "data" / "reference" / "h100" / "steps.jsonl"
+GPU_ENV = {"device_type": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0", "cudnn": 91900}
+CPU_ENV = {"device_type": "cpu", "cpu": "x86", "torch": "2.14.1"}
+
+
+def write_bundle(path: Path, steps: list[dict[str, object]]) -> None:
+    """A bundle of whole steps as an export writes it (two environments: a GPU's and a CPU's)."""
+    lines = [{"kind": "header", "format": bundle.FORMAT, "version": bundle.VERSION, "source": "h100-host",
+              "exported_at": "2026-11-27T09:00:00+00:00", "machine_types": []}]  # fmt: skip
+    body = [{"kind": "environment", "hash": environments.digest(d), "details": d} for d in (GPU_ENV, CPU_ENV)]
+    body += steps
+    lines += [*body, {"kind": "end", "lines": len(body)}]
+    path.write_bytes(gzip.compress(b"".join(json.dumps(x).encode() + b"\n" for x in lines)))
+
+
+def step(cnn: str, batch: int, ms: float | None, env: dict[str, object], **extra: object) -> dict[str, object]:
+    """One `step` line in sgd/fp32 at 224 px."""
+    return {"kind": "step", "cnn_name": cnn, "machine_type": "local", "batch_size": batch, "image_size": 224,
+            "optimizer": "sgd", "momentum": 0.0, "weight_decay": 0.0, "precision": "fp32", "channels_last": False,
+            "cudnn_benchmark": False, "environment": environments.digest(env), "oom": ms is None, "step_ms": ms,
+            "peak_memory_bytes": None, "stats": {}, "measured_at": "2026-11-25T10:00:00+00:00", **extra}  # fmt: skip
+
+
+def test_gpu_steps_of_a_committed_bundle_join_the_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA steps become rows of the GPU data/gpus.csv names; CPU and out-of-memory steps stay out."""
+    real = [json.loads(x) for x in H100_STEPS.read_text().splitlines()]
+    real = [r for r in real if r["config"] == "sgd/fp32" and r["cnn"] == "resnet50" and "ms" in r][:3]
+    steps = [step("resnet50", r["batch"], r["ms"], GPU_ENV) for r in real]
+    steps += [step("resnet50", 512, None, GPU_ENV), step("resnet18", 16, 900.0, CPU_ENV)]
+    write_bundle(tmp_path / "lab-h100.jsonl.gz", steps)
+    monkeypatch.setattr(measured, "MEASURED", tmp_path)
+    rows = measured.load_rows()
+    assert [(r.gpu, r.cnn, r.batch, r.step_ms) for r in rows] == [
+        ("H100-SXM5-80GB", "resnet50", r["batch"], r["ms"]) for r in real
+    ]
+    assert {r.set for r in rows} == {"measured:lab-h100"} and all(r.category == "headline" for r in rows)
+    assert rows[0].training is not None and rows[0].training.cost_key() == "sgd/fp32" and not rows[0].autotuned
+    gpus = fit.gpu_table()
+    fitted = wholestep.fit_rows(gpus, [], lambda r: False)
+    assert sum(r.set == "measured:lab-h100" for r in fitted) == len(real)
+    assert tmp_path / "lab-h100.jsonl.gz" in fit.inputs()
+
+
+def test_no_bundle_committed_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With data/measured/ empty, the fit reads no bundle."""
+    monkeypatch.setattr(measured, "MEASURED", tmp_path)
+    assert measured.load_rows() == [] and measured.files() == []
