@@ -18,7 +18,7 @@ from shared.jobs.request import JobRequest
 from worker import inputs, layouts, memory, schedules
 from worker.estimate import estimator
 from worker.gather import Cnn, Gathered, Machine, gather
-from worker.points import best_of
+from worker.points import best_of, withhold_unfit
 
 GIB = 2**30
 ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPUs used × time (GPUs rarely draw full power)"
@@ -73,6 +73,7 @@ def annotate(g: Gathered, machine: Machine, cnn: Cnn, points: list[PointDict]) -
     if machine.fed is not None:
         inputs.apply(points, info=info, request=g.request, src=machine.fed)
     memory.annotate(points, cnn.work, info, g.request, peaks=cnn.memo.peaks)
+    withhold_unfit(points)
     largest = memory.max_batch_size(cnn.work, info, g.request, measured_oom=oom, largest=cnn.memo.largest)
     capacity = memory.capacity_bytes(info)
     return Annotated(cnn, machine, points, largest, capacity / GIB if capacity else None)

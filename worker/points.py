@@ -120,6 +120,13 @@ def fill_many(points: list[PointDict], ms: np.ndarray, info: MachineTypeInfo, re
             cast(dict[str, Any], point).update(_NO_ENERGY)
 
 
+def withhold_unfit(points: list[PointDict]) -> None:
+    """A point that does not fit in memory cannot run: no time or cost, so nothing that sorts by them picks it."""
+    for point in points:
+        if point["fits_in_memory"] is False:
+            cast(dict[str, Any], point).update(_NO_TIMES, cost_per_gpu_usd=None)
+
+
 def iteration_ms(point: PointDict) -> list[float]:
     """A timed point's (P10, median, P90) iteration time in ms."""
     band = (point["iteration_seconds_p10"], point["iteration_seconds"], point["iteration_seconds_p90"])

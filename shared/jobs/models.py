@@ -95,7 +95,9 @@ class Prediction(BaseModel):
     machine: str
     batch_size: int
     source: Source
-    fits_in_memory: bool | None
+    fits_in_memory: bool | None = Field(
+        description="false: the step does not fit in the GPU's memory, so it has no time or cost (all null)"
+    )
     peak_memory_gib: float | None = None
     conv_ms: float | None
     gpus_used: int = Field(description="GPUs of each machine the step runs on (0: a CPU)")

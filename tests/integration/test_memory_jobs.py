@@ -24,6 +24,10 @@ def test_resnet50_at_batch_512_does_not_fit_a_t4(clean_db: None) -> None:
     assert points[32]["fits_in_memory"] is True and points[512]["fits_in_memory"] is False
     assert points[32]["peak_memory_gib"] < points[128]["peak_memory_gib"] < points[512]["peak_memory_gib"]
     assert points[512]["peak_memory_gib"] > 16
+    # A point that cannot run has no time or cost a client could sort by; one that fits has them all.
+    timed = [k for k in points[32] if k.startswith(("iteration_seconds", "total_seconds", "cost_usd", "cost_per"))]
+    assert len(timed) == 10 and all(points[32][k] > 0 for k in timed)
+    assert all(points[512][k] is None for k in timed)
     [best] = result["best"]
     assert 32 <= best["max_batch_size"] < 512
     assert best["min_time"]["batch_size"] != 512 and best["min_cost"]["batch_size"] != 512
