@@ -108,8 +108,9 @@ def new_cnn(run: Run, cnn: str, image_size: int, batch_sizes: tuple[int, ...]) -
 
     started = time.monotonic()
     jobs = outside.predict([cnn], image_size, list(batch_sizes), TrainConfig(), wait=True)
+    wall = round(time.monotonic() - started, 1)
     run.summary["new_cnn"] = {"cnn": cnn, "image_size": image_size, "batch_sizes": list(batch_sizes),
-                              "wall_s": round(time.monotonic() - started, 1), "status": jobs[cnn]["status"]}  # fmt: skip
+                              "wall_s": wall, "status": jobs[cnn]["status"]}  # fmt: skip
 
 
 def held_out(run: Run, cnns: tuple[str, ...], image_size: int, batches: tuple[int, ...], configs: tuple[str, ...],
@@ -130,8 +131,8 @@ def held_out(run: Run, cnns: tuple[str, ...], image_size: int, batches: tuple[in
                 model = seconds * 1000 if seconds is not None else None
                 theirs = team.get((cnn, key, image_size, bs))
                 rows.append({"cnn": cnn, "config": key, "batch_size": bs, "model_ms": model,
-                             "measured_ms": steps.get(bs), "h100_ms": theirs,
-                             "ape": outside.ape(model, steps.get(bs)), "ape_h100": outside.ape(model, theirs)})  # fmt: skip
+                             "measured_ms": steps.get(bs), "h100_ms": theirs, "ape": outside.ape(model, steps.get(bs)),
+                             "ape_h100": outside.ape(model, theirs)})  # fmt: skip
         for field in ("ape", "ape_h100"):
             found = [r[field] for r in rows if r["config"] == key and r[field] is not None]
             errors.setdefault(field, {})[key] = round(statistics.fmean(found), 1) if found else None
