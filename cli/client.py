@@ -68,7 +68,7 @@ class Api:
             elif response.status_code == 403:
                 message += f" (sent {self.key_label}; use a key with a wider scope in TRAINCAST_API_KEY)"
             raise CliError(message)
-        return parse(response.content)
+        return parse(response.content) if response.content else {}
 
 
 def dumps(doc: Any) -> str:

@@ -4,6 +4,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -106,7 +107,26 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
 
 
 def cmd_cnns(api: Api, args: argparse.Namespace) -> int:
-    """List the CNNs a job may name: built-in and registered."""
+    """List the CNNs a job may name (built-in and registered), or register or delete one of your own."""
+    if args.cnns_command == "add":
+        try:
+            data = Path(args.file).read_bytes()
+        except OSError as exc:
+            raise CliError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+        added = api.call("POST", "/v1/cnns", data={"name": args.name}, files={"file": (Path(args.file).name, data)})
+        if args.json:
+            print(dumps(added))
+            return 0
+        size = f"at {added['image_size']} px only" if "image_size" in added else "at any image size"
+        params = "" if added.get("parameters") is None else f", {added['parameters'] / 1e6:.1f} M parameters"
+        print(f"registered {added['name']} ({added['source']}{params}), usable {size}")
+        for warning in added.get("warnings", []):
+            print(f"warning: {warning}", file=sys.stderr)
+        return 0
+    if args.cnns_command == "delete":
+        api.call("DELETE", f"/v1/cnns/{args.name}")
+        print(f"deleted {args.name}")
+        return 0
     rows = api.call("GET", "/v1/cnns")["cnns"]
     if args.json:
         print(dumps(rows))
@@ -400,8 +420,14 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--json", action="store_true", help="print the job as JSON")
     pr.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
-    cn = sub.add_parser("cnns", help="the CNNs a job may name (built-in and registered)")
+    cn = sub.add_parser("cnns", help="the CNNs a job may name (built-in and registered); add or delete your own")
     cn.add_argument("--json", action="store_true")
+    cs = cn.add_subparsers(dest="cnns_command")
+    ad = cs.add_parser("add", help="register your own CNN: an ONNX model or a JSON layer list (nothing in it is run)")
+    ad.add_argument("name", help="1-64 letters, digits, '_', '.' or '-'")
+    ad.add_argument("file", help="the .onnx file, or the JSON layer list (docs/API.md, 'Your own CNN')")
+    dl = cs.add_parser("delete", help="delete a CNN you registered")
+    dl.add_argument("name")
 
     st = sub.add_parser("status", help="show a job")
     st.add_argument("id")

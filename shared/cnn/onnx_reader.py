@@ -151,7 +151,10 @@ def _read(graph: bytes, image_size: int) -> tuple[Counter[ConvSignature], dict[s
                 f"the model's input is fixed at {dims[2].dim_value}x{dims[3].dim_value}; "
                 f"it cannot be read at {image_size}x{image_size} (export it with dynamic height and width)"
             )
-    dims[0].dim_value = _BATCH
+    # A batch fixed at export (torch.onnx.export's default: the example's batch, often 1) is read as it is: reshapes
+    # recorded for that batch would not hold for another. Figures are per sample either way.
+    batch = dims[0].dim_value if 0 < dims[0].dim_value <= MAX_DIM else _BATCH
+    dims[0].dim_value = batch
     dims[2].dim_value = image_size
     dims[3].dim_value = image_size
     try:
@@ -183,7 +186,7 @@ def _read(graph: bytes, image_size: int) -> tuple[Counter[ConvSignature], dict[s
     work.parameters = sum(math.prod(shapes[p]) for p in params)
     work.parameter_tensors = len(params)
     work.largest_parameter = max((math.prod(shapes[p]) for p in params), default=0)
-    return signatures, work.per_sample(_BATCH).to_json()
+    return signatures, work.per_sample(batch).to_json()
 
 
 def _graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto | onnx.FunctionProto]:
@@ -230,6 +233,27 @@ def _constant_as_tensor(node: onnx.NodeProto) -> None:
             node.attribute.remove(attr)
             node.attribute.append(onnx.helper.make_attribute("value", tensor))
             return
+
+
+def export_warnings(model: onnx.ModelProto) -> list[str]:
+    """What the graph says of how it was exported that makes it differ from the graph training runs."""
+    nodes = [n for g in _graphs(model) for n in g.node]
+    norms = [n for n in nodes if n.op_type == "BatchNormalization"]
+    training_norm = any(a.name == "training_mode" and a.i == 1 for n in norms for a in n.attribute)
+    training_norm = training_norm or any(len(n.output) > 1 for n in norms)  # opsets < 14: running stats out
+    convs = [n for n in nodes if n.op_type in ("Conv", "ConvTranspose")]
+    biased = bool(convs) and all(len(n.input) > 2 and n.input[2] for n in convs)
+    if any(n.op_type == "Dropout" for n in nodes) or training_norm:
+        return []
+    if norms:
+        return ["exported in eval mode (batch norm in inference mode): read as the training graph, whose batch norm "
+                "costs the same kind of work"]  # fmt: skip
+    if biased:
+        return ["looks like an eval-mode export (no batch norm or dropout node, and every conv has a bias): if the "
+                "model has batch norm, the export folded it into the convs and its cost is missing from every "
+                "answer. Export in training mode: torch.onnx.export(model, x, path, dynamo=False, "
+                "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)"]  # fmt: skip
+    return []
 
 
 def _image_input(model: onnx.ModelProto) -> onnx.ValueInfoProto:

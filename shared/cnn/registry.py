@@ -44,6 +44,7 @@ class CnnListed(TypedDict):
     source: str  # 'torchvision', 'onnx' or 'json'
     parameters: int | None
     image_size: NotRequired[int]  # a registered CNN described at one input size
+    warnings: NotRequired[list[str]]  # how an ONNX export differs from the graph training runs (eval mode)
 
 
 class CustomCnn(TypedDict):
@@ -135,6 +136,8 @@ def checked_onnx(data: bytes) -> tuple[bytes, dict[str, Any], Any]:
     _signatures, workload = onnx_reader.read(graph, size)  # fails now, not in a job, if unreadable
     opsets = [o.version for o in model.opset_import]
     definition = {"input_size": [h, w], "opset": opsets, "nodes": len(model.graph.node)}
+    if warnings := onnx_reader.export_warnings(model):
+        definition["warnings"] = warnings
     return graph, definition, workload["parameters"]
 
 
@@ -282,6 +285,9 @@ def _listed(row: Any) -> CnnListed:
     size = _fixed_size(row["definition"], row["source"])
     if size is not None:
         out["image_size"] = size
+    definition = row["definition"] if isinstance(row["definition"], dict) else json.loads(row["definition"])
+    if definition.get("warnings"):
+        out["warnings"] = list(definition["warnings"])
     return out
 
 

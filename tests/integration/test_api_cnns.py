@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from shared.cnn import zoo as cnn_zoo
-from tests.support.onnx_models import export
+from tests.support.onnx_models import export, tutorial_export
 from tests.support.stack import Stack, http
 
 LAYERS = (
@@ -44,6 +44,17 @@ def test_register_onnx_and_describe(api_only: Stack) -> None:
     assert described["workload"]["ops"]["batch_norm"]["count"] == 20
     again = register(api_only, name, export("resnet18"))
     assert again.status_code == 409 and again.headers["content-type"] == "application/problem+json"
+
+
+def test_the_tutorials_export_registers_with_its_warning(api_only: Stack) -> None:
+    """Batch fixed at 1, eval mode: registered and listed with a warning that says how to export for training."""
+    name = unique("tutorial")
+    r = register(api_only, name, tutorial_export("resnet18"))
+    assert r.status_code == 201, r.text
+    assert r.json()["image_size"] == 224 and "eval-mode export" in r.json()["warnings"][0]
+    listed = {c["name"]: c for c in http.get(f"{api_only.url}/v1/cnns").json()["cnns"]}
+    assert listed[name]["warnings"] == r.json()["warnings"]
+    assert "warnings" not in listed.get("resnet18", {})
 
 
 def test_register_json_layer_list(api_only: Stack) -> None:

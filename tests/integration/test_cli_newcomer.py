@@ -2,9 +2,12 @@
 --help, the machine type said when none is given, a quiet closed pipe, one-line human errors, honest progress."""
 
 import subprocess
+import uuid
+from pathlib import Path
 
 from cli import main as cli_main
 from tests.integration.test_end_to_end import TRAINCAST, cli
+from tests.support.onnx_models import tutorial_export
 from tests.support.stack import Stack, http
 
 
@@ -45,6 +48,22 @@ def test_cnns_and_providers_as_the_page_names_them(no_agent: Stack) -> None:
     piped = subprocess.run(f"{TRAINCAST} machines list | head -n 2", shell=True, env=env, capture_output=True,
                            text=True, timeout=120)  # fmt: skip
     assert piped.stdout.count("\n") == 2 and "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
+
+
+def test_cnns_add_registers_the_tutorials_export_and_says_its_warning(no_agent: Stack, tmp_path: Path) -> None:
+    """`traincast cnns add NAME FILE`: the tutorial's ONNX export (batch 1, eval mode) registered, its eval-mode
+    warning on stderr, listed, then deleted; a missing file is one line."""
+    path = tmp_path / "model.onnx"
+    path.write_bytes(tutorial_export("resnet18"))
+    name = f"cli-tutorial-{uuid.uuid4().hex[:6]}"
+    out = cli(no_agent, "cnns", "add", name, str(path))
+    assert out.returncode == 0, out.stderr
+    assert f"registered {name} (onnx, 11.7 M parameters), usable at 224 px only" in out.stdout
+    assert out.stderr.startswith("warning: looks like an eval-mode export")
+    assert any(line.split()[:2] == [name, "onnx"] for line in cli(no_agent, "cnns").stdout.splitlines())
+    assert cli(no_agent, "cnns", "delete", name).stdout.strip() == f"deleted {name}"
+    missing = cli(no_agent, "cnns", "add", "x", str(tmp_path / "nope.onnx"))
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1 and "cannot read" in missing.stderr
 
 
 def test_predict_says_its_machine_and_help_shows_defaults(no_agent: Stack) -> None:

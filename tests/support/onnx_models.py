@@ -27,3 +27,15 @@ def export(name: str, size: int = 224, dynamic: bool = True) -> bytes:
             dynamic_axes={"image": axes},
         )
     return buf.getvalue()
+
+
+@cache
+def tutorial_export(name: str) -> bytes:
+    """The export PyTorch's tutorial shows: `torch.onnx.export(model, torch.randn(1, 3, 224, 224), path)` with the
+    TorchScript exporter (the default one needs onnxscript): batch fixed at 1, eval mode, batch norm folded."""
+    model = torchvision.models.get_model(name, weights=None)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), buf, dynamo=False)
+    return buf.getvalue()

@@ -10,7 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from shared.cnn import layer_list, onnx_reader
 from shared.cnn import zoo as cnn_zoo
 from shared.core.errors import ExtractionError
-from tests.support.onnx_models import export
+from tests.support.onnx_models import export, tutorial_export
 
 
 def onnx_layers(data: bytes, size: int) -> Counter:
@@ -51,6 +51,19 @@ def test_fixed_size_onnx_says_so() -> None:
     assert sum(onnx_layers(data, 128).values()) == cnn_zoo.conv_layers("squeezenet1_1", 128).total
     with pytest.raises(ExtractionError, match="fixed at 128x128"):
         onnx_layers(data, 224)
+
+
+def test_the_tutorials_export_is_read_at_its_batch_of_one_and_flagged_as_eval_mode() -> None:
+    """Batch fixed at 1 and batch norm folded (eval mode): read, with the same convs, and a warning that says so."""
+    data = tutorial_export("resnet18")
+    model = onnx_reader.parse(data)
+    convs = Counter(onnx_reader.read(onnx_reader.strip(model), 224)[0])
+    assert sum(convs.values()) == cnn_zoo.conv_layers("resnet18", 224).total
+    [warning] = onnx_reader.export_warnings(model)
+    assert "eval-mode export" in warning and "TrainingMode.TRAINING" in warning
+    # A training-mode export keeps batch norm apart and says nothing.
+    assert onnx_reader.export_warnings(onnx_reader.parse(export("resnet18"))) == []
+    assert onnx_reader.export_warnings(onnx_reader.parse(export("squeezenet1_1"))) == []
 
 
 def test_bad_onnx_files() -> None:
