@@ -89,6 +89,9 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
         body["nodes"] = _counts(args.nodes, "--nodes")
     if args.internode_gbps is not None:
         body["internode_gbps"] = args.internode_gbps
+    for name in ("deadline_hours", "budget_usd"):
+        if getattr(args, name) is not None:
+            body[name] = getattr(args, name)
     if args.schedule:
         body["schedule"] = _schedule(args.schedule)
     if args.input != "memory" or args.dataloader_workers is not None or args.network_gbps is not None:
@@ -395,6 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="batch-size schedule, phases EPOCHSxBATCH[:GPUS[:NODES]]: 5x256,85x1024 (priced beside the best constant)",
     )
     pr.add_argument("--nodes", default=None, help="machines of the type trained together; 1,2,4 compares (default 1)")
+    pr.add_argument("--deadline-hours", type=float, default=None, help="decide also the cheapest within this time")
+    pr.add_argument("--budget-usd", type=float, default=None, help="decide also the fastest within this cost")
     pr.add_argument(
         "--internode-gbps",
         type=float,

@@ -85,6 +85,7 @@ def result(job: dict[str, Any]) -> str:
     out = [table(rows, header)]
     if res.get("training"):
         out.append("training: " + training(res["training"]))
+    out += decision_lines(res.get("decisions") or [])
     for b in res["best"]:
         largest = b.get("max_batch_size")
         fits = f"; largest batch that fits {largest} (modelled)" if largest is not None else ""
@@ -118,6 +119,31 @@ def result(job: dict[str, Any]) -> str:
         else:
             out.append(f"{machine_type}: {model['detail']}")
     return "\n".join(out)
+
+
+QUESTIONS = {
+    "fastest": "fastest",
+    "cheapest": "cheapest",
+    "cheapest_within_deadline": "cheapest within the deadline",
+    "fastest_within_budget": "fastest within the budget",
+}
+
+
+def decision_lines(found: list[dict[str, Any]]) -> list[str]:
+    """Each question's winner across machine types and layouts, its figures with their band, and why."""
+    out = []
+    for d in found:
+        head = f"{QUESTIONS[d['question']]} for {d['cnn']}: "
+        w = d["winner"]
+        if w is None:
+            out.append(head + "; ".join(d["reasons"]))
+            continue
+        low, high = w.get("total_seconds_p10"), w.get("total_seconds_p90")
+        spread = f" (P10-P90 {duration(low)}-{duration(high)})" if low is not None and high is not None else ""
+        label = " [reference]" if w["source"] == "reference" else ""
+        out.append(f"{head}{d['reasons'][0]}: {duration(w['total_seconds'])}{spread}, {money(w['cost_usd'])}{label}")
+        out += [f"  {reason}" for reason in d["reasons"][1:]]
+    return out
 
 
 def _free(choice: dict[str, Any]) -> str:

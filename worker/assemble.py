@@ -15,7 +15,7 @@ from typing import Any
 
 from shared.jobs.models import PointDict, ResultDict
 from shared.jobs.request import JobRequest
-from worker import inputs, layouts, memory, schedules
+from worker import decisions, inputs, layouts, memory, schedules
 from worker.estimate import estimator
 from worker.gather import Cnn, Gathered, Machine, gather
 from worker.points import best_of, withhold_unfit
@@ -94,6 +94,7 @@ def choose(g: Gathered, annotated: list[Annotated], model_info: dict[str, dict[s
         "training": g.training.model_dump(),
         "predictions": predictions,
         "best": best,
+        "decisions": decisions.decide([(a.cnn.name, a.points, a.capacity_gib) for a in annotated], request),
         "models": model_info,
         "energy_note": ENERGY_NOTE,
         "gpu_note": GPU_NOTE,

@@ -95,7 +95,8 @@ def apply(points: list[PointDict], *, info: MachineTypeInfo, request: JobRequest
     known = src.rate is not None and src.per_cpu is not None and bool(vcpus)
     decode, augment = _per_image_ms(src, request.image_size) if known else (0.0, 0.0)
     for point in points:
-        point.update({"input_ms": None, "input_bound": None, "input_bound_ratio": None, "dataloader_workers": None,
+        point.update({"input_ms": None, "input_bound": None, "input_bound_ratio": None, "input_limit": None,
+                      "dataloader_workers": None,
                       "echo_factor": None, "echo_factor_before_augmentation": None, "echo_speedup": None,
                       "echo_total_seconds": None})  # fmt: skip
         gpus = point["gpus_used"]
@@ -113,6 +114,7 @@ def apply(points: list[PointDict], *, info: MachineTypeInfo, request: JobRequest
         point["dataloader_workers"] = workers
         point["input_bound"] = upstream > down
         point["input_bound_ratio"] = round(upstream / down, 3)
+        point["input_limit"] = "network" if read_ms > cpu_ms else "decode_cpus"
         if upstream > down:
             e = math.ceil(upstream / down)
             point["echo_factor"] = e

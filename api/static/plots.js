@@ -6,7 +6,7 @@ import { styles, layoutOf, byPair, gpuTraces, TWIN_DASHES, pointLabel, timeTrace
 import { memoryTraces } from "./memory.js";
 import { renderSourceKey, syncLegends } from "./legends.js";
 import { explainGaps } from "./notes.js";
-import { renderBest, renderMachines } from "./tables.js";
+import { renderBest, renderDecisions, renderMachines } from "./tables.js";
 
 function baseLayout(title, xTitle, yTitle) {
   return {
@@ -182,6 +182,7 @@ export function render(result, request) {
   renderSourceKey(hasPlots ? sources : new Map(), result);
   state.hidden = new Set();  // a new result shows every line
   syncLegends();
+  renderDecisions(result);
   renderBest(result, cnns, machines, pairs);
   renderMachines();
 }

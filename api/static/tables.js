@@ -7,13 +7,47 @@ import { sourceText } from "./traces.js";
 
 // A chosen batch size and the memory it leaves free (a choice keeps 10% where some batch size does).
 function batchCell(pick) {
-  const cell = el("td", { class: "num", "data-field": "batch_size", text: String(pick.batch_size) });
+  const spread = (pick.gpus || 1) > 1 || (pick.nodes || 1) > 1;
+  const text = spread ? `${pick.batch_size} per GPU on ${pick.gpus} GPUs × ${pick.nodes}` : String(pick.batch_size);
+  const cell = el("td", { class: "num", "data-field": "batch_size", text });
   if (typeof pick.memory_headroom_pct === "number") {
     cell.append(el("small", { class: "headroom", text: ` ${Math.round(pick.memory_headroom_pct)}% memory free` }));
     cell.title = "The memory model errs by a few per cent: a suggested batch size leaves at least 10% of the GPU's "
       + "memory free where some batch size does";
   }
   return cell;
+}
+
+const QUESTIONS = {
+  fastest: "Fastest", cheapest: "Cheapest",
+  cheapest_within_deadline: "Cheapest within the deadline", fastest_within_budget: "Fastest within the budget",
+};
+
+// A figure with its P10-P90 band underneath: the band is what the answer means.
+function banded(value, low, high, fmt) {
+  const cell = el("td", { class: "num", text: fmt(value) });
+  if (typeof low === "number" && typeof high === "number") cell.append(el("small", { class: "band", text: ` ${fmt(low)}–${fmt(high)}` }));
+  return cell;
+}
+
+// The decision: per CNN and question one winner across every machine type and layout, why, and its ties.
+export function renderDecisions(result) {
+  const found = result.decisions || [];
+  const head = el("tr", {}, ...["CNN", "Question", "Choice", "Time (P10–P90)", "Cost (P10–P90)", "Why"]
+    .map((h, i) => el("th", { text: h, class: i === 3 || i === 4 ? "num" : "" })));
+  const body = found.map((d) => {
+    const w = d.winner;
+    const why = el("td", { class: "why" }, ...(w ? d.reasons.slice(1) : d.reasons).map((r) => el("div", { text: r })));
+    const cells = w
+      ? [el("td", { "data-field": "choice", text: d.reasons[0] }),
+         banded(w.total_seconds, w.total_seconds_p10, w.total_seconds_p90, duration),
+         banded(w.cost_usd, w.cost_usd_p10, w.cost_usd_p90, money)]
+      : [el("td", { colspan: "3", class: "muted", text: "none" })];
+    return el("tr", { "data-cnn": d.cnn, "data-question": d.question, "data-machine": w ? w.machine : "" },
+              el("td", { text: d.cnn }), el("td", { text: QUESTIONS[d.question] || d.question }), ...cells, why);
+  });
+  $("#decisions-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...body));
+  $("#decisions").hidden = found.length === 0;
 }
 
 export function renderBest(result, cnns, machines, pairs) {

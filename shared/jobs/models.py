@@ -4,7 +4,7 @@ import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal, TypedDict, cast
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 
@@ -151,6 +151,9 @@ class Prediction(BaseModel):
     input_ms: float | None = Field(default=None, description="a step's input pipeline on the machine's CPUs (input)")
     input_bound: bool | None = Field(default=None, description="the input pipeline, not the GPUs, sets the step")
     input_bound_ratio: float | None = Field(default=None, description="input_ms over the GPU step")
+    input_limit: Literal["network", "decode_cpus"] | None = Field(
+        default=None, description="what sets input_ms: reading over the network, or decoding on the CPUs"
+    )
     dataloader_workers: int | None = Field(default=None, description="DataLoader workers per GPU assumed")
     echo_factor: int | None = Field(default=None, description="input-bound: the data echoing factor that removes it")
     echo_factor_before_augmentation: int | None = Field(
@@ -207,6 +210,7 @@ class PointDict(TypedDict, total=False):
     input_ms: float | None
     input_bound: bool | None
     input_bound_ratio: float | None
+    input_limit: NotRequired[str | None]
     dataloader_workers: int | None
     echo_factor: int | None
     echo_factor_before_augmentation: int | None
@@ -240,6 +244,39 @@ class Best(BaseModel):
     max_batch_size: int | None
     min_time: Choice | None
     min_cost: Choice | None
+
+
+class Option(BaseModel):
+    """One way to train: a machine type, its GPUs and machines, the batch size per GPU, its time and cost with bands."""
+
+    model_config = _Stored
+    machine: str
+    gpus: int
+    nodes: int
+    batch_size: int = Field(description="per GPU")
+    global_batch_size: int | None = None
+    source: Source
+    total_seconds: float
+    total_seconds_p10: float | None = None
+    total_seconds_p90: float | None = None
+    cost_usd: float
+    cost_usd_p10: float | None = None
+    cost_usd_p90: float | None = None
+    memory_headroom_pct: float | None = None
+    input_bound: bool | None = None
+    input_limit: str | None = None
+
+
+class Decision(BaseModel):
+    """One question answered for a CNN across every machine type and layout asked: the winner, why, and the options
+    whose P10-P90 band on the question's figure overlaps the winner's (a tie within the model's error)."""
+
+    model_config = _Stored
+    cnn: str
+    question: Literal["fastest", "cheapest", "cheapest_within_deadline", "fastest_within_budget"]
+    winner: Option | None = Field(description="null: no option answers (nothing fits, or none is within the bound)")
+    reasons: list[str] = Field(description="in words: the layout, memory headroom, input-bound, a tie, or why none")
+    runners_up: list[Option]
 
 
 class PricedPhase(BaseModel):
@@ -319,6 +356,7 @@ class Result(BaseModel):
     training: TrainConfig
     predictions: list[Prediction]
     best: list[Best]
+    decisions: list[Decision] | None = None  # results stored before decisions were made have none
     models: dict[str, ModelSummary]
     energy_note: str
     gpu_note: str
@@ -337,6 +375,7 @@ class ResultDict(TypedDict, total=False):
     training: dict[str, Any]
     predictions: list[PointDict]
     best: list[dict[str, Any]]
+    decisions: list[dict[str, Any]]
     models: dict[str, dict[str, Any]]
     energy_note: str
     gpu_note: str

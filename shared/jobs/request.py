@@ -200,6 +200,13 @@ class JobRequest(BaseModel):
     schedule: list[Phase] | None = Field(default=None, min_length=1, max_length=MAX_PHASES)
     # The input pipeline: None, as before, is images ready in memory.
     input: InputSpec | None = None
+    # Questions the answer decides besides the fastest and the cheapest (worker/decisions.py).
+    deadline_hours: float | None = Field(
+        default=None, gt=0, le=1e6, description="decide also the cheapest option that finishes within this many hours"
+    )
+    budget_usd: float | None = Field(
+        default=None, gt=0, le=1e12, description="decide also the fastest option that costs at most this many dollars"
+    )
     # The batch sizes, sorted without repeats: worked out once, when the request is validated or loaded.
     _sizes: list[int] = PrivateAttr(default_factory=list)
 

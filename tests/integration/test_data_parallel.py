@@ -161,3 +161,42 @@ def test_cli_compares_layouts_and_prices_a_schedule(no_agent: Stack, clean_db: N
     assert typo.returncode != 0 and "EPOCHSxBATCH" in typo.stderr
     alone = cli(no_agent, "predict", "resnet50", "--machine", P5, "--batch-sizes", "32", "--internode-gbps", "5")
     assert alone.returncode == 1 and "needs nodes > 1" in alone.stderr and alone.stderr.count("\n") == 1, alone.stderr
+
+
+def test_the_decision_names_one_winner_across_machines_and_layouts(no_agent: Stack, clean_db: None) -> None:
+    """p4d and a T4 with 1 and 2 machines, a deadline and a budget: each question has one winner across both types
+    and every layout, its layout in words, runners-up only where their bands overlap; the CLI prints the same."""
+    body = {
+        "cnns": ["resnet50"],
+        "machines": ["p4d.24xlarge", "g4dn.xlarge"],
+        "batch_sizes": [64, 256],
+        "image_size": 224,
+        "precision": "amp_fp16",
+        "nodes": [1, 2],
+        "deadline_hours": 10,
+        "budget_usd": 1,
+    }
+    job = run(**body)
+    points = [p for p in points_of(job) if p["total_seconds"] is not None]
+    found = {d["question"]: d for d in job["result"]["decisions"]}
+    assert set(found) == {"fastest", "cheapest", "cheapest_within_deadline", "fastest_within_budget"}
+    fastest = found["fastest"]["winner"]
+    assert fastest["total_seconds"] == min(p["total_seconds"] for p in points if p["machine"] == fastest["machine"])
+    assert (
+        fastest["total_seconds"] <= min(p["total_seconds"] for p in points) * 1.0001 or fastest["memory_headroom_pct"]
+    )
+    assert (
+        f"{fastest['gpus']} GPUs x " in found["fastest"]["reasons"][0] and "per GPU" in found["fastest"]["reasons"][0]
+    )
+    within = found["cheapest_within_deadline"]["winner"]
+    assert within["total_seconds"] <= 10 * 3600
+    for runner in found["cheapest"]["runners_up"]:
+        assert runner["cost_usd_p10"] <= found["cheapest"]["winner"]["cost_usd_p90"]
+    assert found["fastest_within_budget"]["winner"] is None
+    assert found["fastest_within_budget"]["reasons"][0].startswith("nothing stays within $1.00: the cheapest")
+    out = cli(no_agent, "predict", "resnet50", "--machine", "p4d.24xlarge,g4dn.xlarge", "--batch-sizes", "64,256",
+              "--precision", "amp_fp16", "--nodes", "1,2", "--deadline-hours", "10", "--budget-usd", "1")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("fastest for resnet50: ") and "per GPU" in line for line in lines), out.stdout
+    assert any(line.startswith("fastest within the budget for resnet50: nothing stays within $1.00") for line in lines)

@@ -816,6 +816,18 @@ def test_gpu_and_node_counts_are_compared_and_plotted(page: Page) -> None:
     fastest = min(sixteen, key=lambda p: p["total_seconds"])
     assert "8 GPUs × 2 machines" in label and f"global {fastest['global_batch_size']})" in label, label
     assert f"scaling efficiency {round(fastest['scaling_efficiency'] * 100)}% (25 Gbit/s between them)" in label, label
+    # The decision names the winner's layout and per-GPU batch; the best-choices table says the layout too.
+    decided = {d["question"]: d for d in job["result"]["decisions"]}
+    row = page.find('#decisions-table tr[data-question="fastest"]')
+    assert row.is_displayed() and decided["fastest"]["reasons"][0] in row.text, row.text
+    assert "per GPU" in row.text and "GPUs x" in row.text
+    winner = decided["fastest"]["winner"]
+    layout = f"{winner['batch_size']} per GPU on {winner['gpus']} GPUs × {winner['nodes']}"
+    assert layout in page.find("#best-table").text
+    # A search that fails hides the last answer: it is not this search's.
+    page.type_into("#batch-list", "2, four")
+    assert page.search(timeout=10) == "error"
+    assert not page.find("#decisions").is_displayed() and not page.find("#best").is_displayed()
     page.open(f"?job={job['id']}")
     wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
     assert (page.find("#gpus").get_attribute("value"), page.find("#nodes").get_attribute("value")) == ("1,2,4,8", "1,2")

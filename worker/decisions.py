@@ -1,0 +1,165 @@
+"""The answer as a decision: per CNN and question, one winner across every machine type and layout, why, and the
+options the model cannot tell apart from it.
+
+Questions: the fastest, the cheapest, and where the job gives a deadline or a budget, the cheapest that finishes
+within the deadline and the fastest that stays within the budget. An option is a (machine type, GPUs, nodes)
+layout at its best batch size for the question; a choice leaves MIN_HEADROOM_PCT of memory free where any option
+of its machine type does. Runners-up are the options whose P10-P90 band on the question's figure reaches the
+winner's: within the model's error they may be as good, and the reasons say so.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from shared.jobs.models import PointDict
+from shared.jobs.request import JobRequest
+from worker.points import MIN_HEADROOM_PCT, headroom_pct
+
+QUESTIONS = ("fastest", "cheapest", "cheapest_within_deadline", "fastest_within_budget")
+MAX_RUNNERS_UP = 5
+# (figure ranked, then the tie-breakers): the figure whose band decides a tie.
+RANK: dict[str, tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]] = {
+    "fastest": ("total_seconds", lambda o: (o["total_seconds"], o["cost_usd"], o["batch_size"])),
+    "cheapest": ("cost_usd", lambda o: (o["cost_usd"], o["total_seconds"], o["batch_size"])),
+    "cheapest_within_deadline": ("cost_usd", lambda o: (o["cost_usd"], o["total_seconds"], o["batch_size"])),
+    "fastest_within_budget": ("total_seconds", lambda o: (o["total_seconds"], o["cost_usd"], o["batch_size"])),
+}
+FIELDS = ("batch_size", "global_batch_size", "source", "total_seconds", "total_seconds_p10", "total_seconds_p90",
+          "cost_usd", "cost_usd_p10", "cost_usd_p90", "input_bound", "input_limit")  # fmt: skip
+
+
+def option(point: PointDict, capacity_gib: float | None) -> dict[str, Any]:
+    """A point as an option: its machine type, layout, times, costs and bands."""
+    p: dict[str, Any] = dict(point)
+    return {"machine": p["machine"], "gpus": p.get("gpus_used", 1), "nodes": p.get("nodes", 1),
+            **{k: p.get(k) for k in FIELDS}, "memory_headroom_pct": headroom_pct(point, capacity_gib)}  # fmt: skip
+
+
+def decide(per_machine: list[tuple[str, list[PointDict], float | None]], request: JobRequest) -> list[dict[str, Any]]:
+    """Every question's decision for every CNN: per_machine holds (CNN, its points on one machine type, the memory
+    one point may use there)."""
+    out = []
+    for cnn in dict.fromkeys(c for c, _, _ in per_machine):
+        mine = [(points, cap) for c, points, cap in per_machine if c == cnn]
+        roomy, tight = _options(mine, roomy=True), _options(mine, roomy=False)
+        for question in QUESTIONS:
+            limit = _limit(question, request)
+            if limit is None and question not in ("fastest", "cheapest"):
+                continue
+            out.append(_decision(cnn, question, roomy, tight, limit))
+    return out
+
+
+def _limit(question: str, request: JobRequest) -> float | None:
+    """The deadline in seconds or the budget in dollars a question is bound by (None: unbound or not asked)."""
+    if question == "cheapest_within_deadline" and request.deadline_hours is not None:
+        return request.deadline_hours * 3600
+    if question == "fastest_within_budget" and request.budget_usd is not None:
+        return request.budget_usd
+    return None
+
+
+def _options(mine: list[tuple[list[PointDict], float | None]], *, roomy: bool) -> list[dict[str, Any]]:
+    """Every usable point as an option; roomy: only those leaving the headroom, where a machine type has any."""
+    found = []
+    for points, cap in mine:
+        usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
+        if roomy:
+            spacious = [p for p in usable if (h := headroom_pct(p, cap)) is None or h >= MIN_HEADROOM_PCT]
+            usable = spacious or usable
+        found += [option(p, cap) for p in usable]
+    return found
+
+
+def _within(options: list[dict[str, Any]], question: str, limit: float | None) -> list[dict[str, Any]]:
+    """The options a question may choose from (those within its deadline or budget)."""
+    if question == "cheapest_within_deadline":
+        return [o for o in options if limit is not None and o["total_seconds"] <= limit]
+    if question == "fastest_within_budget":
+        return [o for o in options if limit is not None and o["cost_usd"] <= limit]
+    return options
+
+
+def _decision(cnn: str, question: str, roomy: list[dict[str, Any]], tight: list[dict[str, Any]],
+              limit: float | None) -> dict[str, Any]:  # fmt: skip
+    figure, key = RANK[question]
+    ranked = sorted(_within(roomy, question, limit), key=key)
+    decision: dict[str, Any] = {"cnn": cnn, "question": question, "winner": None, "reasons": [], "runners_up": []}
+    if not ranked:
+        decision["reasons"].append(_none_within(question, roomy, limit))
+        return decision
+    winner = ranked[0]
+    decision["winner"] = winner
+    reasons: list[str] = [_layout(winner)]
+    closest = min(_within(tight, question, limit), key=key)
+    if key(closest) < key(winner):
+        reasons.append(
+            f"batch {closest['batch_size']} on {closest['machine']} would be {_figure(figure, closest[figure])} but "
+            f"leaves {closest['memory_headroom_pct']:.0f}% of a GPU's memory free; choices keep "
+            f"{MIN_HEADROOM_PCT:.0f}% (the memory model errs by a few per cent)"
+        )
+    if winner.get("input_bound"):
+        reasons.append(_input_reason(winner))
+    # One runner-up per other layout: its best batch size for the question, when its band reaches the winner's.
+    best_per_layout: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for o in ranked[1:]:
+        best_per_layout.setdefault((o["machine"], o["gpus"], o["nodes"]), o)
+    same = (winner["machine"], winner["gpus"], winner["nodes"])
+    overlapping = [o for k, o in best_per_layout.items() if k != same and _overlaps(o, winner, figure)]
+    decision["runners_up"] = overlapping[:MAX_RUNNERS_UP]
+    if overlapping:
+        names = ", ".join(f"{o['machine']} ({_figure(figure, o[figure])})" for o in overlapping[:3])
+        more = f" and {len(overlapping) - 3} more" if len(overlapping) > 3 else ""
+        reasons.append(f"a tie within the model's error (P10-P90 bands overlap) with {names}{more}")
+    decision["reasons"] = reasons
+    return decision
+
+
+def _overlaps(other: dict[str, Any], winner: dict[str, Any], figure: str) -> bool:
+    """Whether other's P10 reaches below the winner's P90 on the figure (bands unknown: the figures themselves)."""
+    low, high = other.get(f"{figure}_p10"), winner.get(f"{figure}_p90")
+    return bool((other[figure] if low is None else low) <= (winner[figure] if high is None else high))
+
+
+def _layout(o: dict[str, Any]) -> str:
+    """'8 GPUs x 2 machines of p4d.24xlarge, batch 256 per GPU (4,096 in all)' or 'batch 64 on g4dn.xlarge'."""
+    if o["gpus"] <= 1 and o["nodes"] <= 1:
+        return f"batch {o['batch_size']} on one GPU of {o['machine']}"
+    machines = f"{o['nodes']} machines" if o["nodes"] > 1 else "one machine"
+    total = o.get("global_batch_size") or o["batch_size"] * o["gpus"] * o["nodes"]
+    return f"{o['gpus']} GPUs x {machines} of {o['machine']}, batch {o['batch_size']} per GPU ({total:,} in all)"
+
+
+def _input_reason(o: dict[str, Any]) -> str:
+    """What binds an input-bound winner and what would lift it."""
+    if o.get("input_limit") == "network":
+        return (
+            "input-bound: reading the images over the network is slower than the GPU step; faster storage or "
+            "a local copy of the dataset would lift it"
+        )
+    return (
+        "input-bound: decoding and augmenting the JPEGs on the machine's CPUs is slower than the GPU step; "
+        "more CPU cores per GPU, pre-decoded data or data echoing would lift it"
+    )
+
+
+def _none_within(question: str, options: list[dict[str, Any]], limit: float | None) -> str:
+    """Why a bound question has no winner."""
+    if not options:
+        return "no batch size fits in memory or has a time on any machine type asked"
+    if question == "cheapest_within_deadline":
+        fastest = min(options, key=lambda o: o["total_seconds"])
+        return (f"nothing finishes within {_figure('total_seconds', limit)}: the fastest, {_layout(fastest)}, "
+                f"takes {_figure('total_seconds', fastest['total_seconds'])}")  # fmt: skip
+    cheapest = min(options, key=lambda o: o["cost_usd"])
+    return (f"nothing stays within {_figure('cost_usd', limit)}: the cheapest, {_layout(cheapest)}, costs "
+            f"{_figure('cost_usd', cheapest['cost_usd'])}")  # fmt: skip
+
+
+def _figure(figure: str, value: float | None) -> str:
+    """A time in hours or minutes, or dollars."""
+    if value is None:
+        return "-"
+    if figure == "cost_usd":
+        return f"${value:,.2f}"
+    return f"{value / 3600:.1f} h" if value >= 3600 else f"{value / 60:.0f} min"
