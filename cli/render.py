@@ -61,6 +61,7 @@ def result(job: dict[str, Any]) -> str:
     # GPU and node columns only where a point trains on more than one GPU.
     spread = any(p.get("gpus_used", 1) > 1 or p.get("nodes", 1) > 1 for p in res["predictions"])
     fed = any(p.get("input_ms") is not None for p in res["predictions"])
+    spot = any(p.get("spot_cost_usd") is not None for p in res["predictions"])
     rows = []
     for p in res["predictions"]:
         ok = p["fits_in_memory"] is not False  # a point that does not fit has no time or cost worth reading
@@ -73,6 +74,7 @@ def result(job: dict[str, Any]) -> str:
             duration(p["epoch_seconds"]) if ok else "-",
             duration(p["total_seconds"]) if ok else "-",
             money(p["cost_usd"]) if ok else "-",
+            *([money(p.get("spot_cost_usd")) if ok else "-"] if spot else []),
             energy(p.get("energy_kwh")) if ok else "-",
             *([_input(p)] if fed else []),
             band(p) if ok else "-",
@@ -80,7 +82,8 @@ def result(job: dict[str, Any]) -> str:
             _source(p),
         ])  # fmt: skip
     header = ["cnn", "machine", "batch", *(["gpus x nodes (global batch)", "scaling"] if spread else []), "iteration",
-              "epoch", "total", "cost", "energy", *(["input"] if fed else []), "P10-P90", "memory",
+              "epoch", "total", "cost", *(["spot"] if spot else []), "energy", *(["input"] if fed else []), "P10-P90",
+              "memory",
               "source"]  # fmt: skip
     out = [table(rows, header)]
     if res.get("training"):
@@ -108,6 +111,8 @@ def result(job: dict[str, Any]) -> str:
     for machine_type, gbps in networks.items():
         source = "--internode-gbps" if given is not None else "the catalog's network"
         out.append(f"between machines on {machine_type}: {gbps:g} Gbit/s ({source})")
+    if res.get("spot_note"):
+        out.append(f"spot: {res['spot_note'].removeprefix('spot_cost_usd: ')}")
     for machine_type, fed_by in (res.get("inputs") or {}).items():
         out.append(f"input on {machine_type}: {fed_by['detail']}")
     for machine_type, model in res["models"].items():
@@ -141,7 +146,10 @@ def decision_lines(found: list[dict[str, Any]]) -> list[str]:
         low, high = w.get("total_seconds_p10"), w.get("total_seconds_p90")
         spread = f" (P10-P90 {duration(low)}-{duration(high)})" if low is not None and high is not None else ""
         label = " [reference]" if w["source"] == "reference" else ""
-        out.append(f"{head}{d['reasons'][0]}: {duration(w['total_seconds'])}{spread}, {money(w['cost_usd'])}{label}")
+        spot = f" (spot {money(w['spot_cost_usd'])})" if w.get("spot_cost_usd") is not None else ""
+        out.append(
+            f"{head}{d['reasons'][0]}: {duration(w['total_seconds'])}{spread}, {money(w['cost_usd'])}{spot}{label}"
+        )
         out += [f"  {reason}" for reason in d["reasons"][1:]]
     return out
 

@@ -21,6 +21,10 @@ from worker.gather import Cnn, Gathered, Machine, gather
 from worker.points import best_of, withhold_unfit
 
 GIB = 2**30
+SPOT_NOTE = (
+    "spot_cost_usd: the same run at the catalog's spot price. Spot instances can be interrupted at short notice; "
+    "the time lost to interruptions and restarts from a checkpoint is not in the figure, and a spot price moves"
+)
 ENERGY_NOTE = "energy_kwh is an upper bound: GPU board power × GPUs used × time (GPUs rarely draw full power)"
 GPU_NOTE = (
     "a point trains on gpus_used GPUs of the machine (nodes machines of it); cost_usd is their price for that time, "
@@ -108,6 +112,8 @@ def choose(g: Gathered, annotated: list[Annotated], model_info: dict[str, dict[s
         out["inputs"], out["input_note"] = pipeline, inputs.NOTE
     if priced:
         out["schedules"], out["schedule_note"] = priced, schedules.NOTE
+    if any(p.get("spot_cost_usd") is not None for p in predictions):
+        out["spot_note"] = SPOT_NOTE
     if any(p["gpus_used"] > 1 or p["nodes"] > 1 for p in predictions):
         out["parallel_note"] = layouts.NOTE
     tuned = g.training.channels_last or g.training.cudnn_benchmark

@@ -25,7 +25,7 @@ RANK: dict[str, tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]] = {
     "fastest_within_budget": ("total_seconds", lambda o: (o["total_seconds"], o["cost_usd"], o["batch_size"])),
 }
 FIELDS = ("batch_size", "global_batch_size", "source", "total_seconds", "total_seconds_p10", "total_seconds_p90",
-          "cost_usd", "cost_usd_p10", "cost_usd_p90", "input_bound", "input_limit")  # fmt: skip
+          "cost_usd", "cost_usd_p10", "cost_usd_p90", "spot_cost_usd", "input_bound", "input_limit")  # fmt: skip
 
 
 def option(point: PointDict, capacity_gib: float | None) -> dict[str, Any]:

@@ -61,6 +61,7 @@ def blanks(cnn: str, machine_type: str, info: MachineTypeInfo, source: str) -> M
         "layer_environments": None,
         "measured_on": None,
         "cost_per_gpu_usd": None,
+        "spot_cost_usd": None,
         **_NO_TIMES,
     }
 
@@ -112,6 +113,9 @@ def fill_many(points: list[PointDict], ms: np.ndarray, info: MachineTypeInfo, re
     if gpus:
         rows.append(cost[1:2] / (gpus * nodes))
         keys.append("cost_per_gpu_usd")
+    if (spot := info.get("spot_price_usd_per_hour")) is not None:
+        rows.append(float(spot) * nodes * total[1:2] / 3600)
+        keys.append("spot_cost_usd")
     # One rounding over every figure of every point: a call per figure cost 0.1 s in a 63,488-point job.
     for point, values in zip(points, significant(np.vstack(rows)).T.tolist(), strict=True):
         cast(dict[str, Any], point).update(zip(keys, values, strict=True))
@@ -124,7 +128,7 @@ def withhold_unfit(points: list[PointDict]) -> None:
     """A point that does not fit in memory cannot run: no time or cost, so nothing that sorts by them picks it."""
     for point in points:
         if point["fits_in_memory"] is False:
-            cast(dict[str, Any], point).update(_NO_TIMES, cost_per_gpu_usd=None)
+            cast(dict[str, Any], point).update(_NO_TIMES, cost_per_gpu_usd=None, spot_cost_usd=None)
 
 
 def iteration_ms(point: PointDict) -> list[float]:

@@ -30,6 +30,15 @@ function banded(value, low, high, fmt) {
   return cell;
 }
 
+// On-demand cost, with the spot price's beside it where the catalog has one (spot runs can be interrupted).
+function spotted(cell, spot) {
+  if (typeof spot === "number") {
+    cell.append(el("small", { class: "spot", text: ` spot ${money(spot)}` }));
+    cell.title = "At the spot price: spot instances can be interrupted; time lost to interruptions is not in it";
+  }
+  return cell;
+}
+
 // The decision: per CNN and question one winner across every machine type and layout, why, and its ties.
 export function renderDecisions(result) {
   const found = result.decisions || [];
@@ -41,7 +50,7 @@ export function renderDecisions(result) {
     const cells = w
       ? [el("td", { "data-field": "choice", text: d.reasons[0] }),
          banded(w.total_seconds, w.total_seconds_p10, w.total_seconds_p90, duration),
-         banded(w.cost_usd, w.cost_usd_p10, w.cost_usd_p90, money)]
+         spotted(banded(w.cost_usd, w.cost_usd_p10, w.cost_usd_p90, money), w.spot_cost_usd)]
       : [el("td", { colspan: "3", class: "muted", text: "none" })];
     return el("tr", { "data-cnn": d.cnn, "data-question": d.question, "data-machine": w ? w.machine : "" },
               el("td", { text: d.cnn }), el("td", { text: QUESTIONS[d.question] || d.question }), ...cells, why);
@@ -65,9 +74,13 @@ export function renderBest(result, cnns, machines, pairs) {
   const head = el("tr", {}, ...titles.map((h, i) => el("th", { text: h, class: i >= 2 && i < titles.length - 1 ? "num" : "" })));
   const energy = (v) => (typeof v === "number" ? `≤ ${sig3(v)} kWh` : "—");
   // Energy is the chosen point's (best entries carry time and cost only).
+  // The chosen point itself: its batch size in its layout.
+  const chosen = (pick, points) => points.find((p) => p.batch_size === pick.batch_size
+    && (p.gpus_used || 1) === (pick.gpus || 1) && (p.nodes || 1) === (pick.nodes || 1)) || {};
   const cells = (pick, points) => pick
     ? [batchCell(pick), el("td", { class: "num", text: duration(pick.total_seconds) }),
-       el("td", { class: "num", text: money(pick.cost_usd) }), el("td", { class: "num", text: energy((points.find((p) => p.batch_size === pick.batch_size) || {}).energy_kwh) })]
+       spotted(el("td", { class: "num", text: money(pick.cost_usd) }), chosen(pick, points).spot_cost_usd),
+       el("td", { class: "num", text: energy(chosen(pick, points).energy_kwh) })]
     : [el("td", { colspan: "4", class: "muted", text: "no prediction" })];
   const largest = (b) => el("td", { class: "num", "data-field": "max_batch_size",
                                     text: typeof b.max_batch_size === "number" ? String(b.max_batch_size) : "—" });

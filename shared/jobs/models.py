@@ -137,6 +137,11 @@ class Prediction(BaseModel):
     cost_usd_p10: float | None
     cost_usd_p90: float | None
     cost_per_gpu_usd: float | None
+    spot_cost_usd: float | None = Field(
+        default=None,
+        description="the same run at the machine type's spot price (where the catalog has one): spot instances can be "
+        "interrupted, and the time lost to interruptions is not in it",
+    )
     energy_kwh: float | None
     energy_kwh_p10: float | None
     energy_kwh_p90: float | None
@@ -202,6 +207,7 @@ class PointDict(TypedDict, total=False):
     cost_usd_p10: float | None
     cost_usd_p90: float | None
     cost_per_gpu_usd: float | None
+    spot_cost_usd: NotRequired[float | None]
     energy_kwh: float | None
     energy_kwh_p10: float | None
     energy_kwh_p90: float | None
@@ -262,6 +268,7 @@ class Option(BaseModel):
     cost_usd: float
     cost_usd_p10: float | None = None
     cost_usd_p90: float | None = None
+    spot_cost_usd: float | None = None
     memory_headroom_pct: float | None = None
     input_bound: bool | None = None
     input_limit: str | None = None
@@ -365,6 +372,7 @@ class Result(BaseModel):
     schedule_note: str | None = None
     inputs: dict[str, InputSummary] | None = None
     input_note: str | None = None
+    spot_note: str | None = None
     channels_last_note: str | None = None  # results stored before settings_note
     settings_note: str | None = None
 
@@ -384,6 +392,7 @@ class ResultDict(TypedDict, total=False):
     schedule_note: str
     inputs: dict[str, dict[str, Any]]
     input_note: str
+    spot_note: str
     channels_last_note: str
     settings_note: str
 

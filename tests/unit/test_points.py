@@ -40,6 +40,22 @@ def test_times_cost_and_energy_use_ceil_iterations_price_and_board_power() -> No
     assert p["cost_per_gpu_usd"] == approx6(p["cost_usd"])
 
 
+def test_spot_cost_beside_on_demand_where_the_catalog_has_a_spot_price() -> None:
+    """The same run at the spot price, for every node; no spot price, no figure; a point out of memory has neither."""
+    request = JobRequest(cnns=["resnet18"], machines=["g5.xlarge"], batch_sizes=[8], epochs=3, dataset_size=100)
+    spotted, plain, two = {"batch_size": 8}, {"batch_size": 8}, {"batch_size": 8, "nodes": 2}
+    made.fill(spotted, (40.0, 50.0, 70.0), G5 | {"spot_price_usd_per_hour": 0.40}, request)
+    made.fill(plain, (40.0, 50.0, 70.0), G5, request)
+    made.fill(two, (40.0, 50.0, 70.0), G5 | {"spot_price_usd_per_hour": 0.40}, request)
+    assert spotted["spot_cost_usd"] == approx6(0.40 * spotted["total_seconds"] / 3600)
+    assert spotted["cost_usd"] == approx6(1.006 * spotted["total_seconds"] / 3600)
+    assert "spot_cost_usd" not in plain
+    assert two["spot_cost_usd"] == approx6(2 * 0.40 * two["total_seconds"] / 3600)
+    unfit = {**spotted, "fits_in_memory": False}
+    made.withhold_unfit([unfit])
+    assert unfit["spot_cost_usd"] is None and unfit["cost_usd"] is None and unfit["total_seconds"] is None
+
+
 def test_a_machine_with_several_gpus_shares_its_cost_and_one_without_has_no_energy() -> None:
     """Four GPUs: the cost per GPU is a quarter, energy counts the boards that train (all four, or the one of a
     one-GPU point); a CPU has no energy figure. Two nodes: twice the price, global batch of both."""
