@@ -21,7 +21,14 @@ router = APIRouter(route_class=ParsedOffLoop, prefix="/v1/measurements", tags=["
 GZIP = "application/gzip"
 MachineTypes = Annotated[list[str], Query(min_length=1, max_length=64, alias="machine_type")]
 Renames = Annotated[list[str], Query(max_length=64, alias="as", description="OLD=NEW: store OLD's rows as NEW")]
-BUNDLE_BODY = {"requestBody": {"required": True, "content": {GZIP: {"schema": {"type": "string", "format": "binary"}}}}}
+# Declared as octet-stream (any Content-Type is read): the bundle's bytes, a gzip stream (docs/BUNDLES.md).
+BUNDLE_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "a bundle as `traincast measurements export` writes it (gzip-compressed JSON lines)",
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
 
 
 @router.get("", response_class=Response, responses={200: {"content": {GZIP: {}}}})

@@ -56,14 +56,16 @@ MEMBERS_OF_API = "SELECT rolname FROM pg_roles WHERE pg_has_role(oid, 'traincast
 # Each must fail for its role: a table its process never touches, or a write its process never makes.
 DENIED = [
     ("api", "UPDATE layer_benchmarks SET forward_ms = 0"),
-    ("api", "INSERT INTO step_measurements (cnn_name, machine_type) VALUES ('x', 'local')"),
+    # The API stores measurements only as new rows, for an admin's bundle import (migration 0033): never rewrites.
+    ("api", "UPDATE step_measurements SET step_ms = 0"),
+    ("api", "DELETE FROM op_benchmarks"),
     ("api", "SELECT params FROM predictor_models"),
     ("api", "UPDATE api_keys SET scope = 'admin'"),
     ("api", "UPDATE jobs SET result = '{}'"),
     ("api", "UPDATE cnns SET owner_key_id = NULL"),
     ("api", "DELETE FROM jobs"),
     ("api", "SELECT role FROM agent_logins"),
-    ("api", "SELECT stats FROM layer_benchmarks"),  # /metrics reads machine_type and measured_s only
+    ("api", "UPDATE environments SET details = '{}'"),  # an environment is written once, by its hash
     ("api", "SELECT version FROM schema_migrations"),
     ("worker", "SELECT secret_sha256 FROM api_keys"),
     ("worker", "SELECT name, scope FROM api_keys"),  # its one column there is bench_seconds_per_day (0028)

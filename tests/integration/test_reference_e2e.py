@@ -24,7 +24,10 @@ def test_every_gpu_type_answers_three_cnns_over_256_batch_sizes(no_agent: Stack,
     points = job["result"]["predictions"]
     assert len(points) == 3 * len(gpu_types) * 256
     assert {p["source"] for p in points} == {"reference"}
-    assert all(p["iteration_seconds"] > 0 and p["cost_usd"] > 0 and p["reference_error_pct"] > 0 for p in points)
+    fitting = [p for p in points if p["fits_in_memory"] is not False]
+    assert len(fitting) > len(points) / 2  # a K80 or a T4 cannot take VGG-16 at batch 256; most GPUs can
+    assert all(p["iteration_seconds"] > 0 and p["cost_usd"] > 0 and p["reference_error_pct"] > 0 for p in fitting)
+    assert all(p["iteration_seconds"] is None and p["cost_usd"] is None for p in points if p not in fitting)
     assert {b["min_cost"]["source"] for b in job["result"]["best"]} == {"reference"}
 
 

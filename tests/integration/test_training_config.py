@@ -62,7 +62,7 @@ def test_resnet50_on_t4_and_a100_amp_faster_adamw_costlier(no_agent: Stack, clea
     size on both, AdamW costlier than SGD, and the result echoes the settings it was asked with."""
     a100 = type_with(gpu="A100-SXM4-40GB", provider="gcp")["name"]
     machine_types = ["g4dn.xlarge", a100]
-    times: dict[tuple[str, str], dict[tuple[str, int], float]] = {}
+    times: dict[tuple[str, str], dict[tuple[str, int], float | None]] = {}
     for optimizer, precision in (("sgd", "fp32"), ("sgd", "amp_fp16"), ("adamw", "fp32"), ("adamw", "amp_fp16")):
         body = {"machines": machine_types, "batch_sizes": {"min": 32, "max": 512, "step": 32}}
         submitted = post_job(no_agent, optimizer=optimizer, precision=precision, **body)
@@ -76,13 +76,16 @@ def test_resnet50_on_t4_and_a100_amp_faster_adamw_costlier(no_agent: Stack, clea
         points = job["result"]["predictions"]
         assert len(points) == 2 * 16 and {p["source"] for p in points} == {"reference"}
         times[(optimizer, precision)] = {(p["machine"], p["batch_size"]): p["iteration_seconds"] for p in points}
-    for key in times[("sgd", "fp32")]:
+    # Points that do not fit have no time (AdamW in fp32 on the T4 runs out first): compared where all four fit.
+    keys = [k for k in times[("sgd", "fp32")] if all(t[k] is not None for t in times.values())]
+    assert len(keys) >= 16 and ("g4dn.xlarge", 128) in keys and (a100, 256) in keys
+    for key in keys:
         assert times[("sgd", "amp_fp16")][key] < times[("sgd", "fp32")][key], key
         assert times[("adamw", "amp_fp16")][key] < times[("adamw", "fp32")][key], key
         assert times[("adamw", "fp32")][key] > times[("sgd", "fp32")][key], key
         assert times[("adamw", "amp_fp16")][key] > times[("sgd", "amp_fp16")][key], key
     # Tensor cores: the T4 (65 FP16 vs 8.1 FP32 TFLOPS) gains more from AMP than the A100 (TF32 convs already).
-    gain = {m: times[("sgd", "fp32")][(m, 256)] / times[("sgd", "amp_fp16")][(m, 256)] for m in machine_types}
+    gain = {m: times[("sgd", "fp32")][(m, 128)] / times[("sgd", "amp_fp16")][(m, 128)] for m in machine_types}
     assert gain["g4dn.xlarge"] > gain[a100] > 1.2
 
 
