@@ -2,6 +2,7 @@
 
 import csv
 from datetime import date, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
@@ -15,6 +16,7 @@ from shared.jobs.request import MachineCreate
 DATA = Path(__file__).resolve().parent.parent / "data"
 GPUS_CSV = DATA / "gpus.csv"
 MACHINES_CSV = DATA / "cloud_gpu_machines.csv"
+MEMORY_CSV = DATA / "gpu_memory.csv"
 # The numeric GPU figures a machine type row carries, as named in data/gpus.csv → machine_types column.
 GPU_COLUMNS = {
     "memory_gib": "gpu_memory_gib", "fp32_tflops": "gpu_fp32_tflops", "tf32_tflops": "gpu_tf32_tflops",
@@ -279,6 +281,13 @@ def number(text: str) -> float | None:
     """A CSV cell as a number; None when empty."""
     text = (text or "").strip()
     return float(text) if text else None
+
+
+@cache
+def usable_memory() -> dict[str, tuple[float, str]]:
+    """GPU (data/gpus.csv's name) → the share of its memory PyTorch gets by default, and why (data/gpu_memory.csv):
+    GDDR boards shipped with ECC on give up 1/16 of it; HBM keeps its check bits apart; GeForce ships ECC off."""
+    return {r["gpu"]: (float(r["usable_fraction"]), r["why"]) for r in _csv(MEMORY_CSV)}
 
 
 def gpu_rows() -> list[dict[str, str]]:

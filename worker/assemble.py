@@ -91,7 +91,8 @@ def choose(g: Gathered, annotated: list[Annotated], model_info: dict[str, dict[s
     priced: list[dict[str, Any]] = []
     for a in annotated:
         predictions.extend(a.points)
-        best.append(best_of(a.cnn.name, a.machine.name, a.points, a.max_batch_size, a.capacity_gib))
+        basis = memory.usable_fraction(a.machine.info)[1] if a.machine.info["gpu"] else "the machine's RAM"
+        best.append(best_of(a.cnn.name, a.machine.name, a.points, a.max_batch_size, a.capacity_gib, basis))
         if (schedule := schedules.priced(a.cnn.name, a.machine.name, a.points, request)) is not None:
             priced.append(schedule)
     out: ResultDict = {

@@ -16,7 +16,8 @@ from shared.cnn import memory
 from shared.core.settings import get_settings
 from shared.jobs.models import PointDict
 from shared.jobs.request import JobRequest
-from shared.machine_types import MachineTypeInfo
+from shared.local_machine import gpu_row
+from shared.machine_types import MachineTypeInfo, usable_memory
 
 # Memos kept per worker process: a peak depends only on the CNN's workload, the training configuration, the batch
 # size and the device kind, and a large job asks for ~8,000 peaks and ~250 bisections (~0.05 s).
@@ -55,13 +56,27 @@ def training(request: JobRequest) -> dict[str, Any]:
 
 
 def capacity_bytes(info: MachineTypeInfo) -> float | None:
-    """Memory one point may use: one GPU's memory, else the machine's RAM; None if unknown."""
+    """Memory one point may use: what one GPU gives PyTorch, else the machine's RAM; None if unknown."""
     if info["gpu"]:
         total, count = info["gpu_memory_gib"], info["gpu_count"] or 1
-        return float(total) / count * memory.GIB if total else None  # the catalog stores all GPUs' memory
+        # the catalog stores all GPUs' memory, as their datasheets give it
+        return float(total) / count * usable_fraction(info)[0] * memory.GIB if total else None
     if ram := info["memory_gib"]:
         return float(ram) * memory.GIB
     return host_ram_bytes() if info["provider"] == "local" else None
+
+
+def usable_fraction(info: MachineTypeInfo) -> tuple[float, str]:
+    """The share of a GPU's datasheet memory PyTorch gets, and why; `local`'s is what CUDA reported: all of it."""
+    if info["provider"] == "local":
+        return 1.0, "as CUDA reports it"
+    return _fraction_of(info["gpu"] or "")
+
+
+@lru_cache(maxsize=256)
+def _fraction_of(gpu: str) -> tuple[float, str]:
+    row = gpu_row(gpu)
+    return usable_memory().get(row["gpu"] if row else gpu, (1.0, "as its datasheet gives it"))
 
 
 def host_ram_bytes() -> float | None:

@@ -151,6 +151,7 @@ def best_of(
     points: list[PointDict],
     max_batch_size: int | None,
     capacity_gib: float | None = None,
+    basis: str | None = None,
 ) -> dict[str, Any]:
     """The fastest and the cheapest batch size (and GPU and node count) of one CNN on one machine type (None when no
     point is usable), among those leaving MIN_HEADROOM_PCT of memory free where any does."""
@@ -178,6 +179,8 @@ def best_of(
         "cnn": cnn,
         "machine": machine_type,
         "max_batch_size": max_batch_size,
+        "memory_gib": None if capacity_gib is None else round(capacity_gib, 3),
+        "memory_basis": basis,
         "min_time": pick(lambda p: (p["total_seconds"], p["batch_size"])),
         # Ties in cost (a free machine) go to the faster batch size.
         "min_cost": pick(lambda p: (p["cost_usd"], p["total_seconds"], p["batch_size"])),

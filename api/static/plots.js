@@ -166,6 +166,8 @@ export function render(result, request) {
     Plotly.purge("plot-batch");
     Plotly.purge("plot-cost");
   }
+  state.usableMemory = new Map((result.best || []).filter((b) => typeof b.memory_gib === "number")
+    .map((b) => [b.machine, b.memory_gib]));
   const memory = hasPlots ? memoryTraces(cnns, machines, pairs) : [];
   $("#plot-memory").hidden = memory.length === 0;
   if (memory.length) {

@@ -29,8 +29,11 @@ export function machineSpec(name) {
   return state.machineIndex.byName.get(name);
 }
 
-// The memory of one GPU of a machine type (the API lists the machine's total), or its RAM for a CPU type.
+// The memory a point is checked against: what one GPU gives PyTorch as the result says (ECC's share out), else one
+// GPU's datasheet memory (the API lists the machine's total), or its RAM for a CPU type.
 export function deviceMemoryGib(machine) {
+  const usable = state.usableMemory && state.usableMemory.get(machine);
+  if (typeof usable === "number") return usable;
   const m = machineSpec(machine);
   if (!m) return null;
   if (m.gpu && m.gpu_memory_gib) return m.gpu_memory_gib / (m.gpu_count || 1);

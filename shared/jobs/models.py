@@ -248,6 +248,11 @@ class Best(BaseModel):
     cnn: str
     machine: str
     max_batch_size: int | None
+    memory_gib: float | None = Field(
+        default=None,
+        description="the memory a point is checked against: what one GPU gives PyTorch (a CPU: the machine's RAM)",
+    )
+    memory_basis: str | None = Field(default=None, description="why memory_gib is what it is (e.g. ECC's share)")
     min_time: Choice | None
     min_cost: Choice | None
 

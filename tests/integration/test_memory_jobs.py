@@ -30,11 +30,18 @@ def test_resnet50_at_batch_512_does_not_fit_a_t4(clean_db: None) -> None:
     assert all(points[512][k] is None for k in timed)
     [best] = result["best"]
     assert 32 <= best["max_batch_size"] < 512
+    # A T4 gives PyTorch 15 GiB of its 16 (ECC's check bits take 1/16 of GDDR6): points are judged against that.
+    assert best["memory_gib"] == 15.0 and "ECC" in best["memory_basis"]
+    assert all((p["peak_memory_gib"] <= 15.0) == p["fits_in_memory"] for p in points.values())
     assert best["min_time"]["batch_size"] != 512 and best["min_cost"]["batch_size"] != 512
     # The largest batch is the model's boundary, whatever sizes were asked: one above it does not fit.
     edge = best["max_batch_size"]
     around = run(cnns=["resnet50"], machines=["g4dn.xlarge"], batch_sizes=[edge, edge + 1], image_size=224)
     assert [p["fits_in_memory"] for p in around["predictions"]] == [True, False]
+    assert around["predictions"][1]["peak_memory_gib"] > 15.0 >= around["predictions"][0]["peak_memory_gib"]
+    # An A100's HBM2 keeps its check bits apart: all 40 GiB.
+    a100 = run(cnns=["resnet50"], machines=["p4d.24xlarge"], batch_sizes=[32], image_size=224, gpus=1)
+    assert a100["best"][0]["memory_gib"] == 40.0 and "datasheet" in a100["best"][0]["memory_basis"]
 
     adam = run(cnns=["resnet50"], machines=["g4dn.xlarge"], batch_sizes=[32], image_size=224, optimizer="adam")
     assert adam["predictions"][0]["peak_memory_gib"] > points[32]["peak_memory_gib"]
