@@ -168,8 +168,15 @@ def _bar(job: dict[str, Any], width: int = 30) -> str:
         return f"{job['status']}…"
     needed, done = lb["needed"], lb["done"]
     if JobStatus(job["status"]) == JobStatus.SUCCEEDED and done < needed:
-        # Answered without waiting for them (the reference): "0/736" would read as stuck or failed.
-        return f"succeeded: answered from reference; {needed - done} layer benchmarks queued for later"
+        # Answered without waiting for them (the reference): "0/736" would read as stuck or failed; and "queued"
+        # only where an agent will take them.
+        machines = job.get("progress", {}).get("machines", {})
+        unserved = sorted(m for m, p in machines.items() if p.get("pending") and p.get("agent_alive") is False)
+        served = needed - done - sum(machines[m].get("pending", 0) for m in unserved)
+        said = [f"{served} layer benchmarks queued for their agents"] if served > 0 else []
+        if unserved:
+            said.append(f"no agent serves {', '.join(unserved)}: not measured until one does (traincast agents)")
+        return "succeeded: answered from reference; " + "; ".join(said)
     filled = int(width * done / needed) if needed else width
     return f"{job['status']:<9} [{'#' * filled}{'.' * (width - filled)}] {done}/{needed} layer benchmarks"
 

@@ -35,8 +35,10 @@ export function explainGaps(result, cnns, machines, pairs) {
   }
   const multi = machines.filter((m) => { const s = machineSpec(m); return s && s.gpu_count > 1; });
   if (multi.length && result.gpu_note) {
-    note(`${capitalize(result.gpu_note)} (${listed(multi)} ${multi.length > 1 ? "have" : "has"} several GPUs).`,
-         "info", "gpu-note");
+    // In the page's words, not the API's field names.
+    note(`${listed(multi)} ${multi.length > 1 ? "have" : "has"} several GPUs: a point trains on the GPUs (and machines) `
+      + "its layout names, with batch sizes per GPU; its cost is the price of every machine it uses for that time, "
+      + "and the cost per GPU is each GPU's share.", "info", "gpu-note");
   }
   for (const cnn of cnns) {
     for (const machine of machines) {
