@@ -56,6 +56,8 @@ function layoutSettings() {
     out[key] = parts.length === 1 ? Number(parts[0]) : parts.map(Number);
   }
   if ($("#internode-gbps").value.trim() !== "") out.internode_gbps = decimal("internode-gbps", "Between machines Gbit/s");
+  if ($("#deadline-hours").value.trim() !== "") out.deadline_hours = decimal("deadline-hours", "Deadline hours");
+  if ($("#budget-usd").value.trim() !== "") out.budget_usd = decimal("budget-usd", "Budget $");
   return out;
 }
 
@@ -118,6 +120,8 @@ export function fillForm(request) {
   $("#network-gbps").value = spec.network_gbps ?? "";
   $("#dataloader-workers").value = spec.dataloader_workers ?? "";
   $("#internode-gbps").value = request.internode_gbps ?? "";
+  $("#deadline-hours").value = request.deadline_hours ?? "";
+  $("#budget-usd").value = request.budget_usd ?? "";
   for (const key of ["gpus", "nodes"]) {
     const value = request[key];
     $(`#${key}`).value = value == null ? (key === "nodes" ? "1" : "") : [].concat(value).join(",");

@@ -222,6 +222,7 @@ function separateTwins(lineTraces, pointTraces) {
     if (!groups.has(key)) groups.set(key, []);
     groups.get(key).push(t);
   }
+  const said = new Set();  // several layouts of the same machine types coincide alike: one note says it once
   for (const twins of groups.values()) {
     const machines = [...new Set(twins.map((t) => t.meta.machine))];
     if (machines.length < 2) continue;
@@ -232,8 +233,10 @@ function separateTwins(lineTraces, pointTraces) {
       t.text = t.text.map((text) => `${text}<br>same prediction as ${others.join(", ")}: the lines coincide`);
     });
     const cnns = [...new Set(twins.map((t) => t.meta.cnn))];
-    note(`${joinAnd(machines)} have equal predicted times for ${joinAnd(cnns)}: their lines coincide, drawn with `
-      + "different dashes.", "info", "");
+    const text = `${joinAnd(machines)} have equal predicted times for ${joinAnd(cnns)}: their lines coincide, drawn `
+      + "with different dashes.";
+    if (!said.has(text)) note(text, "info", "");
+    said.add(text);
   }
   const spots = new Map();
   for (const t of pointTraces) {

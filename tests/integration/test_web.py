@@ -799,8 +799,11 @@ def test_gpu_and_node_counts_are_compared_and_plotted(page: Page) -> None:
     page.type_into("#gpus", "1,2,4,8")
     page.type_into("#nodes", "1,2")
     page.type_into("#internode-gbps", "25")
+    page.type_into("#deadline-hours", "12")
     assert page.search(timeout=120) == "done", page.find("#error").text
     job = job_of(page)
+    assert job["request"]["deadline_hours"] == 12
+    assert page.find('#decisions-table tr[data-question="cheapest_within_deadline"]').is_displayed()
     assert (job["request"]["gpus"], job["request"]["nodes"], job["request"]["internode_gbps"]) == (
         [1, 2, 4, 8],
         [1, 2],
@@ -833,6 +836,7 @@ def test_gpu_and_node_counts_are_compared_and_plotted(page: Page) -> None:
     wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
     assert (page.find("#gpus").get_attribute("value"), page.find("#nodes").get_attribute("value")) == ("1,2,4,8", "1,2")
     assert page.find("#internode-gbps").get_attribute("value") == "25"
+    assert page.find("#deadline-hours").get_attribute("value") == "12"
     page.open()  # the other tests start from the default form
 
 
@@ -968,6 +972,12 @@ def test_lines_of_equal_predictions_stay_visible(page: Page) -> None:
     assert any(
         "p5.48xlarge" in n and "a3-highgpu-1g" in n and "coincide" in n for n in page.find("#notes").text.splitlines()
     ), page.find("#notes").text
+    # The same two types on two machines as well: their lines coincide again, and the note says so once.
+    twice = made_up(["resnet50"], machines, [32, 64, 128])
+    twice["predictions"] += [p | {"nodes": 2, "global_batch_size": 2 * p["batch_size"]} for p in twice["predictions"]]
+    draw(page, twice, ["resnet50"], machines)
+    coincide = [n for n in page.find("#notes").text.splitlines() if "coincide" in n]
+    assert len(coincide) == 1, coincide
 
 
 def test_memory_plot_draws_a_line_per_cnn_and_each_gpus_limit(page: Page) -> None:

@@ -1,11 +1,13 @@
 """Take the README's screenshot of the web page (docs/img/page.png) with less tiny settings than the test's.
 
-    .venv/bin/python -m tests.support.page_screenshot [--out docs/img/page.png]
+    .venv/bin/python -m tests.support.page_screenshot [--out docs/img/page.png] [--decision]
 
 Starts a private stack (its own database and Redis database, as the tests do), calibrates `local`,
 then predicts ResNet-50 through the page on `local` (benchmarked) and on GPU machine types of three
 clouds that have no agent (reference predictions, at once), hovers a GPU point and saves the
 viewport at laptop size. Takes several minutes on a 2-core CPU; not part of the test run.
+--decision (docs/img/page.png): no calibration; ResNet-50 with AMP on 8-GPU machine types of three clouds, 1 or 8
+GPUs on 1 or 2 machines, with a deadline, down to the decision table with its reasons.
 """
 
 import argparse
@@ -46,10 +48,39 @@ def gpu_machines(url: str, key: str) -> dict[tuple[str, str], str]:
     return chosen
 
 
+DECISION_MACHINES = ["p4d.24xlarge", "p5.48xlarge", "a2-highgpu-8g"]
+
+
+def decision(page: Page, out: Path) -> None:
+    """A multi-GPU question through the page, and the decision that answers it."""
+    page.open()
+    page.choose("cnn-picker", "resnet50")
+    for name in DECISION_MACHINES:
+        page.choose("machine-picker", name)
+    page.js(
+        "for (const s of document.querySelectorAll('.picker-search')) "
+        "{ s.value = ''; s.dispatchEvent(new Event('input')); }"
+    )
+    page.js("document.getElementById('precision').value = 'amp_fp16'")
+    page.type_into("#gpus", "1,8")
+    page.type_into("#nodes", "1,2")
+    page.type_into("#deadline-hours", "6")
+    page.type_into("#batch-list", "64,128,256")
+    if page.search(timeout=600) != "done":
+        raise SystemExit(f"the page shows an error: {page.find('#error').text}")
+    bottom = page.js("return Math.ceil(document.getElementById('decisions').getBoundingClientRect().bottom)")
+    page.driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": LAPTOP[0], "height": max(LAPTOP[1], bottom + 14), "deviceScaleFactor": 1, "mobile": False},
+    )
+    page.screenshot(out)
+
+
 def main() -> int:
     """Run the stack, calibrate, drive the page, save the PNG."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "page.png")
+    parser.add_argument("--decision", action="store_true", help="a multi-GPU decision, no calibration")
     args = parser.parse_args()
     with (
         servers() as (admin_db, redis_server),
@@ -71,6 +102,16 @@ def main() -> int:
             stack.start(name)
         try:
             stack.wait_ready(timeout=600)  # a shared 2-core machine can take minutes to import the API
+            if args.decision:
+                driver = chromium(Path(tmp) / "profile")
+                try:
+                    driver.get(f"{stack.url}/static/app.css")
+                    driver.execute_script("localStorage.setItem('traincast.apiKey', arguments[0])", key)
+                    decision(Page(driver, stack.url), args.out)
+                finally:
+                    driver.quit()
+                print(f"saved {args.out} ({'x'.join(map(str, png_size(args.out)))})")
+                return 0
             traincast = str(Path(sys.executable).parent / "traincast")
             calibrate = [traincast, "calibrate", "--machine", "local", *CALIBRATION, "--image-size", IMAGE_SIZE]
             calibrate += ["--timeout", "7200"]  # on a 2-core machine shared with other work, 30 min can fall short
