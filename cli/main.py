@@ -94,6 +94,7 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
             body[name] = getattr(args, name)
     if args.schedule:
         body["schedule"] = _schedule(args.schedule)
+        body["schedule_batch"] = "per_gpu" if args.schedule_per_gpu else "global"
     if args.input != "memory" or args.dataloader_workers is not None or args.network_gbps is not None:
         body["input"] = {"source": args.input} | {
             k: v for k, v in (("dataloader_workers", args.dataloader_workers), ("network_gbps", args.network_gbps))
@@ -402,8 +403,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument(
         "--schedule",
         default=None,
-        help="batch-size schedule, phases EPOCHSxBATCH[:GPUS[:NODES]]: 5x256,85x1024 (priced beside the best constant)",
+        help="batch-size schedule, phases EPOCHSxBATCH[:GPUS[:NODES]] with global batches (all GPUs together): "
+        "5x256,85x1024 with --gpus 8 (priced beside the best constant; its epochs are the job's)",
     )
+    pr.add_argument("--schedule-per-gpu", action="store_true", help="--schedule's batch sizes are per GPU")
     pr.add_argument("--nodes", default=None, help="machines of the type trained together; 1,2,4 compares (default 1)")
     pr.add_argument("--deadline-hours", type=float, default=None, help="decide also the cheapest within this time")
     pr.add_argument("--budget-usd", type=float, default=None, help="decide also the fastest within this cost")

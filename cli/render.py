@@ -172,8 +172,10 @@ def _input(point: dict[str, Any]) -> str:
 
 def _schedule_line(sched: dict[str, Any]) -> str:
     """A schedule's phases, its total and the best constant batch size beside it."""
-    phases = " then ".join(f"{p['epochs']} epochs at {p['batch_size']} ({p['gpus']} GPUs x {p['nodes']})"
-                           for p in sched["phases"])  # fmt: skip
+    phases = " then ".join(
+        f"{p['epochs']} epochs at global batch {p['batch_size'] * p['gpus'] * p['nodes']} "
+        f"({p['batch_size']} per GPU on {p['gpus']} GPUs x {p['nodes']})" for p in sched["phases"]
+    )  # fmt: skip
     head = f"{sched['cnn']} on {sched['machine']}: schedule {phases}: "
     if sched["total_seconds"] is None:
         return head + f"no total ({sched['missing']})"

@@ -29,7 +29,7 @@ export function jobRequest() {
   const machines = machinePicker.values();
   if (!cnns.length) throw new FormError("choose at least one CNN");
   if (!machines.length) throw new FormError("choose at least one machine type");
-  return {
+  const request = {
     cnns, machines,
     batch_sizes: batchSizes(),
     epochs: whole("epochs", "Epochs"),
@@ -41,6 +41,8 @@ export function jobRequest() {
     // Unticked (the default): GPU types with no benchmarks of their own are answered at once by the reference.
     wait_for_benchmarks: $("#wait-benchmarks").checked,
   };
+  if (request.schedule) delete request.epochs;  // the schedule's epochs are the job's
+  return request;
 }
 
 // GPUs per machine (empty: all of each machine type's) and machines, each a count or counts to compare.
@@ -57,6 +59,15 @@ function layoutSettings() {
   }
   if ($("#internode-gbps").value.trim() !== "") out.internode_gbps = decimal("internode-gbps", "Between machines Gbit/s");
   if ($("#deadline-hours").value.trim() !== "") out.deadline_hours = decimal("deadline-hours", "Deadline hours");
+  const schedule = $("#schedule").value.trim();
+  if (schedule !== "") {
+    out.schedule = schedule.split(/[\s,;]+/).filter(Boolean).map((phase) => {
+      const m = /^(\d+)x(\d+)$/.exec(phase);
+      if (!m) throw new FormError(`Schedule phases are EPOCHSxBATCH in global batches, like 5x256,85x1024 (got "${phase}")`);
+      return { epochs: Number(m[1]), batch_size: Number(m[2]) };
+    });
+    out.schedule_batch = "global";
+  }
   if ($("#budget-usd").value.trim() !== "") out.budget_usd = decimal("budget-usd", "Budget $");
   return out;
 }
@@ -121,6 +132,8 @@ export function fillForm(request) {
   $("#dataloader-workers").value = spec.dataloader_workers ?? "";
   $("#internode-gbps").value = request.internode_gbps ?? "";
   $("#deadline-hours").value = request.deadline_hours ?? "";
+  $("#schedule").value = (request.schedule || [])
+    .map((p) => `${p.epochs}x${p.global_batch_size || p.batch_size * (p.gpus || 1) * (p.nodes || 1)}`).join(",");
   $("#budget-usd").value = request.budget_usd ?? "";
   for (const key of ["gpus", "nodes"]) {
     const value = request[key];

@@ -1,6 +1,6 @@
 // The notes above the plots: where the numbers come from, and why some points are missing.
 
-import { sig3, capitalize, note, joinAnd, sizeRuns, listed } from "./util.js";
+import { sig3, capitalize, note, joinAnd, sizeRuns, listed, duration, money } from "./util.js";
 import { machineSpec } from "./state.js";
 
 // The settings a result's answers are for, in PyTorch's words, the defaults named as such.
@@ -54,6 +54,16 @@ export function explainGaps(result, cnns, machines, pairs) {
       const other = mine.filter((p) => p.fits_in_memory !== false && p.total_seconds == null).map((p) => p.batch_size);
       if (other.length) note(`${cnn} on ${machine} has no prediction at batch sizes ${sizeRuns(other, requested)}.`, "warning");
     }
+  }
+  for (const sched of result.schedules || []) {
+    const phases = sched.phases.map((p) => `${p.epochs} epochs at global batch ${p.batch_size * p.gpus * p.nodes} `
+      + `(${p.batch_size} per GPU on ${p.gpus} GPUs × ${p.nodes})`).join(", then ");
+    const total = sched.total_seconds == null ? `no total (${sched.missing})`
+      : `${duration(sched.total_seconds)}, ${money(sched.cost_usd)}`;
+    const best = sched.best_constant;
+    const beside = best ? `; the best constant batch (${best.batch_size} per GPU on ${best.gpus} GPUs × ${best.nodes}): `
+      + `${duration(best.total_seconds)}, ${money(best.cost_usd)}` : "";
+    note(`Schedule for ${sched.cnn} on ${sched.machine}: ${phases}: ${total}${beside}.`, "info", "");
   }
   const free = machines.filter((m) => { const s = machineSpec(m); return s && !s.price_usd_per_hour; });
   if (free.length) note(`${listed(free)} ${free.length > 1 ? "have" : "has"} no hourly price, so ${free.length > 1 ? "their" : "its"} cost is $0.`);

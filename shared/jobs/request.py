@@ -109,11 +109,15 @@ POINT_KB = 1.0
 
 
 class Phase(BaseModel):
-    """One phase of a batch-size schedule: so many epochs at a per-GPU batch size (and GPU and node count)."""
+    """One phase of a batch-size schedule: so many epochs at a batch size (and GPU and node count)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     epochs: int = Field(ge=1, le=100_000)
-    batch_size: int = Field(ge=1, le=_HUGE, description="per GPU; added to the job's batch sizes")
+    batch_size: int = Field(
+        ge=1, le=_HUGE, description="the global batch (all GPUs of all machines), as schedules are stated; per GPU "
+        "with schedule_batch 'per_gpu'. Stored per GPU, added to the job's batch sizes"
+    )  # fmt: skip
+    global_batch_size: int | None = Field(default=None, ge=1, description="set on storing: the global batch asked")
     gpus: GpuCount | None = Field(default=None, description="one of the job's gpus; omitted: the most it asks")
     nodes: NodeCount | None = Field(default=None, description="one of the job's nodes; omitted: the most it asks")
 
@@ -198,6 +202,9 @@ class JobRequest(BaseModel):
     # Batch-size control: phases run one after another; their time and cost are summed and shown beside
     # the best constant batch size over the same epochs.
     schedule: list[Phase] | None = Field(default=None, min_length=1, max_length=MAX_PHASES)
+    # How the schedule's batch sizes are stated: global (people's way: "5x256, then 85x1024 on 8 GPUs"), or per GPU.
+    # A global one is stored per GPU, with its global size beside it, and this set to per_gpu.
+    schedule_batch: Literal["global", "per_gpu"] = "global"
     # The input pipeline: None, as before, is images ready in memory.
     input: InputSpec | None = None
     # Questions the answer decides besides the fastest and the cheapest (worker/decisions.py).
@@ -218,6 +225,8 @@ class JobRequest(BaseModel):
 
         It was validated once, at the door: a limit lowered since must not fail a job already accepted.
         """
+        if data.get("schedule") and "schedule_batch" not in data:
+            data = {**data, "schedule_batch": "per_gpu"}  # stored before schedules were stated in global batches
         return cls.model_validate(data, context={_STORED: True})
 
     @model_validator(mode="after")
@@ -243,6 +252,7 @@ class JobRequest(BaseModel):
             self._sizes = self._with_phases(_sorted_sizes(self.batch_sizes, at_most=None))
             return self
         settings = get_settings()
+        self._global_phases()
         # Capped before materialising, so a huge range cannot exhaust memory (it is refused just below).
         sizes = self._sizes = self._with_phases(_sorted_sizes(self.batch_sizes, at_most=settings.max_batch_sizes))
         if not sizes:
@@ -281,6 +291,36 @@ class JobRequest(BaseModel):
                 " batch sizes (a range with a step) or split the job"
             )
         return self
+
+    def _global_phases(self) -> None:
+        """Phases stated in global batches made per GPU (their GPU and node counts fixed), epochs made to agree."""
+        if not self.schedule:
+            return
+        total = sum(phase.epochs for phase in self.schedule)
+        if "epochs" in self.model_fields_set and total != self.epochs:
+            raise ValueError(
+                f"the schedule's phases take {total} epochs but epochs is {self.epochs}: make them agree, or omit "
+                "epochs (the schedule's are used)"
+            )
+        self.epochs = total
+        if self.schedule_batch != "global":
+            return
+        job_gpus = max(self.gpus) if isinstance(self.gpus, list) else self.gpus
+        for i, phase in enumerate(self.schedule):
+            gpus, nodes = phase.gpus or job_gpus, phase.nodes or max(self.node_counts())
+            if gpus is None:
+                raise ValueError(
+                    f"schedule[{i}]: a global batch of {phase.batch_size} needs a GPU count to split over: give gpus "
+                    "(the job's or the phase's), or state per-GPU batches with schedule_batch 'per_gpu'"
+                )
+            if phase.batch_size % (gpus * nodes):
+                raise ValueError(
+                    f"schedule[{i}]: a global batch of {phase.batch_size} does not split evenly over {gpus} GPUs x "
+                    f"{nodes} machines"
+                )
+            phase.global_batch_size = phase.batch_size
+            phase.batch_size, phase.gpus, phase.nodes = phase.batch_size // (gpus * nodes), gpus, nodes
+        self.schedule_batch = "per_gpu"
 
     def _with_phases(self, sizes: list[int]) -> list[int]:
         """The batch sizes with every phase's (a schedule is priced from the job's own points)."""

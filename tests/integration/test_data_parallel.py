@@ -68,7 +68,7 @@ def test_a_two_phase_schedule_is_priced_beside_the_best_constant_batch(clean_db:
     over the same epochs is shown with the ratio."""
     schedule = [{"epochs": 5, "batch_size": 32}, {"epochs": 85, "batch_size": 1024, "nodes": 4}]
     job = run(cnns=["resnet50"], machines=[P5], batch_sizes=[32, 256], image_size=224, nodes=[1, 4],
-              precision="amp_bf16", schedule=schedule)  # fmt: skip
+              precision="amp_bf16", schedule=schedule, schedule_batch="per_gpu")  # fmt: skip
     points = points_of(job)
     assert sorted({p["batch_size"] for p in points}) == [32, 256, 1024]
     [priced] = job["result"]["schedules"]
@@ -129,8 +129,19 @@ def test_a_type_with_no_published_network_clusters_at_the_jobs_figure(api_only: 
         ({"machines": [P5], "schedule": []}, "schedule"),
         ({"machines": [P5], "schedule": [{"epochs": 0, "batch_size": 32}]}, "epochs"),
         ({"machines": [P5], "schedule": [{"epochs": 5, "batch_size": 32, "gpus": 4}]}, "give the job's gpus"),
+        ({"machines": [P5], "schedule": [{"epochs": 90, "batch_size": 256}]}, "needs a GPU count to split over"),
+        ({"machines": [P5], "gpus": 8, "schedule": [{"epochs": 90, "batch_size": 100}]}, "does not split evenly"),
         (
-            {"machines": [P5], "nodes": [1, 2], "schedule": [{"epochs": 5, "batch_size": 32, "nodes": 4}]},
+            {"machines": [P5], "gpus": 8, "epochs": 90, "schedule": [{"epochs": 100, "batch_size": 256}]},
+            "take 100 epochs but epochs is 90",
+        ),
+        (
+            {
+                "machines": [P5],
+                "nodes": [1, 2],
+                "schedule": [{"epochs": 5, "batch_size": 32, "nodes": 4}],
+                "schedule_batch": "per_gpu",
+            },
             "nodes 4 is not among the job's nodes",
         ),
     ],
@@ -148,12 +159,15 @@ def test_cli_compares_layouts_and_prices_a_schedule(no_agent: Stack, clean_db: N
     naming the layout, the schedule beside the best constant batch; more GPUs than the type has, or
     --internode-gbps with one machine: one line, exit 1."""
     out = cli(no_agent, "predict", "resnet50", "--machine", P5, "--batch-sizes", "32,256", "--nodes", "1,4",
-              "--schedule", "5x32,85x256::4")  # fmt: skip
+              "--gpus", "8", "--schedule", "5x1024::4,85x8192::4")  # fmt: skip
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert "gpus x nodes (global batch)" in lines[0] and any("8 x 4 (1024)" in line for line in lines)
     assert any(line.startswith(f"resnet50 on {P5}: fastest at batch") and "GPUs x 4 nodes" in line for line in lines)
-    [schedule] = [line for line in lines if "schedule 5 epochs at 32 (8 GPUs x 4) then 85 epochs at 256" in line]
+    assert "epochs 90" not in out.stdout  # the schedule's 90 epochs are the job's
+    phases = ("schedule 5 epochs at global batch 1024 (32 per GPU on 8 GPUs x 4) then 85 epochs at global batch 8192 "
+              "(256 per GPU on 8 GPUs x 4)")  # fmt: skip
+    [schedule] = [line for line in lines if phases in line]
     assert "best constant batch" in schedule
     bad = cli(no_agent, "predict", "resnet50", "--machine", P5, "--batch-sizes", "32", "--gpus", "16")
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "have fewer" in bad.stderr, bad.stderr
@@ -200,3 +214,19 @@ def test_the_decision_names_one_winner_across_machines_and_layouts(no_agent: Sta
     lines = out.stdout.splitlines()
     assert any(line.startswith("fastest for resnet50: ") and "per GPU" in line for line in lines), out.stdout
     assert any(line.startswith("fastest within the budget for resnet50: nothing stays within $1.00") for line in lines)
+
+
+def test_a_schedule_in_global_batches_as_people_state_them(clean_db: None) -> None:
+    """5 epochs at 256 then 85 at 1024 on 8 GPUs: per GPU 32 and 128 (not 256 and 1,024 per GPU, which would not fit);
+    the job's epochs are the schedule's; the stored request says both figures."""
+    job = run(cnns=["resnet50"], machines=[P5], batch_sizes=[64], image_size=224, gpus=8, precision="amp_bf16",
+              schedule=[{"epochs": 5, "batch_size": 256}, {"epochs": 85, "batch_size": 1024}])  # fmt: skip
+    [priced] = job["result"]["schedules"]
+    assert [(p["batch_size"], p["gpus"], p["nodes"]) for p in priced["phases"]] == [(32, 8, 1), (128, 8, 1)]
+    assert priced["missing"] is None and priced["epochs"] == 90 == job["request"]["epochs"]
+    stored = job["request"]["schedule"]
+    assert [(p["batch_size"], p["global_batch_size"]) for p in stored] == [(32, 256), (128, 1024)]
+    assert job["request"]["schedule_batch"] == "per_gpu"
+    shorter = run(cnns=["resnet50"], machines=[P5], batch_sizes=[64], image_size=224, gpus=8,
+                  schedule=[{"epochs": 10, "batch_size": 512}])  # fmt: skip
+    assert shorter["request"]["epochs"] == 10 and shorter["result"]["schedules"][0]["epochs"] == 10

@@ -840,6 +840,30 @@ def test_gpu_and_node_counts_are_compared_and_plotted(page: Page) -> None:
     page.open()  # the other tests start from the default form
 
 
+def test_a_schedule_in_global_batches_from_the_page(page: Page) -> None:
+    """5x256,85x1024 on 8 GPUs of a p5: sent as global batches, stored per GPU (32 and 128), 90 epochs from the
+    schedule, said in a note, and back in the form from the job."""
+    page.open()
+    page.choose("cnn-picker", "resnet50")
+    page.choose("machine-picker", "p5.48xlarge")
+    page.type_into("#batch-list", "64")
+    page.type_into("#gpus", "8")
+    page.type_into("#epochs", "10")  # the schedule's epochs replace it
+    page.type_into("#schedule", "5x256,85x1024")
+    assert page.search(timeout=120) == "done", page.find("#error").text
+    job = job_of(page)
+    assert [(p["batch_size"], p["global_batch_size"]) for p in job["request"]["schedule"]] == [(32, 256), (128, 1024)]
+    assert job["request"]["epochs"] == 90
+    notes = [n for n in page.find("#notes").text.splitlines() if n.startswith("Schedule for resnet50")]
+    assert len(notes) == 1 and "global batch 1024 (128 per GPU on 8 GPUs × 1)" in notes[0], notes
+    page.open(f"?job={job['id']}")
+    wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
+    assert page.find("#schedule").get_attribute("value") == "5x256,85x1024"
+    page.type_into("#schedule", "5by32")
+    assert page.search(timeout=10) == "error" and "EPOCHSxBATCH" in page.find("#error").text
+    page.open()
+
+
 def test_images_over_a_network_are_sent_and_an_input_bound_point_says_so(page: Page) -> None:
     """JPEGs over a 0.25 Gbit/s link to a p4d: the form sends the input, the hover says the point is input-bound and
     the echo factor that hides it, and the form comes back from the job."""
