@@ -41,12 +41,14 @@ def decide(per_machine: list[tuple[str, list[PointDict], float | None]], request
     out = []
     for cnn in dict.fromkeys(c for c, _, _ in per_machine):
         mine = [(points, cap) for c, points, cap in per_machine if c == cnn]
-        roomy, tight = _options(mine, roomy=True), _options(mine, roomy=False)
+        roomy, tight = _layouts(mine, roomy=True), _layouts(mine, roomy=False)
         for question in QUESTIONS:
             limit = _limit(question, request)
             if limit is None and question not in ("fastest", "cheapest"):
                 continue
-            out.append(_decision(cnn, question, roomy, tight, limit))
+            best = _best(roomy, question, limit)
+            unbound = best if limit is None else _best(roomy, "fastest" if "deadline" in question else "cheapest", None)
+            out.append(_decision(cnn, question, best, _best(tight, question, limit), limit, unbound))
     return out
 
 
@@ -59,20 +61,39 @@ def _limit(question: str, request: JobRequest) -> float | None:
     return None
 
 
-def _options(mine: list[tuple[list[PointDict], float | None]], *, roomy: bool) -> list[dict[str, Any]]:
-    """Every usable point as an option; roomy: only those leaving the headroom, where a machine type has any."""
-    found = []
+Layouts = list[tuple[list[Any], float | None]]  # each layout's usable points, and the memory they are judged by
+
+
+def _layouts(mine: list[tuple[list[PointDict], float | None]], *, roomy: bool) -> Layouts:
+    """Every (machine type, GPUs, nodes) layout's usable points; roomy: only those leaving the headroom, where a
+    machine type has any."""
+    found: Layouts = []
     for points, cap in mine:
         usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
         if roomy:
             spacious = [p for p in usable if (h := headroom_pct(p, cap)) is None or h >= MIN_HEADROOM_PCT]
             usable = spacious or usable
-        found += [option(p, cap) for p in usable]
+        by_layout: dict[tuple[int, int], list[Any]] = {}
+        for p in usable:
+            by_layout.setdefault((p.get("gpus_used", 1), p.get("nodes", 1)), []).append(p)
+        found += [(group, cap) for group in by_layout.values()]
     return found
 
 
-def _within(options: list[dict[str, Any]], question: str, limit: float | None) -> list[dict[str, Any]]:
-    """The options a question may choose from (those within its deadline or budget)."""
+def _best(layouts: Layouts, question: str, limit: float | None) -> list[dict[str, Any]]:
+    """Each layout's best point for the question (within its deadline or budget) as an option: a large job's tens
+    of thousands of points become a few hundred options."""
+    _figure, key = RANK[question]
+    out = []
+    for group, cap in layouts:
+        within = _within(group, question, limit)
+        if within:
+            out.append(option(min(within, key=key), cap))
+    return out
+
+
+def _within(options: list[Any], question: str, limit: float | None) -> list[Any]:
+    """The points or options a question may choose from (those within its deadline or budget)."""
     if question == "cheapest_within_deadline":
         return [o for o in options if limit is not None and o["total_seconds"] <= limit]
     if question == "fastest_within_budget":
@@ -81,17 +102,17 @@ def _within(options: list[dict[str, Any]], question: str, limit: float | None) -
 
 
 def _decision(cnn: str, question: str, roomy: list[dict[str, Any]], tight: list[dict[str, Any]],
-              limit: float | None) -> dict[str, Any]:  # fmt: skip
+              limit: float | None, everything: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
     figure, key = RANK[question]
-    ranked = sorted(_within(roomy, question, limit), key=key)
+    ranked = sorted(roomy, key=key)
     decision: dict[str, Any] = {"cnn": cnn, "question": question, "winner": None, "reasons": [], "runners_up": []}
     if not ranked:
-        decision["reasons"].append(_none_within(question, roomy, limit))
+        decision["reasons"].append(_none_within(question, everything, limit))
         return decision
     winner = ranked[0]
     decision["winner"] = winner
     reasons: list[str] = [_layout(winner)]
-    closest = min(_within(tight, question, limit), key=key)
+    closest = min(tight, key=key)
     if key(closest) < key(winner):
         reasons.append(
             f"batch {closest['batch_size']} on {closest['machine']} would be {_figure(figure, closest[figure])} but "
