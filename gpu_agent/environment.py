@@ -99,7 +99,7 @@ def local_device(dev: torch.device) -> LocalDevice:
 def environment_id(dev_str: str) -> int:
     """Store this process's environment (once) and return its id."""
     details = describe(torch.device(dev_str))
-    return environments.store(digest=environments.digest(details), details=details)
+    return environments.store(details=details)
 
 
 def _cpu_model() -> str:

@@ -65,15 +65,8 @@ def largest(*, machine_types: list[str], backend: str = "nccl") -> dict[tuple[st
 # Bundles (shared/measurements/bundle.py): all-reduce timings of machine types, oldest first; stored elsewhere
 # with ids mapped to that installation's own, each once.
 BUNDLE_COLUMNS = (
-    "machine_type",
-    "environment_id",
-    "backend",
-    "gpus",
-    "bytes",
-    "ms",
-    "stats",
-    "measured_at",
-)
+    "machine_type", "environment_id", "backend", "gpus", "bytes", "ms", "stats", "measured_at"
+)  # fmt: skip
 EXPORT_ALLREDUCE_TIMINGS = f"""
 SELECT {", ".join(BUNDLE_COLUMNS)} FROM allreduce_timings WHERE machine_type = ANY(%s) ORDER BY id"""
 IMPORT_ALLREDUCE_TIMINGS = f"""

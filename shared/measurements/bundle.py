@@ -270,20 +270,9 @@ class ImportReport(BaseModel):
 KEYS: dict[str, tuple[str, ...]] = {
     "layer": ("signature", "machine_type", "batch_size", "precision", "channels_last", "environment"),
     "op": ("signature", "machine_type", "batch_size", "variant", "environment"),
-    "step": (
-        "cnn_name",
-        "machine_type",
-        "batch_size",
-        "image_size",
-        "optimizer",
-        "momentum",
-        "weight_decay",
-        "precision",
-        "channels_last",
-        "cudnn_benchmark",
-        "environment",
-    ),  # fmt: skip
+    "step": ("cnn_name", "machine_type", "batch_size", "image_size", "optimizer", "momentum", "weight_decay",
+             "precision", "channels_last", "cudnn_benchmark", "environment"),
     "input_rate": ("machine_type", "environment", "pipeline"),
     "allreduce": ("machine_type", "environment", "backend", "gpus", "bytes"),
-}
+}  # fmt: skip
 OWNERS = {"layer": layers, "op": ops, "step": steps, "input_rate": inputs, "allreduce": allreduce}

@@ -19,16 +19,10 @@ SELECT_ENVIRONMENT = "SELECT id FROM environments WHERE hash = %s"
 SELECT_DETAILS = "SELECT id, details FROM environments WHERE id = ANY(%s)"
 
 
-def store(*, digest: str, details: dict[str, Any]) -> int:
-    """Store an environment once by its hash and return its id."""
+def store(*, details: dict[str, Any]) -> int:
+    """Store an environment once by the hash of its details and return its id."""
     with transaction() as cur:
-        cur.execute(INSERT_ENVIRONMENT, (digest, Json(details)))
-        inserted = cur.fetchone()
-        if inserted is not None:
-            return int(inserted["id"])
-        # Stored before (or by a concurrent agent): a new statement sees the committed row.
-        cur.execute(SELECT_ENVIRONMENT, (digest,))
-        return int(one(cur)["id"])
+        return ensure(cur, details=details)
 
 
 def details(cur: Cursor, *, ids: list[int]) -> dict[int, dict[str, Any]]:
@@ -86,5 +80,6 @@ def ensure(cur: Cursor, *, details: dict[str, Any]) -> int:
     inserted = cur.fetchone()
     if inserted is not None:
         return int(inserted["id"])
+    # Stored before (or by a concurrent agent, whose row this statement now sees): read its id.
     cur.execute(SELECT_ENVIRONMENT, (key,))
     return int(one(cur)["id"])

@@ -71,17 +71,9 @@ def newest(*, pipeline: str = PIPELINE) -> dict[str, InputRate]:
 # Bundles (shared/measurements/bundle.py): input-pipeline rates of machine types, oldest first; stored elsewhere
 # with ids mapped to that installation's own, each once.
 BUNDLE_COLUMNS = (
-    "machine_type",
-    "environment_id",
-    "pipeline",
-    "host_cpus",
-    "decode_ms",
-    "augment_ms",
-    "images_per_s_all",
-    "jpeg_kb",
-    "stats",
-    "measured_at",
-)
+    "machine_type", "environment_id", "pipeline", "host_cpus", "decode_ms", "augment_ms", "images_per_s_all",
+    "jpeg_kb", "stats", "measured_at"
+)  # fmt: skip
 EXPORT_INPUT_RATES = f"""
 SELECT {", ".join(BUNDLE_COLUMNS)} FROM input_rates WHERE machine_type = ANY(%s) ORDER BY id"""
 IMPORT_INPUT_RATES = f"""

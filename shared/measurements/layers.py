@@ -433,19 +433,9 @@ def count_by_environment(
 # Bundles (shared/measurements/bundle.py): conv layer timings of machine types, oldest first; stored elsewhere
 # with ids mapped to that installation's own, each once.
 BUNDLE_COLUMNS = (
-    "signature_id",
-    "machine_type",
-    "batch_size",
-    "precision",
-    "channels_last",
-    "environment_id",
-    "oom",
-    "forward_ms",
-    "backward_data_ms",
-    "backward_weight_ms",
-    "stats",
-    "measured_at",
-)
+    "signature_id", "machine_type", "batch_size", "precision", "channels_last", "environment_id", "oom",
+    "forward_ms", "backward_data_ms", "backward_weight_ms", "stats", "measured_at"
+)  # fmt: skip
 EXPORT_LAYER_BENCHMARKS = f"""
 SELECT {", ".join(BUNDLE_COLUMNS)} FROM layer_benchmarks WHERE machine_type = ANY(%s) ORDER BY id"""
 IMPORT_LAYER_BENCHMARKS = f"""

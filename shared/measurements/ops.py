@@ -311,17 +311,9 @@ def count_by_environment(
 # Bundles (shared/measurements/bundle.py): op and optimizer timings of machine types, oldest first; stored elsewhere
 # with ids mapped to that installation's own, each once.
 BUNDLE_COLUMNS = (
-    "op_signature_id",
-    "machine_type",
-    "batch_size",
-    "variant",
-    "environment_id",
-    "oom",
-    "forward_ms",
-    "backward_ms",
-    "stats",
-    "measured_at",
-)
+    "op_signature_id", "machine_type", "batch_size", "variant", "environment_id", "oom", "forward_ms",
+    "backward_ms", "stats", "measured_at"
+)  # fmt: skip
 EXPORT_OP_BENCHMARKS = f"""
 SELECT {", ".join(BUNDLE_COLUMNS)} FROM op_benchmarks WHERE machine_type = ANY(%s) ORDER BY id"""
 IMPORT_OP_BENCHMARKS = f"""

@@ -165,23 +165,10 @@ def measured_types(*, other_than: str) -> list[str]:
 # Bundles (shared/measurements/bundle.py): whole steps of machine types, oldest first; stored elsewhere
 # with ids mapped to that installation's own, each once.
 BUNDLE_COLUMNS = (
-    "cnn_name",
-    "machine_type",
-    "batch_size",
-    "image_size",
-    "optimizer",
-    "momentum",
-    "weight_decay",
-    "precision",
-    "channels_last",
-    "cudnn_benchmark",
-    "environment_id",
-    "oom",
-    "step_ms",
-    "peak_memory_bytes",
-    "stats",
-    "measured_at",
-)
+    "cnn_name", "machine_type", "batch_size", "image_size", "optimizer", "momentum", "weight_decay", "precision",
+    "channels_last", "cudnn_benchmark", "environment_id", "oom", "step_ms", "peak_memory_bytes", "stats",
+    "measured_at"
+)  # fmt: skip
 EXPORT_STEP_MEASUREMENTS = f"""
 SELECT {", ".join(BUNDLE_COLUMNS)} FROM step_measurements WHERE machine_type = ANY(%s) ORDER BY id"""
 IMPORT_STEP_MEASUREMENTS = f"""

@@ -61,7 +61,7 @@ def test_key_rows_have_their_declared_keys(clean_db: None) -> None:
 
 def test_agent_and_timing_rows_have_their_declared_keys(clean_db: None) -> None:
     """AgentListed, LayerTiming / LayerPhases and OpTiming / OpPhases match what their readers return."""
-    env = environments.store(digest=f"typed-{uuid.uuid4()}", details={"device": "cpu"})
+    env = environments.store(details={"device": "cpu", "run": str(uuid.uuid4())})
     agents.beat(
         agent_id=uuid.uuid4(), machine_type="local", host="h", pid=1, device="cpu", environment_id=env,
         started_at=datetime.now(UTC), instance_id=None,
@@ -98,7 +98,7 @@ def test_agent_and_timing_rows_have_their_declared_keys(clean_db: None) -> None:
 
 def test_step_rows_have_their_declared_keys(clean_db: None) -> None:
     """MeasuredStep and StepFailure are what steps.measured and steps.failures return."""
-    env = environments.store(digest=f"typed-{uuid.uuid4()}", details={"device": "cpu"})
+    env = environments.store(details={"device": "cpu", "run": str(uuid.uuid4())})
     layers.register_builtin(name="resnet18", image_size=32)  # a step names a registered CNN
     config = TrainConfig()
     unit: dict[str, Any] = {"cnn": "resnet18", "machine_type": "local", "image_size": 32, "config": config}
