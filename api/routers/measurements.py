@@ -18,6 +18,10 @@ from shared.measurements import transfer
 from shared.measurements.bundle import ImportReport
 
 router = APIRouter(route_class=ParsedOffLoop, prefix="/v1/measurements", tags=["measurements"])
+# A bundle is checked whole in the API's memory before one row is stored: these bound it to ~100 MB there (a full
+# GPU calibration is some tens of thousands of lines); the CLI takes bundles up to transfer's own limits.
+API_MAX_LINES = 100_000
+API_MAX_BYTES = 32 * 2**20
 GZIP = "application/gzip"
 MachineTypes = Annotated[list[str], Query(min_length=1, max_length=64, alias="machine_type")]
 Renames = Annotated[list[str], Query(max_length=64, alias="as", description="OLD=NEW: store OLD's rows as NEW")]
@@ -47,7 +51,7 @@ async def import_bundle(request: Request, principal: Admin, rename: Renames = []
     pairs = dict(p.partition("=")[::2] for p in rename)
     if any(not old or not new for old, new in pairs.items()):
         raise InvalidRequest("as: give OLD=NEW, e.g. as=local=lab-a100")
-    limit = get_settings().max_upload_bytes
+    limit = min(get_settings().max_upload_bytes, API_MAX_BYTES)
     body = io.BytesIO()
     async for chunk in request.stream():
         if body.tell() + len(chunk) > limit:
@@ -61,4 +65,5 @@ async def import_bundle(request: Request, principal: Admin, rename: Renames = []
 
 
 def _import(body: io.BytesIO, rename: dict[str, str], owner: str | None) -> ImportReport:
-    return transfer.load(bundle=transfer.read(body), rename=rename, owner=owner)
+    bundle = transfer.read(body, max_lines=API_MAX_LINES, max_compressed=API_MAX_BYTES)
+    return transfer.load(bundle=bundle, rename=rename, owner=owner)

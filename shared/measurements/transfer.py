@@ -91,11 +91,11 @@ class _Counted:
         return data
 
 
-def _lines(raw: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+def _lines(raw: IO[bytes], max_compressed: int) -> Iterator[tuple[int, bytes]]:
     """(line number, line) of a gzip stream, within the size bounds; a cut or foreign file is a clear error."""
     total = 0
     try:
-        with gzip.GzipFile(fileobj=_Counted(raw, MAX_COMPRESSED_BYTES), mode="rb") as gz:  # type: ignore[call-overload]
+        with gzip.GzipFile(fileobj=_Counted(raw, max_compressed), mode="rb") as gz:  # type: ignore[call-overload]
             number = 0
             while line := gz.readline(MAX_LINE_BYTES + 1):
                 number += 1
@@ -138,8 +138,11 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}" if where else err["msg"]
 
 
-def read(raw: IO[bytes]) -> Bundle:
-    """A bundle read and checked whole (hashes, references, duplicates) before anything is stored."""
+def read(raw: IO[bytes], *, max_lines: int | None = None, max_compressed: int | None = None) -> Bundle:
+    """A bundle read and checked whole (hashes, references, duplicates) before anything is stored; the limits
+    default to MAX_ROWS and MAX_COMPRESSED_BYTES (the API's are lower: the whole bundle is held while checked)."""
+    max_lines = MAX_ROWS if max_lines is None else max_lines
+    max_compressed = MAX_COMPRESSED_BYTES if max_compressed is None else max_compressed
     header: Header | None = None
     end: End | None = None
     envs: dict[str, Environment] = {}
@@ -148,15 +151,17 @@ def read(raw: IO[bytes]) -> Bundle:
     rows: dict[str, list[Any]] = {kind: [] for kind in ROW_KINDS}
     seen: dict[str, set[tuple[Any, ...]]] = {kind: set() for kind in ROW_KINDS}
     count = 0
-    for number, line in _lines(raw):
+    for number, line in _lines(raw, max_compressed):
         if header is None:
             header = _header(number, line)
             continue
         if end is not None:
             raise InvalidRequest(f"line {number}: lines after the end line")
         count += 1
-        if count > MAX_ROWS:
-            raise PayloadTooLarge(f"bundle of more than {MAX_ROWS:,} lines")
+        if count > max_lines:
+            raise PayloadTooLarge(
+                f"bundle of more than {max_lines:,} lines (`traincast measurements import` takes up to {MAX_ROWS:,})"
+            )
         try:
             record = RECORD.validate_json(line)
             if isinstance(record, ConvSignatureLine | OpSignatureLine):

@@ -108,3 +108,10 @@ def test_a_bundle_over_the_compressed_limit_is_refused(monkeypatch: pytest.Monke
     monkeypatch.setattr(transfer, "MAX_BYTES", 1000)
     with pytest.raises(PayloadTooLarge, match="uncompressed"):
         transfer.read(packed(lines()))
+
+
+def test_a_caller_may_lower_the_line_limit() -> None:
+    """The API holds a bundle whole while it checks it: it reads with a lower line limit, and says so."""
+    with pytest.raises(PayloadTooLarge, match="more than 4 lines"):
+        transfer.read(packed(lines()), max_lines=4)
+    assert len(transfer.read(packed(lines()), max_lines=6).rows["op"]) == 1
