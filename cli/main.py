@@ -89,7 +89,9 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
         body["nodes"] = _counts(args.nodes, "--nodes")
     if args.internode_gbps is not None:
         body["internode_gbps"] = args.internode_gbps
-    for name in ("deadline_hours", "budget_usd"):
+    if args.allreduce != "nccl":
+        body["allreduce"] = args.allreduce
+    for name in ("deadline_hours", "budget_usd", "torus_x"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
     if args.schedule:
@@ -408,6 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--schedule-per-gpu", action="store_true", help="--schedule's batch sizes are per GPU")
     pr.add_argument("--nodes", default=None, help="machines of the type trained together; 1,2,4 compares (default 1)")
+    pr.add_argument(
+        "--allreduce", choices=["nccl", "hierarchical", "torus_2d"], default="nccl",
+        help="the gradient all-reduce: NCCL's ring or tree, hierarchical, or a 2D torus (--torus-x)",
+    )  # fmt: skip
+    pr.add_argument("--torus-x", type=int, default=None, help="--allreduce torus_2d: GPUs along X (whole machines)")
     pr.add_argument("--deadline-hours", type=float, default=None, help="decide also the cheapest within this time")
     pr.add_argument("--budget-usd", type=float, default=None, help="decide also the fastest within this cost")
     pr.add_argument(

@@ -106,6 +106,9 @@ def result(job: dict[str, Any]) -> str:
             out.append(f"{b['cnn']} on {b['machine']}: no usable batch size{fits}")
     for sched in res.get("schedules") or []:
         out.append(_schedule_line(sched))
+    algorithms = sorted({p["allreduce_algorithm"] for p in res["predictions"] if p.get("allreduce_algorithm")})
+    if algorithms:
+        out.append(f"all-reduce assumed: {', '.join(algorithms)}")
     given = (job.get("request") or {}).get("internode_gbps")
     networks = {p["machine"]: p["internode_gbps"] for p in res["predictions"] if p.get("internode_gbps") is not None}
     for machine_type, gbps in networks.items():

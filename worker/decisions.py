@@ -24,8 +24,9 @@ RANK: dict[str, tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]] = {
     "cheapest_within_deadline": ("cost_usd", lambda o: (o["cost_usd"], o["total_seconds"], o["batch_size"])),
     "fastest_within_budget": ("total_seconds", lambda o: (o["total_seconds"], o["cost_usd"], o["batch_size"])),
 }
-FIELDS = ("batch_size", "global_batch_size", "source", "total_seconds", "total_seconds_p10", "total_seconds_p90",
-          "cost_usd", "cost_usd_p10", "cost_usd_p90", "spot_cost_usd", "input_bound", "input_limit")  # fmt: skip
+FIELDS = ("batch_size", "global_batch_size", "allreduce_algorithm", "source", "total_seconds", "total_seconds_p10",
+          "total_seconds_p90", "cost_usd", "cost_usd_p10", "cost_usd_p90", "spot_cost_usd", "input_bound",
+          "input_limit")  # fmt: skip
 
 
 def option(point: PointDict, capacity_gib: float | None) -> dict[str, Any]:
@@ -148,7 +149,9 @@ def _layout(o: dict[str, Any]) -> str:
         return f"batch {o['batch_size']} on one GPU of {o['machine']}"
     machines = f"{o['nodes']} machines" if o["nodes"] > 1 else "one machine"
     total = o.get("global_batch_size") or o["batch_size"] * o["gpus"] * o["nodes"]
-    return f"{o['gpus']} GPUs x {machines} of {o['machine']}, batch {o['batch_size']} per GPU ({total:,} in all)"
+    algorithm = f", all-reduce {o['allreduce_algorithm']}" if o.get("allreduce_algorithm") else ""
+    return (f"{o['gpus']} GPUs x {machines} of {o['machine']}, batch {o['batch_size']} per GPU ({total:,} in all"
+            f"{algorithm})")  # fmt: skip
 
 
 def _input_reason(o: dict[str, Any]) -> str:

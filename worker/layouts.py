@@ -72,10 +72,16 @@ def spread(
             compute = np.array([iteration_ms(p) for p in timed])
             total, exposed = parallel.exposed_many(
                 compute[:, 1], backward_fraction=BACKWARD_FRACTION, gpus_per_node=gpus, nodes=nodes, links=links_here,
-                gradient_bytes=parameters * GRADIENT_BYTES_PER_PARAMETER,
+                gradient_bytes=parameters * GRADIENT_BYTES_PER_PARAMETER, algorithm=request.allreduce,
+                grid_x=request.torus_x,
+            )  # fmt: skip
+            _ms, algorithm = parallel.allreduce_ms(
+                parallel.BUCKET_BYTES, gpus_per_node=gpus, nodes=nodes, links=links_here, algorithm=request.allreduce,
+                grid_x=request.torus_x,
             )  # fmt: skip
             for point, late, median in zip(timed, exposed.tolist(), compute[:, 1].tolist(), strict=True):
                 point["allreduce_ms"] = round(total, 3)
+                point["allreduce_algorithm"] = algorithm
                 point["exposed_allreduce_ms"] = round(late, 3)
                 point["scaling_efficiency"] = round(median / (median + late), 4)
             fill_many(timed, compute + exposed[:, None], info, request)

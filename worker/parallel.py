@@ -18,6 +18,14 @@ its all-reduce is always exposed. DDP puts 1 MiB in its first bucket and leaves 
 remainder is the first bucket and every later one is full: the last bucket is then never smaller than DDP's (the worse
 case), and a bigger gradient never gives a shorter step.
 
+Other algorithms, as a job may ask (`allreduce`): "hierarchical" reduce-scatters within each machine over its GPU
+links, all-reduces each GPU's shard across machines (a machine's NICs carry 2(n-1)/n x bytes), then all-gathers
+within the machine, one phase after another; "torus_2d" (Mikami et al. 2018, arXiv:1811.05233) lays the GPUs out as
+an X x Y grid, reduce-scatters along X, all-reduces each shard along Y and all-gathers along X. X is a whole number of
+machines' GPUs (the machine's by default: then it is "hierarchical" with the same links); when X spans machines its
+rings cross each machine's network once, and the Y rings of a machine's GPUs share its NICs. Both cost fewer latency
+steps than one ring over every GPU, and the slowest link of each phase sets its pace.
+
 Not modelled: NCCL's LL/LL128 protocols (they matter below ~1 MB, DDP buckets are larger), NVLink SHARP (NVLS),
 communication slowing the compute it overlaps, stragglers and input pipelines that make replicas wait for each other.
 """
@@ -106,11 +114,31 @@ def bus_bandwidth(*, gpus_per_node: int, nodes: int, links: LinkFigures) -> tupl
     return (intra, "intra") if intra <= network else (network, "network")
 
 
-def allreduce_ms(nbytes: float, *, gpus_per_node: int, nodes: int, links: LinkFigures) -> tuple[float, str]:
-    """Time (ms) of one all-reduce of `nbytes` and the algorithm NCCL's model would pick (ring or tree)."""
+ALGORITHMS = ("nccl", "hierarchical", "torus_2d")
+
+
+def torus_x(gpus_per_node: int, nodes: int, wanted: int | None) -> int:
+    """The grid's X for a layout: the wanted one where it is whole machines' GPUs dividing the layout, else the
+    machine's GPUs."""
+    ranks = gpus_per_node * nodes
+    if wanted and wanted % gpus_per_node == 0 and ranks % wanted == 0:
+        return wanted
+    return gpus_per_node
+
+
+def allreduce_ms(
+    nbytes: float, *, gpus_per_node: int, nodes: int, links: LinkFigures, algorithm: str = "nccl",
+    grid_x: int | None = None,
+) -> tuple[float, str]:  # fmt: skip
+    """Time (ms) of one all-reduce of `nbytes` and the algorithm run: NCCL's pick (ring or tree), or the
+    hierarchical or 2D-torus one asked (grid_x: the torus's X, whole machines' GPUs)."""
     ranks = gpus_per_node * nodes
     if ranks == 1 or nbytes <= 0:
         return 0.0, "none"
+    if algorithm in ("hierarchical", "torus_2d"):
+        x = torus_x(gpus_per_node, nodes, grid_x if algorithm == "torus_2d" else None)
+        label = "hierarchical" if algorithm == "hierarchical" else f"torus_2d {x}x{ranks // x}"
+        return _two_level(nbytes, x, gpus_per_node, nodes, links), label
     bus, _ = bus_bandwidth(gpus_per_node=gpus_per_node, nodes=nodes, links=links)
     intra_kind = "nvlink" if links.intra_link in ("nvlink", "nvswitch") else "pcie"
     intra_steps = 2 * (ranks - 1) - 2 * (nodes - 1)
@@ -127,6 +155,33 @@ def allreduce_ms(nbytes: float, *, gpus_per_node: int, nodes: int, links: LinkFi
     )
     tree = 2 * nbytes / (tree_bus * 1e6) + tree_us / 1000
     return (tree, "tree") if tree < ring else (ring, "ring")
+
+
+def _two_level(nbytes: float, x: int, gpus_per_node: int, nodes: int, links: LinkFigures) -> float:
+    """Reduce-scatter along X, all-reduce of each 1/X shard along Y, all-gather along X (ms)."""
+    y = gpus_per_node * nodes // x
+    intra = (links.intra_gbs or math.inf) if gpus_per_node > 1 else math.inf
+    if gpus_per_node > 1 and not links.intra_gbs:
+        raise ValueError(f"{gpus_per_node} GPUs per machine but no GPU-link bandwidth ({links.intra_link})")
+    network = math.inf
+    if nodes > 1:
+        if not links.network_gbps:
+            raise ValueError(f"{nodes} machines but no published network bandwidth")
+        network = links.network_gbps / 8 * NETWORK_EFFICIENCY
+    intra_kind = "nvlink" if links.intra_link in ("nvlink", "nvswitch") else "pcie"
+    # X within a machine runs on its GPU links; X across machines crosses each machine's network once per ring.
+    x_bus, x_step = (
+        (intra, RING_STEP_US[intra_kind]) if x <= gpus_per_node else (min(intra, network), RING_STEP_US["network"])
+    )
+    # Y rings join one GPU of each X group: across machines, a machine's GPUs' rings share its NICs.
+    y_bus = network / gpus_per_node if nodes > 1 else intra
+    y_step = RING_STEP_US["network"] if nodes > 1 else RING_STEP_US[intra_kind]
+    ms = 0.0
+    if x > 1:
+        ms += 2 * (x - 1) / x * nbytes / (x_bus * 1e6) + (RING_BASE_US + 2 * (x - 1) * x_step) / 1000
+    if y > 1:
+        ms += 2 * (y - 1) / y * (nbytes / x) / (y_bus * 1e6) + (RING_BASE_US + 2 * (y - 1) * y_step) / 1000
+    return ms
 
 
 def buckets(gradient_bytes: float, bucket_bytes: float = BUCKET_BYTES) -> list[float]:
@@ -176,6 +231,8 @@ def exposed_many(
     nodes: int,
     links: LinkFigures,
     bucket_bytes: float = BUCKET_BYTES,
+    algorithm: str = "nccl",
+    grid_x: int | None = None,
 ) -> tuple[float, np.ndarray]:
     """The all-reduce of many one-GPU steps of one CNN and layout at once: (allreduce_ms, exposed_ms per step).
 
@@ -184,7 +241,10 @@ def exposed_many(
     sizes = buckets(gradient_bytes, bucket_bytes) if gpus_per_node * nodes > 1 else []
     if not sizes:
         return 0.0, np.zeros_like(compute_ms, dtype=float)
-    costs = [allreduce_ms(size, gpus_per_node=gpus_per_node, nodes=nodes, links=links)[0] for size in sizes]
+    costs = [
+        allreduce_ms(size, gpus_per_node=gpus_per_node, nodes=nodes, links=links, algorithm=algorithm, grid_x=grid_x)[0]
+        for size in sizes
+    ]
     backward = np.asarray(compute_ms, dtype=float) * backward_fraction
     done = np.zeros_like(backward)
     produced = 0.0

@@ -58,6 +58,8 @@ function layoutSettings() {
     out[key] = parts.length === 1 ? Number(parts[0]) : parts.map(Number);
   }
   if ($("#internode-gbps").value.trim() !== "") out.internode_gbps = decimal("internode-gbps", "Between machines Gbit/s");
+  if ($("#allreduce").value !== "nccl") out.allreduce = $("#allreduce").value;
+  if ($("#torus-x").value.trim() !== "") out.torus_x = whole("torus-x", "Torus X");
   if ($("#deadline-hours").value.trim() !== "") out.deadline_hours = decimal("deadline-hours", "Deadline hours");
   const schedule = $("#schedule").value.trim();
   if (schedule !== "") {
@@ -132,6 +134,8 @@ export function fillForm(request) {
   $("#dataloader-workers").value = spec.dataloader_workers ?? "";
   $("#internode-gbps").value = request.internode_gbps ?? "";
   $("#deadline-hours").value = request.deadline_hours ?? "";
+  $("#allreduce").value = request.allreduce || "nccl";
+  $("#torus-x").value = request.torus_x ?? "";
   $("#schedule").value = (request.schedule || [])
     .map((p) => `${p.epochs}x${p.global_batch_size || p.batch_size * (p.gpus || 1) * (p.nodes || 1)}`).join(",");
   $("#budget-usd").value = request.budget_usd ?? "";

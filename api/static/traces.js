@@ -111,7 +111,8 @@ export function gpuTraces(cnns, machines, pairs, style, drawable, unit) {
         meta: { cnn, machine, role: "gpus" },
         text: chosen.map(([, p]) => `${cnn} on ${machine}: ${layoutOf(p)} at batch ${p.batch_size} per GPU`
           + ` (global ${p.global_batch_size})<br>${sig3(p.total_seconds / unit.seconds)} ${unit.name}, `
-          + `${money(p.cost_usd)}, scaling efficiency ${Math.round((p.scaling_efficiency ?? 1) * 100)}%${between(p)}`),
+          + `${money(p.cost_usd)}, scaling efficiency ${Math.round((p.scaling_efficiency ?? 1) * 100)}%${between(p)}`
+          + (p.allreduce_algorithm ? `<br>all-reduce: ${p.allreduce_algorithm}` : "")),
         hovertemplate: "%{text}<extra></extra>",
       });
     }
@@ -149,8 +150,9 @@ function gpuShare(p, machine) {
   if (!m || !(m.gpu_count > 1)) return "";
   const used = p.gpus_used || 1;
   const nodes = p.nodes > 1 ? ` on each of ${p.nodes} machines${between(p)}` : "";
+  const algorithm = p.allreduce_algorithm ? `, all-reduce ${p.allreduce_algorithm}` : "";
   const scaling = used * (p.nodes || 1) > 1 && typeof p.scaling_efficiency === "number"
-    ? `; global batch ${p.global_batch_size}, scaling efficiency ${Math.round(p.scaling_efficiency * 100)}%` : "";
+    ? `; global batch ${p.global_batch_size}, scaling efficiency ${Math.round(p.scaling_efficiency * 100)}%${algorithm}` : "";
   return `<br>on ${used} of its ${m.gpu_count} GPUs${nodes}; cost per GPU ${money(p.cost_per_gpu_usd)}${scaling}`;
 }
 

@@ -112,6 +112,11 @@ class Prediction(BaseModel):
     scaling_efficiency: float | None = Field(
         default=None, description="a GPU's throughput here over one GPU's alone at the same per-GPU batch"
     )
+    allreduce_algorithm: str | None = Field(
+        default=None,
+        description="several GPUs: the all-reduce assumed ('ring' or 'tree', NCCL's pick for a 25 MiB bucket; "
+        "'hierarchical'; 'torus_2d XxY')",
+    )
     allreduce_source: Literal["measured", "modelled"] | None = Field(
         default=None,
         description="several GPUs: 'measured' where the machine type's agent timed all-reduce over that many GPUs "
@@ -191,6 +196,7 @@ class PointDict(TypedDict, total=False):
     exposed_allreduce_ms: float | None
     scaling_efficiency: float | None
     allreduce_source: str | None
+    allreduce_algorithm: NotRequired[str | None]
     internode_gbps: float | None
     layer_environments: list[int]
     measured_on: list[str]
@@ -266,6 +272,7 @@ class Option(BaseModel):
     nodes: int
     batch_size: int = Field(description="per GPU")
     global_batch_size: int | None = None
+    allreduce_algorithm: str | None = None
     source: Source
     total_seconds: float
     total_seconds_p10: float | None = None

@@ -199,6 +199,15 @@ class JobRequest(BaseModel):
         default=1, description=NODES_HELP
     )
     internode_gbps: float | None = Field(default=None, ge=MIN_GBPS, le=MAX_GBPS, description=INTERNODE_HELP)
+    allreduce: Literal["nccl", "hierarchical", "torus_2d"] = Field(
+        default="nccl",
+        description="the gradient all-reduce: NCCL's own choice of ring or tree; hierarchical (within each machine, "
+        "then across machines, then within); or torus_2d (an X x Y grid, Mikami et al. 2018)",
+    )
+    torus_x: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="torus_2d: GPUs along X, whole machines' GPUs dividing the layout (default: one machine's GPUs)",
+    )  # fmt: skip
     # Batch-size control: phases run one after another; their time and cost are summed and shown beside
     # the best constant batch size over the same epochs.
     schedule: list[Phase] | None = Field(default=None, min_length=1, max_length=MAX_PHASES)
@@ -275,6 +284,8 @@ class JobRequest(BaseModel):
             self.nodes = sorted(set(self.nodes))
             if not self.nodes:
                 raise ValueError("nodes is an empty list; omit it for one machine")
+        if self.torus_x is not None and self.allreduce != "torus_2d":
+            raise ValueError("torus_x is the 2D-torus grid's X: it needs allreduce 'torus_2d'")
         if self.internode_gbps is not None and max(self.node_counts()) == 1:
             raise ValueError("internode_gbps is the bandwidth between machines: it needs nodes > 1")
         layouts = self.layout_count()

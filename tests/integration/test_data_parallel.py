@@ -230,3 +230,19 @@ def test_a_schedule_in_global_batches_as_people_state_them(clean_db: None) -> No
     shorter = run(cnns=["resnet50"], machines=[P5], batch_sizes=[64], image_size=224, gpus=8,
                   schedule=[{"epochs": 10, "batch_size": 512}])  # fmt: skip
     assert shorter["request"]["epochs"] == 10 and shorter["result"]["schedules"][0]["epochs"] == 10
+
+
+def test_the_all_reduce_algorithm_is_asked_and_said(clean_db: None) -> None:
+    """NCCL's pick, hierarchical and a 2D torus for 8 GPUs x 2 p5s: each point says which it assumed, one GPU none,
+    and the CLI says it too."""
+    common = {"cnns": ["resnet50"], "machines": [P5], "batch_sizes": [64], "image_size": 224, "nodes": [1, 2]}
+    found = {}
+    for asked in ({}, {"allreduce": "hierarchical"}, {"allreduce": "torus_2d", "torus_x": 16}):
+        points = {p["nodes"]: p for p in points_of(run(**common, **asked))}
+        found[asked.get("allreduce", "nccl")] = points
+    assert found["nccl"][2]["allreduce_algorithm"] in ("ring", "tree")
+    assert found["hierarchical"][2]["allreduce_algorithm"] == "hierarchical"
+    assert found["torus_2d"][2]["allreduce_algorithm"] == "torus_2d 16x1"
+    assert found["hierarchical"][2]["allreduce_ms"] != found["nccl"][2]["allreduce_ms"]
+    assert found["hierarchical"][1]["iteration_seconds"] == found["nccl"][1]["iteration_seconds"]  # one machine's
+    assert all(f[1]["allreduce_algorithm"] in ("ring", "tree", "hierarchical", "torus_2d 8x1") for f in found.values())

@@ -800,9 +800,13 @@ def test_gpu_and_node_counts_are_compared_and_plotted(page: Page) -> None:
     page.type_into("#nodes", "1,2")
     page.type_into("#internode-gbps", "25")
     page.type_into("#deadline-hours", "12")
+    page.js("document.getElementById('allreduce').value = 'hierarchical'")
     assert page.search(timeout=120) == "done", page.find("#error").text
     job = job_of(page)
-    assert job["request"]["deadline_hours"] == 12
+    assert job["request"]["deadline_hours"] == 12 and job["request"]["allreduce"] == "hierarchical"
+    assert {p.get("allreduce_algorithm") for p in job["result"]["predictions"] if p["gpus_used"] * p["nodes"] > 1} == {
+        "hierarchical"
+    }
     assert page.find('#decisions-table tr[data-question="cheapest_within_deadline"]').is_displayed()
     assert (job["request"]["gpus"], job["request"]["nodes"], job["request"]["internode_gbps"]) == (
         [1, 2, 4, 8],
@@ -820,6 +824,7 @@ def test_gpu_and_node_counts_are_compared_and_plotted(page: Page) -> None:
     fastest = min(sixteen, key=lambda p: p["total_seconds"])
     assert "8 GPUs × 2 machines" in label and f"global {fastest['global_batch_size']})" in label, label
     assert f"scaling efficiency {round(fastest['scaling_efficiency'] * 100)}% (25 Gbit/s between them)" in label, label
+    assert f"all-reduce: {fastest['allreduce_algorithm']}" in label, label
     # The decision names the winner's layout and per-GPU batch; the best-choices table says the layout too.
     decided = {d["question"]: d for d in job["result"]["decisions"]}
     row = page.find('#decisions-table tr[data-question="fastest"]')

@@ -223,3 +223,49 @@ def test_a_measured_all_reduce_replaces_the_catalogs_bus_bandwidth() -> None:
     slow_ms, _ = parallel.allreduce_ms(1e8, gpus_per_node=8, nodes=1, links=slow)
     assert slow_ms > fast_ms
     assert parallel.with_measured(catalog, None) is catalog
+
+
+def test_hierarchical_all_reduce_is_three_phases_on_their_own_links():
+    """Within each machine (2(g-1)/g over the GPU links), each GPU's shard across machines (the machine's NICs shared
+    by its g GPUs' rings), then within again; it says so, and costs fewer latency steps than one ring."""
+    nbytes, g, n = 25 * 2**20, 8, 4
+    ms, label = parallel.allreduce_ms(nbytes, gpus_per_node=g, nodes=n, links=NVSWITCH, algorithm="hierarchical")
+    network = 400 / 8 * parallel.NETWORK_EFFICIENCY
+    expected = (2 * (g - 1) / g * nbytes / (240 * 1e6) + (parallel.RING_BASE_US + 2 * (g - 1) * 3.4) / 1000
+                + 2 * (n - 1) / n * (nbytes / g) / (network / g * 1e6)
+                + (parallel.RING_BASE_US + 2 * (n - 1) * 9.6) / 1000)  # fmt: skip
+    assert label == "hierarchical" and ms == pytest.approx(expected)
+    tiny_h, _ = parallel.allreduce_ms(1024, gpus_per_node=g, nodes=64, links=NVSWITCH, algorithm="hierarchical")
+    ring_us = parallel.RING_BASE_US + (2 * (g * 64 - 1) - 2 * 63) * 3.4 + 2 * 63 * 9.6
+    assert tiny_h < ring_us * parallel.RING_MULTI_NODE_LATENCY / 1000  # latency-bound: fewer steps win
+
+
+def test_the_seeds_2d_torus_spans_machines_along_x():
+    """ABCI: 4 V100 per node, 544 nodes, a 32 x 68 grid: X crosses 8 machines (its rings over the slower of the
+    links), Y joins one GPU per X group; an X that is not whole machines' GPUs falls back to one machine's."""
+    abci = Links(intra_gbs=120.0, network_gbps=200.0, intra_link="nvlink", network_kind="InfiniBand EDR x2")
+    ms, label = parallel.allreduce_ms(25 * 2**20, gpus_per_node=4, nodes=544, links=abci, algorithm="torus_2d",
+                                      grid_x=32)  # fmt: skip
+    assert label == "torus_2d 32x68" and ms > 0
+    same, fallback = parallel.allreduce_ms(25 * 2**20, gpus_per_node=4, nodes=544, links=abci, algorithm="torus_2d",
+                                           grid_x=6)  # fmt: skip
+    assert fallback == "torus_2d 4x544"
+    hierarchical, _ = parallel.allreduce_ms(25 * 2**20, gpus_per_node=4, nodes=544, links=abci,
+                                            algorithm="hierarchical")  # fmt: skip
+    assert same == pytest.approx(hierarchical)
+    assert parallel.torus_x(4, 544, 32) == 32 and parallel.torus_x(4, 544, 6) == 4 and parallel.torus_x(4, 2, 16) == 4
+
+
+def test_the_algorithm_asked_is_a_request_field():
+    """allreduce defaults to NCCL's choice; torus_x without torus_2d is refused."""
+    from pydantic import ValidationError
+
+    from shared.jobs.request import JobRequest
+
+    body = {"cnns": ["resnet50"], "machines": ["p5.48xlarge"], "batch_sizes": [64], "nodes": [1, 2]}
+    assert JobRequest.model_validate(body).allreduce == "nccl"
+    assert JobRequest.model_validate(body | {"allreduce": "torus_2d", "torus_x": 16}).torus_x == 16
+    with pytest.raises(ValidationError, match="needs allreduce 'torus_2d'"):
+        JobRequest.model_validate(body | {"torus_x": 16})
+    with pytest.raises(ValidationError, match="allreduce"):
+        JobRequest.model_validate(body | {"allreduce": "butterfly"})
