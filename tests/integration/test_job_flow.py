@@ -80,6 +80,7 @@ def test_plan_measure_assemble_then_reuse(clean_db: None) -> None:
     # Memory needs no model: each point has its modelled peak, and resnet18 at 32 px fits this host's RAM.
     assert all(p["peak_memory_gib"] > 0 and p["fits_in_memory"] is True for p in result["predictions"])
     assert result["best"][0].pop("max_batch_size") >= 2
+    assert result["best"][0].pop("memory_gib") > 0 and result["best"][0].pop("memory_basis") == "the machine's RAM"
     assert result["best"] == [{"cnn": "resnet18", "machine": "local", "min_time": None, "min_cost": None}]
 
     rows = benchmark_rows()
