@@ -31,17 +31,6 @@ def add_parser(sub: Any) -> None:
     im.add_argument("--no-fit", action="store_true", help="store the rows only; fit no model from them")
 
 
-def parse_rename(pairs: list[str]) -> dict[str, str]:
-    """--as OLD=NEW flags as a mapping."""
-    out = {}
-    for pair in pairs:
-        old, sep, new = pair.partition("=")
-        if not sep or not old or not new:
-            raise CliError(f"--as {pair!r}: give OLD=NEW, e.g. --as local=lab-a100")
-        out[old] = new
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     """Carry out a `measurements` subcommand."""
     if args.measurements_command == "export":
@@ -51,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         where = "stdout" if to_stdout else args.output
         print(f"wrote {_counts(counts)} to {where}", file=sys.stderr if to_stdout else sys.stdout)
         return 0
-    rename = parse_rename(args.rename)
+    rename = transfer.renames(args.rename, flag="--as")
     try:
         with sys.stdin.buffer if args.bundle == "-" else Path(args.bundle).open("rb") as raw:
             bundle = transfer.read(raw)
@@ -76,4 +65,4 @@ def _counts(counts: dict[str, int]) -> str:
 
 
 def _mape(fitted: dict[str, Any]) -> str:
-    return f"{fitted['loco_mape'] * 100:.1f}%" if fitted.get("loco_mape") is not None else "–"
+    return f"{fitted['loco_mape']:.1f}%" if fitted.get("loco_mape") is not None else "–"

@@ -17,6 +17,8 @@ from worker.points import MIN_HEADROOM_PCT, headroom_pct
 
 QUESTIONS = ("fastest", "cheapest", "cheapest_within_deadline", "fastest_within_budget")
 MAX_RUNNERS_UP = 5
+# A bound question's unbound twin: with no winner within the bound, the reason names that one's nearest option.
+RELAXED = {"cheapest_within_deadline": "fastest", "fastest_within_budget": "cheapest"}
 # (figure ranked, then the tie-breakers): the figure whose band decides a tie.
 RANK: dict[str, tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]] = {
     "fastest": ("total_seconds", lambda o: (o["total_seconds"], o["cost_usd"], o["batch_size"])),
@@ -43,13 +45,15 @@ def decide(per_machine: list[tuple[str, list[PointDict], float | None]], request
     for cnn in dict.fromkeys(c for c, _, _ in per_machine):
         mine = [(points, cap) for c, points, cap in per_machine if c == cnn]
         roomy, tight = _layouts(mine, roomy=True), _layouts(mine, roomy=False)
+        # The unbound questions come first: a bound one with no winner names the nearest of theirs.
+        best: dict[str, list[dict[str, Any]]] = {}
         for question in QUESTIONS:
             limit = _limit(question, request)
             if limit is None and question not in ("fastest", "cheapest"):
                 continue
-            best = _best(roomy, question, limit)
-            unbound = best if limit is None else _best(roomy, "fastest" if "deadline" in question else "cheapest", None)
-            out.append(_decision(cnn, question, best, _best(tight, question, limit), limit, unbound))
+            best[question] = _best(roomy, question, limit)
+            unbound = best[question] if limit is None else best[RELAXED[question]]
+            out.append(_decision(cnn, question, best[question], _best(tight, question, limit), limit, unbound))
     return out
 
 

@@ -70,15 +70,13 @@ def spread(
         timed = [p for p in copies if p["iteration_seconds"] is not None]
         if timed:
             compute = np.array([iteration_ms(p) for p in timed])
+            gradient = parameters * GRADIENT_BYTES_PER_PARAMETER
             total, exposed = parallel.exposed_many(
-                compute[:, 1], backward_fraction=BACKWARD_FRACTION, gpus_per_node=gpus, nodes=nodes, links=links_here,
-                gradient_bytes=parameters * GRADIENT_BYTES_PER_PARAMETER, algorithm=request.allreduce,
-                grid_x=request.torus_x,
+                compute[:, 1], backward_fraction=BACKWARD_FRACTION, gradient_bytes=gradient, gpus_per_node=gpus,
+                nodes=nodes, links=links_here, algorithm=request.allreduce, grid_x=request.torus_x,
             )  # fmt: skip
-            _ms, algorithm = parallel.allreduce_ms(
-                parallel.BUCKET_BYTES, gpus_per_node=gpus, nodes=nodes, links=links_here, algorithm=request.allreduce,
-                grid_x=request.torus_x,
-            )  # fmt: skip
+            algorithm = parallel.algorithm_run(gradient, gpus_per_node=gpus, nodes=nodes, links=links_here,
+                                               algorithm=request.allreduce, grid_x=request.torus_x)  # fmt: skip
             for point, late, median in zip(timed, exposed.tolist(), compute[:, 1].tolist(), strict=True):
                 point["allreduce_ms"] = round(total, 3)
                 point["allreduce_algorithm"] = algorithm

@@ -216,10 +216,23 @@ def data_parallel_step(
         np.array([compute_ms]), backward_fraction=backward_fraction, gradient_bytes=gradient_bytes,
         gpus_per_node=gpus_per_node, nodes=nodes, links=links, bucket_bytes=bucket_bytes,
     )  # fmt: skip
-    _, algorithm = allreduce_ms(max(sizes), gpus_per_node=gpus_per_node, nodes=nodes, links=links)
+    algorithm = algorithm_run(gradient_bytes, gpus_per_node=gpus_per_node, nodes=nodes, links=links,
+                              bucket_bytes=bucket_bytes)  # fmt: skip
     exposed = float(late[0])
     step = compute_ms + exposed
     return ParallelStep(step, compute_ms, busy, exposed, compute_ms / step, algorithm, bottleneck, bus, len(sizes))
+
+
+def algorithm_run(
+    gradient_bytes: float, *, gpus_per_node: int, nodes: int, links: LinkFigures, bucket_bytes: float = BUCKET_BYTES,
+    algorithm: str = "nccl", grid_x: int | None = None,
+) -> str:  # fmt: skip
+    """What the all-reduce of the gradient's largest bucket runs ('none' on one GPU): the step's algorithm."""
+    sizes = buckets(gradient_bytes, bucket_bytes) if gpus_per_node * nodes > 1 else []
+    if not sizes:
+        return "none"
+    return allreduce_ms(max(sizes), gpus_per_node=gpus_per_node, nodes=nodes, links=links, algorithm=algorithm,
+                        grid_x=grid_x)[1]  # fmt: skip
 
 
 def exposed_many(

@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from api.auth import Admin
 from api.routing import ParsedOffLoop
 from shared.core import tasks
-from shared.core.errors import InvalidRequest, PayloadTooLarge
+from shared.core.errors import PayloadTooLarge
 from shared.core.settings import get_settings
 from shared.measurements import transfer
 from shared.measurements.bundle import ImportReport
@@ -48,9 +48,7 @@ def export_bundle(principal: Admin, machine_types: MachineTypes) -> Response:
 @router.post("", response_model=ImportReport, openapi_extra=BUNDLE_BODY)
 async def import_bundle(request: Request, principal: Admin, rename: Renames = []) -> ImportReport:  # noqa: B006
     """Store a bundle's rows (each once), then have the worker fit models from the whole steps that were new."""
-    pairs = dict(p.partition("=")[::2] for p in rename)
-    if any(not old or not new for old, new in pairs.items()):
-        raise InvalidRequest("as: give OLD=NEW, e.g. as=local=lab-a100")
+    pairs = transfer.renames(rename, flag="as")
     limit = min(get_settings().max_upload_bytes, API_MAX_BYTES)
     body = io.BytesIO()
     async for chunk in request.stream():

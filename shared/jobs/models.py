@@ -114,8 +114,8 @@ class Prediction(BaseModel):
     )
     allreduce_algorithm: str | None = Field(
         default=None,
-        description="several GPUs: the all-reduce assumed ('ring' or 'tree', NCCL's pick for a 25 MiB bucket; "
-        "'hierarchical'; 'torus_2d XxY')",
+        description="several GPUs: the all-reduce assumed ('ring' or 'tree', NCCL's pick for the largest gradient "
+        "bucket; 'hierarchical'; 'torus_2d XxY')",
     )
     allreduce_source: Literal["measured", "modelled"] | None = Field(
         default=None,

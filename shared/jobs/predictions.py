@@ -27,13 +27,9 @@ _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)  # signature, 
 # A row: 5 columns; uuid (16 bytes), three int4s, then the body's length (its bytes follow).
 _COPY_ROW = struct.Struct("!hi16siiiiiii")
 _COPY_TRAILER = struct.pack("!h", -1)
-# The parts overlapping [start, end); all of them when end is NULL.
-SELECT_PARTS = """
-SELECT first, points, body FROM job_predictions
-WHERE job_id = %(id)s AND first + points > %(start)s AND (%(end)s::bigint IS NULL OR first < %(end)s)
-ORDER BY part"""
 SELECT_TOTAL = "SELECT COALESCE(sum(points), 0) AS total FROM job_predictions WHERE job_id = %s"
-# A page's parts without their bodies: where each starts and how long its text is.
+# A page's parts without their bodies (those overlapping [start, end); all of them when end is NULL): where each
+# starts and how long its text is. A page past the end is empty, however far: the bound is a bigint.
 SELECT_EXTENT = """
 SELECT part, first, points, octet_length(body) AS size FROM job_predictions
 WHERE job_id = %(id)s AND first + points > %(start)s AND (%(end)s::bigint IS NULL OR first < %(end)s)
@@ -67,26 +63,9 @@ def store(*, cur: Cursor, job_id: uuid.UUID, points: list[dict[str, Any]]) -> No
 
 def chunks(*, job_id: uuid.UUID, offset: int = 0, limit: int | None = None) -> tuple[list[bytes], int]:
     """predictions[offset:offset + limit] (all when limit is None) as a JSON array's UTF-8 bytes, in chunks whose
-    concatenation is the array (a large result is joined once, by the answer), and how many points there are."""
-    # A page past the end is empty, however far: the bound is a bigint, never an int4 that offset + limit overflows.
-    end = offset + limit if limit is not None else None
-    with transaction() as cur:
-        # The parts' text as bytes, never decoded: an answer of ~43 MB is copied once, not decoded and encoded.
-        psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cur)
-        cur.execute(SELECT_PARTS, {"id": job_id, "start": offset, "end": end})
-        parts = cur.fetchall()
-        cur.execute(SELECT_TOTAL, (job_id,))
-        total = int(one(cur)["total"])
-    out = [b"["]
-    for row in parts:
-        body = _page_of(row["first"], row["points"], row["body"], offset, end)
-        if not body:
-            continue
-        if len(out) > 1:
-            out.append(b",")
-        out.append(body)
-    out.append(b"]")
-    return out, total
+    concatenation is the array, and how many points there are: a Stream read whole."""
+    stream = Stream(job_id=job_id, offset=offset, limit=limit)
+    return list(stream), stream.total
 
 
 def _cut(first: int, n: int, offset: int, end: int | None) -> bool:

@@ -16,7 +16,6 @@ INSERT INTO environments (hash, details) VALUES (%s, %s)
 ON CONFLICT (hash) DO NOTHING
 RETURNING id"""
 SELECT_ENVIRONMENT = "SELECT id FROM environments WHERE hash = %s"
-SELECT_DETAILS = "SELECT id, details FROM environments WHERE id = ANY(%s)"
 
 
 def store(*, details: dict[str, Any]) -> int:
@@ -27,8 +26,7 @@ def store(*, details: dict[str, Any]) -> int:
 
 def details(cur: Cursor, *, ids: list[int]) -> dict[int, dict[str, Any]]:
     """Environment id → its details, in the caller's transaction."""
-    cur.execute(SELECT_DETAILS, (sorted(set(ids)),))
-    return {r["id"]: r["details"] for r in cur.fetchall()}
+    return {r["id"]: r["details"] for r in rows(cur, ids=ids)}
 
 
 def one_environment(rows: list[Row], sig_column: str) -> dict[tuple[int, int], Row]:

@@ -203,6 +203,17 @@ def _check_row(number: int, row: Any, envs: dict[str, Any], sigs: dict[str, Any]
     seen.add(key)
 
 
+def renames(pairs: list[str], *, flag: str) -> dict[str, str]:
+    """OLD=NEW pairs (the CLI's --as, the API's ?as=) as a mapping; one clear error for a malformed one."""
+    out = {}
+    for pair in pairs:
+        old, sep, new = pair.partition("=")
+        if not sep or not old or not new:
+            raise InvalidRequest(f"{flag} {pair!r}: give OLD=NEW, e.g. {flag} local=lab-a100")
+        out[old] = new
+    return out
+
+
 def load(*, bundle: Bundle, rename: dict[str, str] | None = None, owner: str | None = None) -> ImportReport:
     """Store a checked bundle's rows here in one transaction, each once; under other machine type names if asked."""
     rename = rename or {}
