@@ -48,7 +48,7 @@ def describe(dev: torch.device) -> dict[str, Any]:
         "torchvision": torchvision.__version__,
         "python": platform.python_version(),
         "device_type": dev.type,
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "threads": torch.get_num_threads(),
         "interop_threads": torch.get_num_interop_threads(),
     }
@@ -88,7 +88,7 @@ def local_device(dev: torch.device) -> LocalDevice:
     """`local` as this agent's device: its GPU by name (data/gpus.csv's figures) and CUDA's report, or its CPU."""
     props = cuda_properties(dev)
     if props is None:
-        return local_machine.cpu(model=_cpu_model())
+        return local_machine.cpu(model=cpu_model())
     return local_machine.gpu(
         device=str(dev), cuda_name=props.name, memory_bytes=props.total_memory,
         sm_count=props.multi_processor_count, compute_capability=f"{props.major}.{props.minor}",
@@ -102,7 +102,8 @@ def environment_id(dev_str: str) -> int:
     return environments.store(details=details)
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The host CPU's model name as Linux gives it."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

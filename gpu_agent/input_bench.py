@@ -10,6 +10,7 @@ alone (decode and augment apart), and every CPU busy with a worker of its own (w
 import io
 import multiprocessing as mp
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
+from gpu_agent import environment
 from shared.measurements.inputs import PIPELINE, InputRate
 
 WIDTH, HEIGHT, QUALITY, CROP = 500, 375, 90, 224
@@ -83,6 +85,26 @@ def host_cpus() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def threads_per_core() -> int | None:
+    """Hardware threads per core among the CPUs this process may use (2 with SMT), or None where Linux does not say."""
+    cores = set()
+    cpus = os.sched_getaffinity(0)
+    for cpu in cpus:
+        topology = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{topology}/core_id") as a, open(f"{topology}/physical_package_id") as b:
+                cores.add((a.read().strip(), b.read().strip()))
+        except OSError:
+            return None
+    return max(1, round(len(cpus) / len(cores))) if cores else None
+
+
+def cpu_ghz(model: str) -> float | None:
+    """The nominal clock a CPU's model name states ("... @ 2.50GHz"), or None."""
+    found = re.search(r"@\s*([0-9.]+)\s*GHz", model)
+    return float(found.group(1)) if found else None
+
+
 def measure(
     *, machine_type: str, environment_id: int, images: int = IMAGES, rounds: int = ROUNDS,
     stop: Callable[[], bool] = lambda: False,
@@ -118,5 +140,6 @@ def measure(
         stats={"images": images, "rounds": len(passes), "solo_images_per_s": 1000 / (decode + aug),
                "decode_ms_rounds": [p[0] / images * 1000 for p in passes],
                "augment_ms_rounds": [p[1] / images * 1000 for p in passes], "workers": cpus,
-               "pillow": Image.__version__},
+               "pillow": Image.__version__, "threads_per_core": threads_per_core(),
+               "cpu_ghz": cpu_ghz(environment.cpu_model())},
     )  # fmt: skip

@@ -15,8 +15,10 @@ from typing import Any, cast
 
 import numpy as np
 
+from shared import machine_cpus
 from shared.jobs.models import PointDict
 from shared.jobs.request import InputSpec, JobRequest
+from shared.machine_cpus import HostCpu
 from shared.machine_types import MachineTypeInfo
 from shared.measurements.inputs import PIPELINE, InputRate
 from worker.points import fill_many, iteration_ms
@@ -43,27 +45,64 @@ class Sourced:
     source: str  # "measured", "reference" (other machine types'), or "none"
     detail: str
     per_cpu: float | None  # images per second per CPU, every CPU busy
+    cpu: HostCpu | None = None  # the machine type's host CPU, where the catalog knows it
+
+
+def host_cpu(rate: InputRate) -> HostCpu | None:
+    """The CPUs a rate was measured on: the catalog's for its machine type, else what its agent recorded."""
+    known = machine_cpus.of(rate.machine_type)
+    if known is not None:
+        return known
+    threads, ghz = rate.stats.get("threads_per_core"), rate.stats.get("cpu_ghz")
+    if threads is None and ghz is None:
+        return None
+    return HostCpu(cpu="its agent's host", threads_per_core=threads, ghz=ghz, ghz_kind="nominal",
+                   source=f"recorded by its agent (environment {rate.environment_id})")  # fmt: skip
+
+
+def scaled(rate: InputRate, to: HostCpu | None) -> tuple[float, list[str]]:
+    """A measured per-vCPU rate moved to another machine's vCPUs: by threads per core and clock where both are known."""
+    per_cpu, said = rate.per_cpu, list[str]()
+    if to is None:
+        return per_cpu, said
+    src = host_cpu(rate)
+    if src is not None and src.per_vcpu is not None and to.per_vcpu is not None and src.per_vcpu != to.per_vcpu:
+        per_cpu *= to.per_vcpu / src.per_vcpu
+        said.append("threads per core")
+    if src is not None and src.ghz and to.ghz and src.ghz != to.ghz:
+        per_cpu *= to.ghz / src.ghz
+        said.append("clock")
+    return per_cpu, said
 
 
 def sourced(machine_type: str, rates: dict[str, InputRate]) -> Sourced:
-    """The machine type's own measured rate, else the median per-CPU rate of the types measured (labelled)."""
-    own = rates.get(machine_type)
+    """The machine type's own measured rate, else the median of the measured types' rates moved to its CPUs."""
+    own, cpu = rates.get(machine_type), machine_cpus.of(machine_type)
     if own is not None:
         detail = (
             f"measured on {machine_type} by its agent (environment {own.environment_id}, {own.host_cpus} CPUs, "
             f"{own.per_cpu:.0f} images/s per CPU with all busy; {PIPELINE})"
         )
-        return Sourced(own, "measured", detail, own.per_cpu)
+        return Sourced(own, "measured", detail, own.per_cpu, cpu)
     if not rates:
         return Sourced(None, "none", f"no input rate measured on any machine type yet: {machine_type}'s agent "
-                       "measures it when a job asks (bench_input)", None)  # fmt: skip
-    per_cpu = statistics.median(r.per_cpu for r in rates.values())
-    ref = min(rates.values(), key=lambda r: abs(r.per_cpu - per_cpu))
+                       "measures it when a job asks (bench_input)", None, cpu)  # fmt: skip
+    moved = {name: scaled(r, cpu) for name, r in rates.items()}
+    per_cpu = statistics.median(v for v, _ in moved.values())
+    ref = min(rates.values(), key=lambda r: abs(moved[r.machine_type][0] - per_cpu))
+    how = sorted({s for _, said in moved.values() for s in said})
+    if cpu is None:
+        to = f"{machine_type}'s CPU model is not in the catalog: not scaled to it"
+    elif how:
+        to = f"scaled by {' and '.join(how)} to {machine_type}'s vCPUs ({cpu.words()}; {cpu.source})"
+    else:
+        to = f"{machine_type}'s vCPUs ({cpu.words()}) taken as equal to theirs"
     detail = (
-        f"not measured on {machine_type} yet: reference, the median per-CPU rate of {len(rates)} measured machine "
-        f"type(s) ({', '.join(sorted(rates))}): {per_cpu:.0f} images/s per CPU; its agent measures its own when it runs"
+        f"not measured on {machine_type} yet: reference from {len(rates)} measured machine type(s) "
+        f"({', '.join(sorted(rates))}), {to}: {per_cpu:.0f} images/s per vCPU (their median; core generation not "
+        "modelled); its agent measures its own when it runs"
     )
-    return Sourced(ref, "reference", detail, per_cpu)
+    return Sourced(ref, "reference", detail, per_cpu, cpu)
 
 
 def summary(src: Sourced, info: MachineTypeInfo, spec: InputSpec) -> dict[str, Any]:
@@ -76,6 +115,8 @@ def summary(src: Sourced, info: MachineTypeInfo, spec: InputSpec) -> dict[str, A
         "environment_id": src.rate.environment_id if src.source == "measured" and src.rate else None,
         "pipeline": PIPELINE,
         "input": spec.source,
+        "cpu": src.cpu.words() if src.cpu else None,
+        "cpu_source": src.cpu.source if src.cpu else None,
     }
 
 

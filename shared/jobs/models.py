@@ -366,6 +366,8 @@ class InputSummary(BaseModel):
     environment_id: int | None
     pipeline: str
     input: str
+    cpu: str | None = Field(default=None, description="the machine type's host CPU: model, threads per core, clock")
+    cpu_source: str | None = Field(default=None, description="where the CPU figures come from")
 
 
 class Result(BaseModel):
