@@ -27,7 +27,16 @@ FIGURES = {
     "gpu_mem_bandwidth_gbs": float, "gpu_sm_count": int, "gpu_l2_mib": float, "gpu_tdp_watts": float,
     "price_usd_per_hour": float,
 }  # fmt: skip
-OPTIONAL = {"gpu_compute_capability": str, "gpu_tf32_tflops": float, "vcpus": int, "memory_gib": float, "provider": str}
+OPTIONAL = {"gpu_compute_capability": str, "gpu_tf32_tflops": float, "vcpus": int, "memory_gib": float, "provider": str,
+            "gpu_link": str, "gpu_link_gbs": float, "nics": int, "nic_gbps": float}  # fmt: skip
+# What the links flags mean, for --help (the API checks the values).
+LINK_HELP = {
+    "gpu_link": "how its GPUs reach each other: nvswitch, nvlink, pcie (default with several GPUs) or none",
+    "gpu_link_gbs": "GB/s an all-reduce within the machine gets per GPU, each way (NCCL bus bandwidth; "
+    "pcie default 24)",
+    "nics": "network interfaces to other machines (with --nic-gbps and --rdma or --tcp)",
+    "nic_gbps": "Gbit/s of each network interface",
+}
 
 
 def add_parser(sub: Any) -> None:
@@ -44,7 +53,13 @@ def add_parser(sub: Any) -> None:
     ad = msub.add_parser("add", help="register a machine type by its GPU's figures; predicted at once")
     ad.add_argument("name")
     for flag, kind in {**FIGURES, **OPTIONAL}.items():
-        ad.add_argument(f"--{flag.replace('_', '-')}", type=kind, required=flag in FIGURES, dest=flag)
+        ad.add_argument(
+            f"--{flag.replace('_', '-')}", type=kind, required=flag in FIGURES, dest=flag, help=LINK_HELP.get(flag)
+        )
+    transport = ad.add_mutually_exclusive_group()
+    transport.add_argument("--rdma", action="store_true", default=None, dest="network_rdma",
+                           help="the network is RDMA (InfiniBand, RoCE, EFA)")  # fmt: skip
+    transport.add_argument("--tcp", action="store_false", dest="network_rdma", help="the network is TCP sockets")
     ad.add_argument(
         "--gpu-bf16", action=argparse.BooleanOptionalAction, default=None, dest="gpu_bf16",
         help="the GPU computes in bf16 (default: compute capability 8.0 or more)",
@@ -56,10 +71,18 @@ def run(api: Api, args: argparse.Namespace) -> int:
     if args.machines_command == "add":
         body = {
             "name": args.name,
-            **{k: getattr(args, k) for k in (*FIGURES, *OPTIONAL, "gpu_bf16") if getattr(args, k) is not None},
+            **{
+                k: getattr(args, k)
+                for k in (*FIGURES, *OPTIONAL, "gpu_bf16", "network_rdma")
+                if getattr(args, k) is not None
+            },
         }
         row = api.call("POST", "/v1/machines", json=body)
-        print(f"{row['name']}: registered ({row['gpu_count']} x {row['gpu']}, ${row['price_usd_per_hour']:.2f}/h)")
+        links = f", {row['nics']} x {row['nic_gbps']:g} Gbit/s {'RDMA' if row['network_rdma'] else 'TCP'}" if row.get(
+            "nics") else ""  # fmt: skip
+        print(
+            f"{row['name']}: registered ({row['gpu_count']} x {row['gpu']}, ${row['price_usd_per_hour']:.2f}/h{links})"
+        )
         return 0
     rows = api.call("GET", "/v1/machines")["machines"]
     if (word := getattr(args, "provider", None)) is not None:

@@ -110,9 +110,10 @@ def result(job: dict[str, Any]) -> str:
     if algorithms:
         out.append(f"all-reduce assumed: {', '.join(algorithms)}")
     given = (job.get("request") or {}).get("internode_gbps")
-    networks = {p["machine"]: p["internode_gbps"] for p in res["predictions"] if p.get("internode_gbps") is not None}
-    for machine_type, gbps in networks.items():
-        source = "--internode-gbps" if given is not None else "the catalog's network"
+    networks = {p["machine"]: (p["internode_gbps"], p.get("internode_network"))
+                for p in res["predictions"] if p.get("internode_gbps") is not None}  # fmt: skip
+    for machine_type, (gbps, kind) in networks.items():
+        source = "--internode-gbps" if given is not None else (kind or "the catalog's network")
         out.append(f"between machines on {machine_type}: {gbps:g} Gbit/s ({source})")
     if res.get("spot_note"):
         out.append(f"spot: {res['spot_note'].removeprefix('spot_cost_usd: ')}")

@@ -4,6 +4,7 @@ data/interconnect.md), read once. The API checks requests with it; worker/parall
 import csv
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from shared.machine_types import DATA
 
@@ -19,6 +20,7 @@ class Links:
     network_gbps: float | None  # Gbit/s to other machines
     network_kind: str  # EFA, GPUDirect-TCPX, InfiniBand, Ethernet
     source: str = ""
+    rdma: bool | None = None  # False: NCCL over TCP sockets; None: as the catalog's network figures were taken
 
 
 def _number(text: str | None) -> float | None:
@@ -46,7 +48,31 @@ def links_for(name: str) -> Links | None:
     return table().get(name)
 
 
-def network_gbps(name: str) -> float | None:
+# An own machine type with several GPUs and no link given: PCIe 4.0 x16 (NCCL's 24 GB/s per GPU).
+PCIE_GBS = 24.0
+
+
+def own_links(info: Any) -> Links | None:
+    """The links a registered machine type's owner gave (a machine_types row), or None where it gave none."""
+    link, nics = info.get("gpu_link"), info.get("nics")
+    if link is None and nics is None:
+        return None
+    count = info.get("gpu_count") or 0
+    link = link or ("pcie" if count > 1 else "none")
+    gbs = info.get("gpu_link_gbs") or (PCIE_GBS if link == "pcie" else None)
+    network = nics * info["nic_gbps"] if nics else None
+    rdma = info.get("network_rdma") if nics else None
+    kind = "none given" if not nics else f"{nics} x {info['nic_gbps']:g} Gbit/s, {'RDMA' if rdma else 'TCP'}"
+    return Links(intra_link=link, intra_gbs=gbs, network_gbps=network, network_kind=kind,
+                 source=f"given when {info['name']} was registered", rdma=rdma)  # fmt: skip
+
+
+def links_of(name: str, info: Any = None) -> Links | None:
+    """A machine type's links: the catalog's (data/interconnect.csv), else its owner's; None where neither says."""
+    return links_for(name) or (own_links(info) if info is not None else None)
+
+
+def network_gbps(name: str, info: Any = None) -> float | None:
     """A machine type's network bandwidth to other machines, Gbit/s; None where unknown."""
-    links = links_for(name)
+    links = links_of(name, info)
     return None if links is None else links.network_gbps

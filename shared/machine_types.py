@@ -4,7 +4,7 @@ import csv
 from datetime import date, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 import psycopg2.errors
 import psycopg2.extras
@@ -58,6 +58,12 @@ class MachineTypeInfo(TypedDict):
     registered_at: datetime | None
     described_at: datetime | None  # when its agent last described it (only `local`: shared/local_machine.py)
     owner_key_id: str | None  # the key that registered it (None: the catalog, or registered by an admin: shared)
+    # Links of a registered type, as its owner gave them (None: not given; catalog types: data/interconnect.csv).
+    gpu_link: NotRequired[str | None]
+    gpu_link_gbs: NotRequired[float | None]
+    nics: NotRequired[int | None]
+    nic_gbps: NotRequired[float | None]
+    network_rdma: NotRequired[bool | None]
 
 
 def _info(row: Any) -> MachineTypeInfo:
@@ -119,12 +125,13 @@ INSERT_REGISTERED = """
 INSERT INTO machine_types (name, provider, gpu, gpu_count, gpu_memory_gib, vcpus, memory_gib, price_usd_per_hour,
     gpu_fp32_tflops, gpu_tf32_tflops, gpu_fp16_tflops, gpu_mem_bandwidth_gbs, gpu_sm_count, gpu_l2_mib,
     gpu_compute_capability, gpu_bf16, gpu_tdp_watts, source, specs_source, price_source, registered_at,
-    owner_key_id)
+    owner_key_id, gpu_link, gpu_link_gbs, nics, nic_gbps, network_rdma)
 VALUES (%(name)s, %(provider)s, %(gpu)s, %(gpu_count)s, %(gpu_memory_gib_total)s, %(vcpus)s, %(memory_gib)s,
     %(price_usd_per_hour)s, %(gpu_fp32_tflops)s, %(gpu_tf32_tflops)s, %(gpu_fp16_tflops)s,
     %(gpu_mem_bandwidth_gbs)s, %(gpu_sm_count)s, %(gpu_l2_mib)s, %(gpu_compute_capability)s, %(gpu_bf16)s,
     %(gpu_tdp_watts)s,
-    'registered by its specs (POST /v1/machines)', 'given by the user', 'given by the user', now(), %(owner)s)
+    'registered by its specs (POST /v1/machines)', 'given by the user', 'given by the user', now(), %(owner)s,
+    %(gpu_link)s, %(gpu_link_gbs)s, %(nics)s, %(nic_gbps)s, %(network_rdma)s)
 RETURNING *"""
 
 

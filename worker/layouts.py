@@ -22,17 +22,18 @@ from worker.points import fill_many, iteration_ms
 BACKWARD_FRACTION = 2 / 3
 # Gradients are all-reduced in the parameters' dtype: fp32 under autocast too (its parameters stay fp32).
 GRADIENT_BYTES_PER_PARAMETER = 4
-# A user's own machine type with no row in data/interconnect.csv: its GPUs on PCIe 4.0 x16 (NCCL's 24 GB/s).
+# A user's own machine type registered without links: its GPUs on PCIe 4.0 x16 (NCCL's 24 GB/s).
 PCIE_DEFAULT = interconnect.Links(
-    intra_link="pcie", intra_gbs=24.0, network_gbps=None, network_kind="unknown",
-    source="assumed: PCIe 4.0 x16 (no row in data/interconnect.csv)",
+    intra_link="pcie", intra_gbs=interconnect.PCIE_GBS, network_gbps=None, network_kind="unknown",
+    source="assumed: PCIe 4.0 x16 (no row in data/interconnect.csv, none given at registration)",
 )  # fmt: skip
 NOTE = (
     "batch_size is per GPU; a point trains on gpus_used GPUs of each of `nodes` machines (data parallel, as PyTorch "
     "DDP): its step is the one-GPU step at that batch plus the exposed part of the gradient all-reduce "
     "(exposed_allreduce_ms, modelled from the machine type's links, data/interconnect.csv, with the bus bandwidth its "
     "agent measured within the machine where allreduce_source is 'measured', and between machines at internode_gbps: "
-    "the job's figure where it gives one, else the catalog's); cost_usd is every node's price for that time"
+    "the job's figure where it gives one, else the catalog's or the NICs its owner registered, NCCL over TCP "
+    "getting 40% of the line rate where RDMA gets 96%); cost_usd is every node's price for that time"
 )
 
 
@@ -52,9 +53,9 @@ def spread(
             point["allreduce_ms"] = point["exposed_allreduce_ms"] = 0.0 if point["iteration_seconds"] else None
             point["scaling_efficiency"] = 1.0 if point["iteration_seconds"] else None
         return points
-    links = interconnect.links_for(machine_type) or PCIE_DEFAULT
+    links = interconnect.links_of(machine_type, info) or PCIE_DEFAULT
     if request.internode_gbps is not None:
-        links = replace(links, network_gbps=request.internode_gbps, network_kind="the job's internode_gbps")
+        links = replace(links, network_gbps=request.internode_gbps, network_kind="the job's internode_gbps", rdma=None)
     out: list[PointDict] = []
     for gpus, nodes in layouts:
         timing = (measured or {}).get(gpus)
@@ -67,6 +68,7 @@ def spread(
                 point["allreduce_source"] = "measured" if timing is not None else "modelled"
             if nodes > 1:
                 point["internode_gbps"] = links.network_gbps
+                point["internode_network"] = links.network_kind
         timed = [p for p in copies if p["iteration_seconds"] is not None]
         if timed:
             compute = np.array([iteration_ms(p) for p in timed])

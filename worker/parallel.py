@@ -58,6 +58,9 @@ BUCKET_BYTES = 25 * 2**20
 # figures in data/interconnect.csv are already NCCL's per-link figures (20 GB/s per 25 GB/s NVLink, 12 GB/s per
 # PCIe 3.0 x16), so no fraction is applied to them here.
 NETWORK_EFFICIENCY = 12.0 / 12.5
+# NCCL over TCP sockets (no RDMA): 4-6 GB/s bus bandwidth for large all-reduces over 100 Gbit/s Ethernet between four
+# 8-V100 machines, the best of a tuning search (NVIDIA/nccl issue 450): 5 of 12.5 GB/s.
+TCP_EFFICIENCY = 5.0 / 12.5
 # NVIDIA/nccl src/graph/tuning.cc @01afd20a (tree, ring and CollNet only: before NVLS, the era of the validation
 # data), Simple protocol, in microseconds: a base latency per call and a hardware latency per ring step or tree hop.
 RING_BASE_US = 8.4
@@ -81,6 +84,14 @@ class LinkFigures(Protocol):
     def intra_gbs(self) -> float | None: ...
     @property
     def network_gbps(self) -> float | None: ...
+    @property
+    def rdma(self) -> bool | None: ...
+
+
+def network_gbs(links: LinkFigures) -> float:
+    """GB/s an all-reduce gets from a machine's network: NCCL's NIC figure over RDMA, less over TCP sockets."""
+    assert links.network_gbps
+    return links.network_gbps / 8 * (TCP_EFFICIENCY if links.rdma is False else NETWORK_EFFICIENCY)
 
 
 @dataclass(frozen=True)
@@ -110,7 +121,7 @@ def bus_bandwidth(*, gpus_per_node: int, nodes: int, links: LinkFigures) -> tupl
         if not links.network_gbps:
             raise ValueError(f"{nodes} machines but no published network bandwidth")
         # A machine's NICs carry as much ring traffic as each GPU's link does, so their whole bandwidth counts.
-        network = links.network_gbps / 8 * NETWORK_EFFICIENCY
+        network = network_gbs(links)
     return (intra, "intra") if intra <= network else (network, "network")
 
 
@@ -167,7 +178,7 @@ def _two_level(nbytes: float, x: int, gpus_per_node: int, nodes: int, links: Lin
     if nodes > 1:
         if not links.network_gbps:
             raise ValueError(f"{nodes} machines but no published network bandwidth")
-        network = links.network_gbps / 8 * NETWORK_EFFICIENCY
+        network = network_gbs(links)
     intra_kind = "nvlink" if links.intra_link in ("nvlink", "nvswitch") else "pcie"
     # X within a machine runs on its GPU links; X across machines crosses each machine's network once per ring.
     x_bus, x_step = (

@@ -118,11 +118,12 @@ def _check_layouts(request: JobRequest) -> None:
         local = [m for m, i in infos.items() if i["provider"] == "local"]
         if local:
             raise InvalidRequest(f"nodes > 1 needs machine types that come as several machines; not {', '.join(local)}")
-        alone = [m for m in infos if not (request.internode_gbps or interconnect.network_gbps(m))]
+        alone = [m for m, i in infos.items() if not (request.internode_gbps or interconnect.network_gbps(m, i))]
         if alone:
             raise InvalidRequest(
                 f"nodes > 1 needs a known network between machines; these machine types have none: "
-                f"{', '.join(alone)}: give internode_gbps (see docs/API.md, data-parallel training)"
+                f"{', '.join(alone)}: give internode_gbps, or register the type with nics, nic_gbps and "
+                "network_rdma (see docs/API.md, data-parallel training)"
             )
 
 

@@ -1,12 +1,13 @@
 """Machine types: the catalog of cloud GPU machine types, and your own GPUs registered by their specs."""
 
+from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
 from api.auth import Reader, Submitter, require
 from api.routing import ParsedOffLoop
-from shared import jobs, machine_types
+from shared import interconnect, jobs, machine_types
 from shared.jobs.request import MachineCreate
 from shared.machine_types import MachineTypeInfo
 
@@ -52,4 +53,7 @@ def _view(row: MachineTypeInfo) -> dict[str, Any]:
     view = {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items() if k != "owner_key_id"}
     view["registered"] = row.get("registered_at") is not None
     view["shared"] = row.get("owner_key_id") is None
+    # How its GPUs and machines are linked, as data-parallel answers use it (None: one GPU, nothing given).
+    links = interconnect.links_of(row["name"], row)
+    view["links"] = None if links is None else asdict(links)
     return view

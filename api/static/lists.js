@@ -77,6 +77,10 @@ export async function addGpu(event) {
   }
   const bf16 = $("#gpu-form select[name=gpu_bf16]").value;
   if (bf16) body.gpu_bf16 = bf16 === "true";  // empty: the API decides from the compute capability
+  const link = $("#gpu-form select[name=gpu_link]").value;
+  if (link) body.gpu_link = link;
+  const rdma = $("#gpu-form select[name=network_rdma]").value;
+  if (rdma) body.network_rdma = rdma === "true";
   await register($("#gpu-button"), message, `Registering ${body.name}…`, async () => {
     const { data } = await api("POST", "v1/machines", body);
     await loadMachines();

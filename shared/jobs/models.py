@@ -125,7 +125,12 @@ class Prediction(BaseModel):
     internode_gbps: float | None = Field(
         default=None,
         description="several machines: the Gbit/s between machines the all-reduce was modelled with (the job's "
-        "internode_gbps, else the machine type's catalog figure)",
+        "internode_gbps, else the machine type's catalog figure, else the NICs its owner registered)",
+    )
+    internode_network: str | None = Field(
+        default=None,
+        description="several machines: what that network is (the catalog's kind, e.g. EFA or InfiniBand; an own "
+        "type's NICs, e.g. '4 x 25 Gbit/s, TCP'; or the job's internode_gbps)",
     )
     layer_environments: list[int]
     measured_on: list[str]
@@ -198,6 +203,7 @@ class PointDict(TypedDict, total=False):
     allreduce_source: str | None
     allreduce_algorithm: NotRequired[str | None]
     internode_gbps: float | None
+    internode_network: NotRequired[str | None]
     layer_environments: list[int]
     measured_on: list[str]
     iteration_seconds: float | None

@@ -416,6 +416,33 @@ class MachineCreate(BaseModel):
     vcpus: int | None = Field(default=None, ge=1, le=100_000)
     memory_gib: float | None = Field(default=None, gt=0, le=1_000_000)
     provider: str | None = Field(default=None, min_length=1, max_length=32, pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    gpu_link: Literal["nvswitch", "nvlink", "pcie", "none"] | None = Field(
+        default=None, description="how the GPUs reach each other within the machine (default: pcie when several)"
+    )
+    gpu_link_gbs: float | None = Field(
+        default=None, ge=0.1, le=100_000,
+        description="GB/s an all-reduce within the machine gets per GPU, each way (NCCL's bus bandwidth; "
+        "default for pcie: 24, PCIe 4.0 x16); needed for nvlink and nvswitch",
+    )  # fmt: skip
+    nics: int | None = Field(default=None, ge=1, le=64, description="network interfaces to other machines")
+    nic_gbps: float | None = Field(default=None, ge=0.1, le=10_000, description="Gbit/s of each interface")
+    network_rdma: bool | None = Field(
+        default=None, description="true: RDMA (InfiniBand, RoCE, EFA); false: TCP sockets; needed with nics"
+    )
+
+    @model_validator(mode="after")
+    def _links(self) -> "MachineCreate":
+        if self.gpu_link in ("nvlink", "nvswitch") and self.gpu_link_gbs is None:
+            raise ValueError(f"gpu_link {self.gpu_link} needs gpu_link_gbs, the GB/s each GPU gets (no default)")
+        if self.gpu_link == "none" and self.gpu_count > 1:
+            raise ValueError("gpu_link none is for one GPU; several GPUs reach each other over pcie at least")
+        if self.gpu_link_gbs is not None and self.gpu_link in (None, "none") and self.gpu_count == 1:
+            raise ValueError("gpu_link_gbs is for machines with several GPUs")
+        given = [f for f in ("nics", "nic_gbps", "network_rdma") if getattr(self, f) is not None]
+        if given and len(given) < 3:
+            missing = [f for f in ("nics", "nic_gbps", "network_rdma") if f not in given]
+            raise ValueError(f"a network to other machines needs nics, nic_gbps and network_rdma; missing {missing}")
+        return self
 
     @model_validator(mode="after")
     def _reserved_provider(self) -> "MachineCreate":

@@ -246,3 +246,43 @@ def test_the_all_reduce_algorithm_is_asked_and_said(clean_db: None) -> None:
     assert found["hierarchical"][2]["allreduce_ms"] != found["nccl"][2]["allreduce_ms"]
     assert found["hierarchical"][1]["iteration_seconds"] == found["nccl"][1]["iteration_seconds"]  # one machine's
     assert all(f[1]["allreduce_algorithm"] in ("ring", "tree", "hierarchical", "torus_2d 8x1") for f in found.values())
+
+
+# An ABCI-like node as its owner registers it (Mikami et al. 2018: 4 V100 SXM2 on NVLink, 2 x 100 Gbit/s InfiniBand
+# EDR a node): the GPU figures of V100 SXM2 16GB, the links as given.
+ABCI_LIKE: dict[str, Any] = {
+    "name": "abci-like-node", "gpu": "V100-SXM2-16GB", "gpu_count": 4, "gpu_memory_gib": 16, "gpu_fp32_tflops": 15.7,
+    "gpu_fp16_tflops": 125, "gpu_mem_bandwidth_gbs": 900, "gpu_sm_count": 80, "gpu_l2_mib": 6, "gpu_tdp_watts": 300,
+    "price_usd_per_hour": 1.0, "gpu_compute_capability": "7.0", "gpu_link": "nvlink", "gpu_link_gbs": 40,
+    "nics": 2, "nic_gbps": 100, "network_rdma": True,
+}  # fmt: skip
+
+
+def test_an_own_machine_type_with_its_links_answers_across_machines(no_agent: Stack, clean_db: None) -> None:
+    """Registered with NVLink inside and two 100 Gbit/s NICs: 4 machines are answered at 200 Gbit/s and say what the
+    network is; the same machine over TCP exchanges more slowly; without a network, several machines are refused."""
+    rdma = http.post(f"{no_agent.url}/v1/machines", json=ABCI_LIKE)
+    assert rdma.status_code == 201, rdma.text
+    assert rdma.json()["links"]["network_gbps"] == 200 and rdma.json()["links"]["intra_link"] == "nvlink"
+    tcp = cli(no_agent, "machines", "add", "abci-like-tcp", *flags(ABCI_LIKE, skip={"name", "network_rdma"}), "--tcp")
+    assert tcp.returncode == 0 and "2 x 100 Gbit/s TCP" in tcp.stdout, tcp.stderr
+    bare = http.post(f"{no_agent.url}/v1/machines", json={k: v for k, v in ABCI_LIKE.items() if k not in
+                                                          ("nics", "nic_gbps", "network_rdma")} | {"name": "lone-node"})  # fmt: skip
+    assert bare.status_code == 201, bare.text
+    common = {"cnns": ["resnet50"], "batch_sizes": [32], "image_size": 224, "nodes": [1, 4]}
+    fast = {p["nodes"]: p for p in points_of(run(**common, machines=["abci-like-node"]))}
+    slow = {p["nodes"]: p for p in points_of(run(**common, machines=["abci-like-tcp"]))}
+    assert fast[4]["internode_gbps"] == slow[4]["internode_gbps"] == 200
+    assert fast[4]["internode_network"] == "2 x 100 Gbit/s, RDMA" and slow[4]["internode_network"].endswith("TCP")
+    assert fast[1]["iteration_seconds"] == slow[1]["iteration_seconds"]  # within one machine NVLink alike
+    assert slow[4]["allreduce_ms"] > fast[4]["allreduce_ms"] and slow[4]["scaling_efficiency"] < fast[4][
+        "scaling_efficiency"]  # fmt: skip
+    refused = http.post(f"{no_agent.url}/v1/jobs", json=common | {"machines": ["lone-node"]})
+    assert refused.status_code == 422 and "register the type with nics" in refused.json()["detail"]
+    out = cli(no_agent, "predict", "resnet50", "--machine", "abci-like-tcp", "--batch-sizes", "32", "--nodes", "4")
+    assert out.returncode == 0 and "between machines on abci-like-tcp: 200 Gbit/s (2 x 100 Gbit/s, TCP)" in out.stdout
+
+
+def flags(figures: dict[str, Any], *, skip: set[str]) -> list[str]:
+    """`traincast machines add` flags for these figures."""
+    return [x for k, v in figures.items() if k not in skip for x in (f"--{k.replace('_', '-')}", str(v))]

@@ -60,6 +60,12 @@ BAD_FIGURES: list[tuple[dict[str, Any], str]] = [
     ({"provider": "aws"}, "catalog's own"),
     ({"gpu_fp16_tflops": 0.01}, "1/64"),
     ({"surprise": 1}, "surprise"),
+    ({"gpu_link": "nvlink"}, "needs gpu_link_gbs"),
+    ({"gpu_link": "infinity-fabric"}, "gpu_link"),
+    ({"gpu_link": "none"}, "gpu_link none is for one GPU"),
+    ({"nics": 4, "nic_gbps": 100}, "missing ['network_rdma']"),
+    ({"nics": 0, "nic_gbps": 100, "network_rdma": True}, "nics"),
+    ({"nics": 1, "nic_gbps": -5, "network_rdma": False}, "nic_gbps"),
 ]
 
 

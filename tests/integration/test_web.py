@@ -630,11 +630,18 @@ def test_register_a_gpu_from_the_page(page: Page) -> None:
         page.type_into(f'#gpu-form input[name="{field}"]', value)
     # No compute capability given: bf16 support is said in the form (an RTX 4090 has it).
     Select(page.find('#gpu-form select[name="gpu_bf16"]')).select_by_value("true")
+    # Its links: PCIe inside, two 25 Gbit/s Ethernet ports between machines, TCP.
+    Select(page.find('#gpu-form select[name="gpu_link"]')).select_by_value("pcie")
+    page.type_into('#gpu-form input[name="nics"]', "2")
+    page.type_into('#gpu-form input[name="nic_gbps"]', "25")
+    Select(page.find('#gpu-form select[name="network_rdma"]')).select_by_value("false")
     page.find("#gpu-button").click()
     wait_until(lambda: "Registered" in page.find("#gpu-message").text, 30, "the GPU to be registered")
     created = http.get(f"{page.url}/v1/machines/{name}").json()
     assert created["registered"] and created["provider"] == "own" and created["gpu_memory_gib"] == 48
     assert created["gpu_bf16"] is True
+    assert (created["gpu_link"], created["nics"], created["nic_gbps"], created["network_rdma"]) == ("pcie", 2, 25, False)
+    assert created["links"]["network_gbps"] == 50
     assert page.js("return window.traincast.machinePicker.values()") == [name]
     heading = page.js(
         "let li = document.querySelector(`#machine-picker li[data-value='${arguments[0]}']`);"

@@ -269,3 +269,19 @@ def test_the_algorithm_asked_is_a_request_field():
         JobRequest.model_validate(body | {"torus_x": 16})
     with pytest.raises(ValidationError, match="allreduce"):
         JobRequest.model_validate(body | {"allreduce": "butterfly"})
+
+
+def test_an_own_types_links_as_its_owner_gave_them() -> None:
+    """NICs multiply into the network, TCP gets NCCL-over-sockets' share of it, pcie is the default within."""
+    from shared import interconnect
+
+    info = {"name": "lab", "gpu_count": 4, "gpu_link": None, "gpu_link_gbs": None, "nics": 2, "nic_gbps": 100.0,
+            "network_rdma": False}  # fmt: skip
+    links = interconnect.own_links(info)
+    assert links is not None and links.intra_link == "pcie" and links.intra_gbs == interconnect.PCIE_GBS
+    assert links.network_gbps == 200 and links.rdma is False and links.network_kind == "2 x 100 Gbit/s, TCP"
+    assert parallel.network_gbs(links) == pytest.approx(200 / 8 * parallel.TCP_EFFICIENCY)
+    rdma = interconnect.own_links(info | {"network_rdma": True})
+    assert rdma is not None and parallel.network_gbs(rdma) == pytest.approx(200 / 8 * parallel.NETWORK_EFFICIENCY)
+    assert interconnect.own_links(info | {"nics": None}) is None  # nothing given: the layouts' default
+    assert interconnect.links_of("p5.48xlarge", info) == parallel.links_for("p5.48xlarge")  # the catalog's first
