@@ -224,8 +224,9 @@ function separateTwins(lineTraces, pointTraces) {
   }
   const said = new Set();  // several layouts of the same machine types coincide alike: one note says it once
   for (const twins of groups.values()) {
+    // Any two lines on one curve: machine types answered alike, two CNNs with one graph, or layouts that coincide.
+    if (twins.length < 2) continue;
     const machines = [...new Set(twins.map((t) => t.meta.machine))];
-    if (machines.length < 2) continue;
     twins.forEach((t, k) => {
       const others = twins.filter((o) => o !== t).map((o) => o.name);
       t.meta.twins = others;
@@ -233,8 +234,11 @@ function separateTwins(lineTraces, pointTraces) {
       t.text = t.text.map((text) => `${text}<br>same prediction as ${others.join(", ")}: the lines coincide`);
     });
     const cnns = [...new Set(twins.map((t) => t.meta.cnn))];
-    const text = `${joinAnd(machines)} have equal predicted times for ${joinAnd(cnns)}: their lines coincide, drawn `
-      + "with different dashes.";
+    const text = machines.length > 1
+      ? `${joinAnd(machines)} have equal predicted times for ${joinAnd(cnns)}: their lines coincide, drawn `
+        + "with different dashes."
+      : `${joinAnd(twins.map((t) => t.name))} have equal predicted times: their lines coincide, drawn with different `
+        + "dashes.";
     if (!said.has(text)) note(text, "info", "");
     said.add(text);
   }

@@ -1015,6 +1015,15 @@ def test_lines_of_equal_predictions_stay_visible(page: Page) -> None:
     draw(page, twice, ["resnet50"], machines)
     coincide = [n for n in page.find("#notes").text.splitlines() if "coincide" in n]
     assert len(coincide) == 1, coincide
+    # One machine type whose two layouts give equal times: still two lines, told apart, and said.
+    one = made_up(["resnet50"], ["p5.48xlarge"], [32, 64, 128])
+    one["predictions"] += [p | {"nodes": 2, "global_batch_size": 2 * p["batch_size"]} for p in one["predictions"]]
+    draw(page, one, ["resnet50"], ["p5.48xlarge"])
+    layouts = roles(page.traces("plot-batch"), "line")
+    assert len(layouts) == 2 and layouts[0]["y"] == layouts[1]["y"]
+    assert layouts[0]["line"].get("dash") != layouts[1]["line"].get("dash")
+    said = [n for n in page.find("#notes").text.splitlines() if "coincide" in n]
+    assert len(said) == 1 and "machines" in said[0], said
 
 
 def test_memory_plot_draws_a_line_per_cnn_and_each_gpus_limit(page: Page) -> None:
