@@ -41,7 +41,7 @@ WORKLOADS = {
     "full": {"cnns": ["resnet18", "mobilenet_v2", "squeezenet1_1"], "image_size": 32, "batch_sizes": [1, 2, 4, 8]},
     "quick": {"cnns": ["resnet18", "squeezenet1_1"], "image_size": 32, "batch_sizes": [1, 4]},
 }
-# Issue 24, on an H100 with the baseline agent: 1,350 of the default GPU calibration's 2,234 measurements in 420 s.
+# An earlier H100 run with the baseline agent: 1,350 of the default GPU calibration's 2,234 measurements in 420 s.
 H100_SEEN, H100_SEEN_S, GPU_DEFAULT_MEASUREMENTS = 1350, 420.0, 2234
 # Where the agent's time goes: functions wrapped by name (those a tree lacks are skipped), outermost call counted.
 PHASES: tuple[tuple[str, Callable[[str], bool], str], ...] = (
@@ -315,8 +315,8 @@ def estimate(ratio: float) -> str:
     per_s = H100_SEEN / H100_SEEN_S
     seen_s = GPU_DEFAULT_MEASUREMENTS / per_s
     return f"""
-**Estimate for the default GPU calibration — not a measurement** (no GPU was lent to this work): issue 24 saw the
-baseline agent on an H100 store {H100_SEEN:,} of the default GPU calibration's {GPU_DEFAULT_MEASUREMENTS:,}
+**Estimate for the default GPU calibration — not a measurement** (no GPU was lent to this work): an earlier run saw
+the baseline agent on an H100 store {H100_SEEN:,} of the default GPU calibration's {GPU_DEFAULT_MEASUREMENTS:,}
 measurements (760 layer rows, 1,439 op rows, 35 whole steps) in {H100_SEEN_S:.0f} s, {per_s:.1f} a second: about
 {seen_s:.0f} s for all. The ratio above ({ratio:.2f}×) is that of what a CPU shares with a GPU at microsecond
 operations: the timing policy and the per-row and per-signature bookkeeping. On CUDA this change also takes out a

@@ -8,7 +8,7 @@ after another:
   (the prober is a process of its own, so the bench's own work cannot delay its requests);
 - schemathesis: every operation of the OpenAPI document, JSON and multipart bodies, query and path parameters
   (as tests/integration/test_fuzz.py runs it, --examples per operation);
-- hostile bodies: issue 25's (839 KB of strings in `batch_sizes`, 50,000 unknown fields, a 5,000-digit number, an
+- hostile bodies (839 KB of strings in `batch_sizes`, 50,000 unknown fields, a 5,000-digit number, an
   ONNX input of rank 20 with 2^62 dimensions, offsets past int4), --rounds times;
 - generated ONNX: --graphs uploads from tests/unit/test_onnx_fuzz.py's generator, within and past the bounds;
 - slow clients: --slow connections at once that send half a request head and wait;
@@ -125,7 +125,7 @@ class Prober:
 
 
 def hostile_requests(url: str, key: str, rounds: int) -> Iterator[Callable[[httpx.Client], httpx.Response]]:
-    """Issue 25's bodies and queries, `rounds` times."""
+    """The hostile bodies and queries, `rounds` times."""
     from tests.unit.test_onnx_bounds import huge_input
 
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}

@@ -11,7 +11,7 @@ per CNN and batch size predicted vs measured with the APE and the mean, and writ
 (the full run only: `--quick`, 2 CNNs at batch 4, and runs of other CNNs or batch sizes print alone).
 
 `--sums` needs no stack: it measures every conv, op and optimizer step of each CNN in this process (layer_bench,
-op_bench) and prints their sum against the whole step, the sanity check of issue 24 (no model involved).
+op_bench) and prints their sum against the whole step, a sanity check with no model involved.
 
     .venv/bin/python bench/outside.py [--quick] [--cnns a,b] [--image-size 96] [--batch-sizes 4,16] [--sums]
 """

@@ -109,7 +109,7 @@ def report() -> str:
     for name, fp32, fp16, bf16, adamw in catalog_ratios():
         bf = "no bf16" if bf16 != bf16 else f"{bf16:.2f}×"
         lines.append(f"| {name} | {fp32:.0f} ms | {fp16:.2f}× | {bf} | {adamw:.3f} |")
-    lines += ["", "Notes. The held-out predictions are those stored by the last fit; the AMP terms of issue 14 "
+    lines += ["", "Notes. The held-out predictions are those stored by the last fit; the AMP terms "
               "(GradScaler's unscale pass, fp32 master-weight casts) add under 1% to a ResNet-50 AMP step at these "
               "batches. Lambda's fp16 runs are NVIDIA's DeepLearningExamples with AMP in NCHW; channels_last "
               "and cudnn.benchmark have their own section (our H100). Pollux and Sia time the step while "

@@ -15,7 +15,7 @@ registered by a first job each), then times, with clients polling GET /v1/jobs/{
 The small job runs on a GPU machine type answered by the reference predictor (g5.xlarge), not on `local`:
 calibrating `local` takes minutes of agent benchmarks on 2 cores, too slow for a bench. Every point of every
 job here is a reference prediction; nothing is measured. Writes the "Service speed" section of
-docs/PERFORMANCE.md (--label names the code measured, e.g. "before issue 15's changes").
+docs/PERFORMANCE.md (--label names the code measured, e.g. "before the pool and vectorised assembly").
 
     .venv/bin/python bench/service.py [--quick] [--wait 10] [--label TEXT] [--poll-ms 20] [--large-only] [--json F]
 """

@@ -1,7 +1,7 @@
 -- Machine catalog seed. AWS figures: GPU instance types with Linux on-demand prices in
 -- us-east-1 from a public machine-readable cloud catalog (2025 snapshot, after the June-2025
 -- P4/P5 price cut) and each GPU's published peak figures; A10G figures are approximate.
--- Prices change: refresh them from AWS (issue 7); figures_read_on stays NULL until then.
+-- Prices change: refresh them from AWS; figures_read_on stays NULL until then.
 
 INSERT INTO machine_types (name, provider, gpu, gpu_count, gpu_memory_gib, vcpus, memory_gib,
     price_usd_per_hour, gpu_fp32_tflops, gpu_fp16_tflops, gpu_mem_bandwidth_gbs, gpu_tdp_watts, source)

@@ -1,4 +1,4 @@
--- Machine catalog refreshed from AWS (issue 7): spot prices, and when and where each group of
+-- Machine catalog refreshed from AWS: spot prices, and when and where each group of
 -- figures was read, because specs, on-demand and spot prices are read by different APIs and a
 -- refresh may get some groups and not others. Existing rows keep every value they had.
 

@@ -1,4 +1,4 @@
--- The benchmark agent's own PostgreSQL role (issue 7): it can store measurements and keep its
+-- The benchmark agent's own PostgreSQL role: it can store measurements and keep its
 -- agents row current, and nothing else. Agents run on rented GPU machines; a leaked agent
 -- credential must not expose jobs, uploaded CNNs or predictor models, nor let anyone rewrite them.
 --

@@ -1,4 +1,4 @@
--- Every GPU answered at once (issue 11): the GPU figures the reference predictor needs, machine
+-- Every GPU answered at once: the GPU figures the reference predictor needs, machine
 -- types of Google Cloud and Azure beside AWS, and machine types users register by their specs.
 --
 -- The rows themselves are seeded from data/cloud_gpu_machines.csv and data/gpus.csv by

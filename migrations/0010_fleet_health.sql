@@ -1,4 +1,4 @@
--- Why a machine type's launches are paused, and the failures in a row behind it (issue 12): a launch
+-- Why a machine type's launches are paused, and the failures in a row behind it: a launch
 -- refused for its configuration or a vCPU quota, or instances dying soon after launch, back off
 -- exponentially instead of retrying every few minutes for ever. New fleet_events actions:
 -- quota_short, spot_not_permitted, early_deaths, console_output.

@@ -1,4 +1,4 @@
--- API keys (issue 13): `Authorization: Bearer tc_<id>_<secret>`. Only a SHA-256 of the secret is stored;
+-- API keys: `Authorization: Bearer tc_<id>_<secret>`. Only a SHA-256 of the secret is stored;
 -- the id is public and finds the row. Jobs, their idempotency keys and registered CNNs belong to the key
 -- that made them (NULL: made before keys existed, or built in: nobody's).
 CREATE TABLE api_keys (

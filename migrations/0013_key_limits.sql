@@ -1,4 +1,4 @@
--- Limits per API key (issue 13, part 2). NULL: the setting's default (MAX_UNFINISHED_JOBS_PER_KEY,
+-- Limits per API key. NULL: the setting's default (MAX_UNFINISHED_JOBS_PER_KEY,
 -- MAX_POINTS_PER_JOB, MAX_BENCH_SECONDS_PER_KEY_DAY); a key's own value replaces it, higher or lower.
 ALTER TABLE api_keys
     ADD COLUMN max_unfinished_jobs    integer CHECK (max_unfinished_jobs >= 1),  -- queued or running at once

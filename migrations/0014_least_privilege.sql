@@ -1,4 +1,4 @@
--- Least privilege (issue 13, part 4).
+-- Least privilege.
 --
 -- 1. An agent login may store measurements, and keep an agents row, only for the machine types
 --    it is mapped to in agent_logins. Row-level security on current_user: a client can SET a

@@ -1,4 +1,4 @@
--- Issue 14: whole steps and predictor models keyed by how the CNN was trained (shared/training.py):
+-- Whole steps and predictor models keyed by how the CNN was trained (shared/training.py):
 -- optimizer with its momentum and weight decay, precision, and memory layout.
 --
 -- Every step stored before this migration was timed by gpu_agent/step_bench.py with SGD(momentum=0.9),

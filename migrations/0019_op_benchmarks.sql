@@ -1,4 +1,4 @@
--- Issue 14: the other operators of a step (batch norm, activations, pooling, linear, adds, concatenations,
+-- The other operators of a step (batch norm, activations, pooling, linear, adds, concatenations,
 -- the loss) and its optimizer step are measured per canonical signature like convs (shared/op_signatures.py),
 -- and conv layer benchmarks are keyed by memory layout as well as precision.
 

@@ -1,4 +1,4 @@
--- Metrics (issue 16): what GET /metrics reads at every scrape, cheap at any volume (bench/metrics.py).
+-- Metrics: what GET /metrics reads at every scrape, cheap at any volume (bench/metrics.py).
 
 -- The seconds an agent spent in the timed runs of a layer row (runs x median per phase), stored with the row:
 -- summing it is then a scan of a small index, not of every row's statistics.

@@ -1,4 +1,4 @@
--- Issue 14: each whole step's measured peak memory, stored by the agent with its timing (gpu_agent/step_bench.py:
+-- Each whole step's measured peak memory, stored by the agent with its timing (gpu_agent/step_bench.py:
 -- the allocator's peak of the step's first, untimed run, torch.cuda.max_memory_allocated on a GPU, torch.profiler's
 -- allocation records on a CPU). Like the timing, it belongs to the row's environment. NULL: measured before this
 -- migration, or out of memory.

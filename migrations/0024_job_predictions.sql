@@ -1,4 +1,4 @@
--- A succeeded job's predictions, apart from its row (issue 15): parts of consecutive points, each rendered to JSON
+-- A succeeded job's predictions, apart from its row: parts of consecutive points, each rendered to JSON
 -- text once by the worker. A 63,488-point result was a ~50 MB jsonb document: parsed by PostgreSQL on the way in,
 -- printed back to text on every GET. As text, storing it is a write and reading it a concatenation
 -- (shared/jobs/predictions.py); the rest of the result stays in jobs.result.

@@ -1,4 +1,4 @@
--- The GPU host as a machine type (issue 24): an agent of `local` describes its device when it registers, and
+-- The GPU host as a machine type: an agent of `local` describes its device when it registers, and
 -- `local`'s catalog row becomes that GPU (or a CPU again), so calibration, memory fit and predictions treat it as one.
 --
 -- The agent's role cannot write the catalog (0007) and must not: its registration carries the description

@@ -1,4 +1,4 @@
--- Issue 26: the input pipeline's CPU cost on a machine type: decoding a JPEG and augmenting it with torchvision's
+-- The input pipeline's CPU cost on a machine type: decoding a JPEG and augmenting it with torchvision's
 -- standard ImageNet training transforms, per image, in one worker process and with every vCPU busy, as the agent
 -- measured it on images it made itself (gpu_agent/input_bench.py). One row per (machine type, environment, pipeline).
 CREATE TABLE input_rates (

@@ -1,4 +1,4 @@
--- Issue 26: a multi-GPU host's agent measures all-reduce across its GPUs (gpu_agent/allreduce_bench.py): one row per
+-- A multi-GPU host's agent measures all-reduce across its GPUs (gpu_agent/allreduce_bench.py): one row per
 -- (machine type, environment, backend, GPU count, message size). The worker reads NCCL's rows to replace the modelled
 -- bus bandwidth within a machine (worker/layouts.py); other backends (gloo on a CPU) are stored but not used.
 CREATE TABLE allreduce_timings (

@@ -59,7 +59,7 @@ BUCKET_BYTES = 25 * 2**20
 # PCIe 3.0 x16), so no fraction is applied to them here.
 NETWORK_EFFICIENCY = 12.0 / 12.5
 # NCCL over TCP sockets (no RDMA): 4-6 GB/s bus bandwidth for large all-reduces over 100 Gbit/s Ethernet between four
-# 8-V100 machines, the best of a tuning search (NVIDIA/nccl issue 450): 5 of 12.5 GB/s.
+# 8-V100 machines, the best of a tuning search (github.com/NVIDIA/nccl/issues/450): 5 of 12.5 GB/s.
 TCP_EFFICIENCY = 5.0 / 12.5
 # NVIDIA/nccl src/graph/tuning.cc @01afd20a (tree, ring and CollNet only: before NVLS, the era of the validation
 # data), Simple protocol, in microseconds: a base latency per call and a hardware latency per ring step or tree hop.

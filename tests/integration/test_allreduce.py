@@ -1,4 +1,4 @@
-"""All-reduce measured by the agent (issue 26): one process per device, DDP's bucket sizes, stored with the
+"""All-reduce measured by the agent: one process per device, DDP's bucket sizes, stored with the
 environment, once per environment and process count. A CPU host runs the same path with gloo (stored as gloo); the
 worker reads NCCL's rows only. No multi-GPU host is reachable here: the NCCL case is untested on real GPUs."""
 

@@ -1,4 +1,4 @@
-"""A newcomer's CLI (issue 27): "did you mean", `traincast cnns`, providers as the page names them, defaults in
+"""A newcomer's CLI: "did you mean", `traincast cnns`, providers as the page names them, defaults in
 --help, the machine type said when none is given, a quiet closed pipe, one-line human errors, honest progress."""
 
 import subprocess

@@ -1,4 +1,4 @@
-"""Data-parallel training (issue 26): every GPU of a machine type by default, GPU and node counts compared, the
+"""Data-parallel training: every GPU of a machine type by default, GPU and node counts compared, the
 all-reduce a step waits for, global batch, cost of every node; bad combinations refused at the door."""
 
 from typing import Any
@@ -266,8 +266,8 @@ def test_an_own_machine_type_with_its_links_answers_across_machines(no_agent: St
     assert rdma.json()["links"]["network_gbps"] == 200 and rdma.json()["links"]["intra_link"] == "nvlink"
     tcp = cli(no_agent, "machines", "add", "abci-like-tcp", *flags(ABCI_LIKE, skip={"name", "network_rdma"}), "--tcp")
     assert tcp.returncode == 0 and "2 x 100 Gbit/s TCP" in tcp.stdout, tcp.stderr
-    bare = http.post(f"{no_agent.url}/v1/machines", json={k: v for k, v in ABCI_LIKE.items() if k not in
-                                                          ("nics", "nic_gbps", "network_rdma")} | {"name": "lone-node"})  # fmt: skip
+    alone = {k: v for k, v in ABCI_LIKE.items() if k not in ("nics", "nic_gbps", "network_rdma")}
+    bare = http.post(f"{no_agent.url}/v1/machines", json=alone | {"name": "lone-node"})
     assert bare.status_code == 201, bare.text
     common = {"cnns": ["resnet50"], "batch_sizes": [32], "image_size": 224, "nodes": [1, 4]}
     fast = {p["nodes"]: p for p in points_of(run(**common, machines=["abci-like-node"]))}

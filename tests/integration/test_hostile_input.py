@@ -1,5 +1,5 @@
-"""Issue 25's probes over real HTTP: each gets a short, clear problem, refused before it costs anything, and changes
-nothing (tests/integration/test_limits.py holds issue 13's)."""
+"""Hostile probes over real HTTP: each gets a short, clear problem, refused before it costs anything, and changes
+nothing (tests/integration/test_limits.py holds the earlier ones)."""
 
 import json
 from typing import Any

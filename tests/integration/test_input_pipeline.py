@@ -1,4 +1,4 @@
-"""The input pipeline (issue 26): the agent measures JPEG decode and augmentation on its host; a point's step is the
+"""The input pipeline: the agent measures JPEG decode and augmentation on its host; a point's step is the
 slower of that and the GPU step, flagged when the input is the bottleneck, with the data echoing factor that removes
 it; a machine type its agent has not measured is answered from the others' rate, labelled reference."""
 
@@ -74,7 +74,7 @@ def test_four_vcpus_feeding_an_a100_is_input_bound_and_echoing_removes_it(measur
     fed = by_machine(fed_job)
     plain = by_machine(run(**job))
     point, gpu_only = fed[(A100_4VCPU["name"], 256)], plain[(A100_4VCPU["name"], 256)]
-    assert "input_ms" not in gpu_only  # images in memory: as before issue 26
+    assert "input_ms" not in gpu_only  # images in memory: as before the input pipeline was modelled
     assert point["input_bound"] is True and point["input_bound_ratio"] > 1
     assert point["input_ms"] == pytest.approx(
         point["input_bound_ratio"] * gpu_only["iteration_seconds"] * 1000, rel=1e-3

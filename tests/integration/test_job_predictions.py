@@ -66,7 +66,7 @@ def test_points_are_stored_in_parts_and_read_back_whole_or_by_page(clean_db: Non
         (599, 10),
         (600, 5),
         (3, None),
-        (2**31 - 1, 1),  # the largest offset the API takes, plus a limit: past int4, an empty page (issue 25)
+        (2**31 - 1, 1),  # the largest offset the API takes, plus a limit: past int4, an empty page
         (2**31 - 1, 10_000),
     ]:
         chunks, total = predictions.chunks(job_id=job_id, offset=offset, limit=limit)

@@ -1,4 +1,4 @@
-"""Limits per API key (issue 13, part 2): unfinished jobs, points per job, benchmark seconds a day, the CLI."""
+"""Limits per API key: unfinished jobs, points per job, benchmark seconds a day, the CLI."""
 
 import json
 import subprocess
@@ -243,7 +243,7 @@ def set_budget(key: str, seconds: float) -> None:
 def test_planning_reserves_the_charge_and_refuses_what_would_pass_the_budget(clean_db: None) -> None:
     """A plan's charge is reserved against its key's budget when it is sent, not only checked before the job: a
     job whose awaited work would pass it fails saying what it needs and what is left, and sends and charges
-    nothing (issue 25: one job overran the budget by its whole size)."""
+    nothing (one job overran the budget by its whole size)."""
     key = new_key()
     first, _ = jobs.create(request=JobRequest.model_validate(sizes(2)), owner_key_id=key_id(key))
     planning.plan_job(first["id"])

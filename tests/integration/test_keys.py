@@ -228,7 +228,7 @@ def test_local_admin_key_file_is_0600_and_reused(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     first = path.read_text().strip()
     assert keys.authenticate(token=first).is_admin
-    # the operator's own key cannot lock itself out by a day of benchmark work (issue 25)
+    # the operator's own key cannot lock itself out by a day of benchmark work
     assert keys.authenticate(token=first).bench_seconds_per_day == keys.MAX_BENCH_SECONDS_PER_DAY
     assert ensure_local_admin(path) is False and path.read_text().strip() == first
     keys.revoke(ref=first.split("_")[1])

@@ -182,7 +182,7 @@ def test_the_last_active_admin_key_is_kept(own_keys_api: tuple[Stack, str]) -> N
 
 
 def test_any_key_may_revoke_itself_and_only_itself(api_only: Stack) -> None:
-    """A read or submit key revokes itself at once (204, then 401), as README promises (issue 25: it got 403)."""
+    """A read or submit key revokes itself at once (204, then 401), as README promises (it got 403)."""
     for scope in ("read", "submit"):
         key, other = new_key(scope), new_key(scope)
         key_id, other_id = key.split("_")[1], other.split("_")[1]

@@ -1,4 +1,4 @@
-"""The probes of issue 13 over real HTTP: each bounded input gets a 4xx problem and changes nothing."""
+"""Bounded inputs over real HTTP: each one gets a 4xx problem and changes nothing."""
 
 import json
 import select

@@ -50,7 +50,7 @@ def test_gpu_types_with_no_agent_are_answered_at_once_and_labelled(clean_db: Non
         assert 0 < point["iteration_seconds_p10"] <= point["iteration_seconds"] <= point["iteration_seconds_p90"]
         # Memory is modelled for reference points too: these small CNNs fit on every one of these GPUs.
         info = machine_types.get_by_name(name=point["machine"])
-        # Every GPU of the machine by default (issue 26), each at the batch size.
+        # Every GPU of the machine by default, each at the batch size.
         assert (
             point["gpus_used"] == info["gpu_count"]
             and point["global_batch_size"] == point["batch_size"] * (info["gpu_count"])
@@ -128,7 +128,7 @@ LAYER_LIST = (
 @pytest.mark.parametrize("precision", ["fp32", "amp_fp16", "amp_bf16"])
 def test_uploaded_cnns_are_answered_on_gpu_types_in_every_precision(clean_db: None, precision: str) -> None:
     """A JSON layer list and an ONNX graph (no parameter tensors or kernel counts known for the first) get reference
-    answers on a GPU type, fp32 and autocast, with finite times and their kind's error (issue 25: they failed)."""
+    answers on a GPU type, fp32 and autocast, with finite times and their kind's error (they failed)."""
     from shared.cnn import registry
     from tests.support.onnx_models import export
 

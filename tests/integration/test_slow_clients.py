@@ -1,4 +1,4 @@
-"""Slow clients (issue 25): a request's head and body have deadlines, over raw sockets against a real API."""
+"""Slow clients: a request's head and body have deadlines, over raw sockets against a real API."""
 
 import json
 import socket

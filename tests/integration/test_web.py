@@ -77,7 +77,7 @@ def own_modules() -> set[str]:
         source = (web.STATIC / name).read_text(encoding="utf-8")
         imported = set(re.findall(r'^import \{[^}]*\} from "\./([\w.-]+\.js)";$', source, re.M))
         assert imported <= names, f"{name} imports {sorted(imported - names)}, not in api/static/"
-        # No module over about 400 lines (issue 27): one concern each.
+        # No module over about 400 lines: one concern each.
         assert source.count("\n") <= 400, f"{name} has {source.count(chr(10))} lines"
     return names
 
@@ -640,7 +640,8 @@ def test_register_a_gpu_from_the_page(page: Page) -> None:
     created = http.get(f"{page.url}/v1/machines/{name}").json()
     assert created["registered"] and created["provider"] == "own" and created["gpu_memory_gib"] == 48
     assert created["gpu_bf16"] is True
-    assert (created["gpu_link"], created["nics"], created["nic_gbps"], created["network_rdma"]) == ("pcie", 2, 25, False)
+    links = (created["gpu_link"], created["nics"], created["nic_gbps"], created["network_rdma"])
+    assert links == ("pcie", 2, 25, False)
     assert created["links"]["network_gbps"] == 50
     assert page.js("return window.traincast.machinePicker.values()") == [name]
     heading = page.js(
@@ -909,7 +910,7 @@ def test_images_over_a_network_are_sent_and_an_input_bound_point_says_so(page: P
     page.open()  # the other tests start from the default form
 
 
-# ---- issue 27: the page, read by a person --------------------------------------------------------------------
+# ---- the page, read by a person ------------------------------------------------------------------------------
 
 
 def made_up(
@@ -959,7 +960,7 @@ def draw(page: Page, result: dict[str, Any], cnns: list[str], machines: list[str
 
 
 def test_each_plot_has_a_legend_beside_it(page: Page) -> None:
-    """Issue 27 (1): the cost plot, the batch plot and the memory plot each carry their own legend inside their box,
+    """The cost plot, the batch plot and the memory plot each carry their own legend inside their box,
     and the cost plot's points are labelled with their CNN and machine type."""
     cnns, machines = ["resnet18", "resnet50"], ["g4dn.xlarge", "g5.xlarge"]
     page.open()
@@ -994,7 +995,7 @@ def test_each_plot_has_a_legend_beside_it(page: Page) -> None:
 
 
 def test_lines_of_equal_predictions_stay_visible(page: Page) -> None:
-    """Issue 27 (2): p5.48xlarge and a3-highgpu-1g answered by reference with the same H100 give equal times: their
+    """p5.48xlarge and a3-highgpu-1g answered by reference with the same H100 give equal times: their
     lines get different dashes, each hover names the other, and a note says the lines coincide."""
     machines = ["p5.48xlarge", "a3-highgpu-1g"]
     page.open()
@@ -1027,7 +1028,7 @@ def test_lines_of_equal_predictions_stay_visible(page: Page) -> None:
 
 
 def test_memory_plot_draws_a_line_per_cnn_and_each_gpus_limit(page: Page) -> None:
-    """Issue 27 (3): peak memory does not depend on the machine type here: one line per CNN, not per CNN × machine;
+    """Peak memory does not depend on the machine type here: one line per CNN, not per CNN × machine;
     each GPU's memory is its own dotted line labelled with the GPU's name (the T4s once, A10G and L4 at 24 GiB
     together)."""
     machine_types = http.get(f"{page.url}/v1/machines").json()["machines"]
@@ -1050,7 +1051,7 @@ def test_memory_plot_draws_a_line_per_cnn_and_each_gpus_limit(page: Page) -> Non
 
 
 def test_spec_table_lists_the_chosen_machine_types_first(page: Page) -> None:
-    """Issue 27 (4): the chosen machine types head the specs table; the others are behind a toggle."""
+    """The chosen machine types head the specs table; the others are behind a toggle."""
     machine_types = http.get(f"{page.url}/v1/machines").json()["machines"]
     page.open()
     page.choose("machine-picker", "g5.xlarge")
@@ -1070,7 +1071,7 @@ def test_spec_table_lists_the_chosen_machine_types_first(page: Page) -> None:
 
 
 def test_pickers_are_tall_and_show_whole_prices(page: Page) -> None:
-    """Issue 27 (5): at 1366 and 1440 px wide each list shows more than six rows, has no horizontal scrollbar and
+    """At 1366 and 1440 px wide each list shows more than six rows, has no horizontal scrollbar and
     shows every machine type's whole price."""
     page.open()
     try:
@@ -1093,7 +1094,7 @@ def test_pickers_are_tall_and_show_whole_prices(page: Page) -> None:
 
 
 def test_prices_read_says_when_or_undated(page: Page) -> None:
-    """Issue 27 (6): every machine type's "Prices read" is the date its price was read, "undated snapshot" where the
+    """Every machine type's "Prices read" is the date its price was read, "undated snapshot" where the
     catalog gives none, "given by you" for your own; never a bare dash."""
     machine_types = http.get(f"{page.url}/v1/machines").json()["machines"]
     page.open()
@@ -1116,7 +1117,7 @@ def test_prices_read_says_when_or_undated(page: Page) -> None:
 
 
 def test_models_and_sources_in_plain_words(page: Page) -> None:
-    """Issue 27 (7): the notes say what a fitted model learnt from, not its kind's name; the key says a CPU
+    """The notes say what a fitted model learnt from, not its kind's name; the key says a CPU
     machine type was measured on this machine's CPU."""
     models = {"local": {"status": "ok", "source": "benchmarked", "kind": "base_ratio_interval", "version": 3,
                         "loco_mape": 12.3, "interval_coverage": 0.8, "pooled_from": ["local"]}}  # fmt: skip
@@ -1136,7 +1137,7 @@ def test_models_and_sources_in_plain_words(page: Page) -> None:
 
 
 def test_one_best_column_when_fastest_is_cheapest(page: Page) -> None:
-    """Issue 27 (8): on one machine type the fastest batch size is the cheapest: one "best" column group, not two
+    """On one machine type the fastest batch size is the cheapest: one "best" column group, not two
     equal ones; where they differ, both, with "same" where a row's two agree."""
     cnns, machines = ["resnet18"], ["g4dn.xlarge", "g5.xlarge"]
     result = made_up(cnns, machines, [8, 16, 32])
@@ -1155,7 +1156,7 @@ def test_one_best_column_when_fastest_is_cheapest(page: Page) -> None:
 
 
 def test_a_suggested_batch_size_says_the_memory_it_leaves_free(page: Page) -> None:
-    """Issue 27: the best table's batch size says how much memory it leaves free (the worker keeps 10% where it
+    """The best table's batch size says how much memory it leaves free (the worker keeps 10% where it
     can), and why, where the result gives it."""
     cnns, machines = ["resnet18"], ["g4dn.xlarge"]
     result = made_up(cnns, machines, [8, 16, 32])

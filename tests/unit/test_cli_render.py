@@ -1,5 +1,5 @@
-"""The CLI's result table: a point that does not fit shows no time or cost (issue 27); the network between machines
-is named (issue 26)."""
+"""The CLI's result table: a point that does not fit shows no time or cost; the network between machines
+is named."""
 
 from typing import Any
 

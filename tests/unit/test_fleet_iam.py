@@ -1,4 +1,4 @@
-"""The fleet's IAM policies allow every listed AWS call and nothing beside them (issue 12)."""
+"""The fleet's IAM policies allow every listed AWS call and nothing beside them."""
 
 import json
 from dataclasses import replace

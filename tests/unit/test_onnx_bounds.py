@@ -1,4 +1,4 @@
-"""ONNX graphs are bounded as layer lists are (issue 25): rank, dimensions, size, conv windows, opset."""
+"""ONNX graphs are bounded as layer lists are: rank, dimensions, size, conv windows, opset."""
 
 from collections.abc import Callable, Sequence
 

@@ -1,4 +1,4 @@
-"""Generated ONNX graphs, within and past every bound (issue 25): registration reads each one or refuses it with a
+"""Generated ONNX graphs, within and past every bound: registration reads each one or refuses it with a
 TraincastError below 500 (a 4xx at the API), and what it accepts stays inside a layer list's bounds.
 
 Graphs are chains of the ops the reader knows, with random shapes, attributes, opsets and weights that may be
