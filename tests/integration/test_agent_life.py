@@ -16,7 +16,7 @@ from shared import agents
 from shared.core import tasks
 from tests.support.agentkit import BATCH_SIZES, SLOW_AGENT, measured, send_first_conv, until_agent
 from tests.support.agentkit import stored_layers as stored
-from tests.support.stack import Stack, http, queued_tasks
+from tests.support.stack import Stack, http, queued_tasks, settled
 
 
 @pytest.fixture
@@ -121,7 +121,8 @@ def test_a_killed_agent_is_silent_and_its_task_is_redelivered_once(stack: Stack,
     first_log = len(stack.log("agent"))
     stack.start("agent")
     until_agent(lambda: len(stored()) == len(BATCH_SIZES), "all rows", stack)
-    time.sleep(2)  # a second delivery of the same message, if any, has time to arrive: it must measure nothing
+    # Every message acknowledged and none waiting: no second delivery can come, and none measured anything twice.
+    until_agent(lambda: settled("local"), "the queue to settle", stack)
     final = stored()
     assert final[: len(before)] == before and len(final) == len(BATCH_SIZES)
     assert measured(stack.log("agent")[first_log:]) == len(BATCH_SIZES) - len(before)

@@ -12,7 +12,7 @@ from shared.core import tasks
 from shared.measurements import layers, ops
 from shared.training import TrainConfig
 from tests.support.agentkit import SLOW_AGENT, measured, rows, until_agent
-from tests.support.stack import Stack, queued_tasks
+from tests.support.stack import Stack, queued_tasks, settled
 
 OP_BATCH_SIZES = [2, 3, 4, 5]
 
@@ -67,7 +67,8 @@ def test_sigterm_and_kill_mid_op_window_leave_no_duplicate(stack: Stack, clean_d
     stack.env["VISIBILITY_TIMEOUT_S"] = "2"  # so the unacknowledged message comes back within the test
     stack.start("agent")
     until_agent(lambda: len(stored()) == len(OP_BATCH_SIZES), "all op rows", stack)
-    time.sleep(2.5)  # a second delivery, if any, has arrived by now: it must measure nothing
+    # Every message acknowledged and none waiting: no second delivery can come, and none measured anything twice.
+    until_agent(lambda: settled("local"), "the queue to settle", stack)
     final = stored()
     assert final[: len(before_kill)] == before_kill  # the stored rows untouched (ids, timings)
     # Rows are written ON CONFLICT DO NOTHING: the agent's own account shows nothing was measured twice.

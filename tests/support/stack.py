@@ -49,6 +49,16 @@ def queued_tasks(queue: str) -> list[str]:
     return [json.loads(m)["headers"]["task"] for m in broker().lrange(queue, 0, -1)]
 
 
+def settled(machine_type: str) -> bool:
+    """No message waits in the type's bench queue and none is delivered but unacknowledged: none can come again."""
+    from shared.core import tasks
+
+    # kombu's Redis transport keeps delivered, unacknowledged messages in a hash (the agent's own, per machine type)
+    # until they are acknowledged or restored to the queue.
+    unacked = tasks.agent_unacked_keys(machine_type)["unacked_key"]
+    return not broker().llen(tasks.bench_queue(machine_type)) and not broker().hlen(unacked)
+
+
 def free_port() -> int:
     """A TCP port nobody listens on right now."""
     with socket.socket() as s:
