@@ -5,7 +5,6 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -15,6 +14,7 @@ import pytest
 import redis
 
 from tests.support.stack import ROOT, bearer, free_port
+from tests.support.wait import job_finished
 
 VENV = str(Path(sys.executable).parent.parent)
 TRAINCAST = str(Path(sys.executable).parent / "traincast")
@@ -104,12 +104,8 @@ def test_forced_embedded_servers_run_the_whole_path_and_down_stops_them(
 
         with httpx.Client(base_url=api, headers=bearer(key), timeout=30) as client:
             job_id = client.post("/v1/jobs", json=JOB).raise_for_status().json()["id"]
-            deadline, job = time.monotonic() + 240, {}
-            while time.monotonic() < deadline:
-                job = client.get(f"/v1/jobs/{job_id}").json()
-                if job["status"] in ("succeeded", "failed", "canceled"):
-                    break
-                time.sleep(0.5)
+            job = job_finished(lambda: client.get(f"/v1/jobs/{job_id}").json(), job_id, 240,
+                               lambda: (run / "worker.log").read_text())  # fmt: skip
         assert job["status"] == "succeeded", (job, (run / "worker.log").read_text()[-3000:])
         assert job["result"]["predictions"][0]["source"] == "benchmarked"
         assert job["progress"]["layer_benchmarks"]["pending"] == 0

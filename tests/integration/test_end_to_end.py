@@ -3,7 +3,6 @@
 import re
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 from shared.core.db import transaction
 from tests.support.onnx_models import export
 from tests.support.stack import Stack, http, queued_tasks
-from tests.support.wait import wait_until
+from tests.support.wait import job_finished, wait_until
 from worker import features, predictor
 
 JOB = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [1, 2], "image_size": 32, "epochs": 2}
@@ -20,13 +19,8 @@ TRAINCAST = str(Path(sys.executable).parent / "traincast")
 
 def wait_for(stack: Stack, job_id: str, timeout: float = 240) -> dict[str, Any]:
     """Poll a job over HTTP until it finishes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = http.get(f"{stack.url}/v1/jobs/{job_id}").json()
-        if job["status"] in ("succeeded", "failed", "canceled"):
-            return job
-        time.sleep(0.3)
-    raise AssertionError(f"job {job_id} did not finish: {job}\nworker:\n{stack.log('worker')[-3000:]}")
+    return job_finished(lambda: http.get(f"{stack.url}/v1/jobs/{job_id}").json(), job_id, timeout,
+                        lambda: stack.log("worker"))  # fmt: skip
 
 
 def measured() -> tuple[int, Any]:

@@ -4,7 +4,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from selenium.webdriver.support.select import Select
 
 from api.routers import web
 from shared.core.db import transaction
+from tests.integration.test_end_to_end import wait_for
 from tests.support.browser import CHROMEDRIVER, CHROMIUM, INSTALL_HINT, LAPTOP, Page, chromium, png_size, wait_until
 from tests.support.stack import ROOT, Stack, admin_key, http
 
@@ -666,14 +666,9 @@ def test_register_a_gpu_from_the_page(page: Page) -> None:
 
 def wait_for_job(stack: Stack, job_id: str, timeout: float = 120) -> dict[str, Any]:
     """Poll a job over HTTP until it has finished; it must succeed."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = http.get(f"{stack.url}/v1/jobs/{job_id}").json()
-        if job["status"] in ("succeeded", "failed", "canceled"):
-            assert job["status"] == "succeeded", job
-            return job
-        time.sleep(0.3)
-    raise AssertionError(f"job {job_id} did not finish\nworker:\n{stack.log('worker')[-3000:]}")
+    job = wait_for(stack, job_id, timeout)
+    assert job["status"] == "succeeded", job
+    return job
 
 
 def test_the_page_asks_for_a_key_and_keeps_it(page: Page) -> None:

@@ -20,11 +20,10 @@ from shared.core.db import transaction
 from tests.support.agent_role import agent_url
 from tests.support.stack import ROOT, Stack, free_port, http
 from tests.support.tlskit import PG_BIN, PG_USER, as_postgres, redis_server_binary
-from tests.support.wait import wait_until
+from tests.support.wait import job_finished, wait_until
 
 T = TypeVar("T")
 BIN = Path(sys.executable).parent
-TERMINAL = ("succeeded", "failed", "canceled")
 # Rows per unique key of layer_benchmarks beyond the first: the duplicates a fault could cause.
 DUPLICATES = """
 SELECT COALESCE(sum(n - 1), 0) AS n FROM (
@@ -113,12 +112,8 @@ class FaultStack(Stack):
 
     def finished(self, job_id: str, timeout: float = 180) -> dict[str, Any]:
         """Poll a job until it ends."""
-        return until(
-            f"job {job_id} to end",
-            lambda: (j := self.job(job_id))["status"] in TERMINAL and j,
-            timeout,
-            lambda: self.logs_of("worker", "worker2", "beat", "agent", "agent2"),
-        )
+        return job_finished(lambda: self.job(job_id), job_id, timeout,
+                            lambda: self.logs_of("worker", "worker2", "beat", "agent", "agent2"))  # fmt: skip
 
 
 def duplicates(url: str | None = None) -> int:

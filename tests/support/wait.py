@@ -2,7 +2,7 @@
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -19,3 +19,13 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}\n{log()[-4000:]}")
         time.sleep(interval)
+
+
+TERMINAL = ("succeeded", "failed", "canceled")
+
+
+def job_finished(
+    get: Callable[[], dict[str, Any]], job_id: str, timeout: float, log: Callable[[], str] = str, interval: float = 0.3
+) -> dict[str, Any]:
+    """Poll a job (`get` returns it as the API answers) until it has ended; return it whatever its status."""
+    return wait_until(lambda: (j := get())["status"] in TERMINAL and j, timeout, f"job {job_id} to end", interval, log)
