@@ -259,7 +259,8 @@ def ladder(cnns: list[str], gpus: list[str]) -> list[tuple[str, dict[str, Any]]]
         ("1k", {"cnns": cnns[:4], "machines": gpus[:8], "batch_sizes": {"min": 1, "max": 31}}),
         ("10k", {"cnns": cnns, "machines": gpus[:8], "batch_sizes": {"min": 1, "max": 40}}),
         ("63k", {"cnns": cnns, "machines": gpus[:8], "batch_sizes": {"min": 1, "max": 256}}),
-        ("100k", {"cnns": cnns, "machines": gpus, "batch_sizes": {"min": 1, "max": 248}}),
+        # Under the API's default 100,000 points a job.
+        ("95k", {"cnns": cnns, "machines": gpus[:12], "batch_sizes": {"min": 1, "max": 256}}),
     ]
 
 
@@ -370,7 +371,7 @@ def measure(stack: Stack, key: str, cnns: list[str], gpus: list[str], args: argp
     # free takes a task, so the two jobs of a pair run at once).
     # A cached job is one whose layers are registered and whose reference conv predictions exist: the widest job's
     # batch sizes (1-256 on every GPU type) computes them all once.
-    everything = {"cnns": cnns, "machines": gpus, "batch_sizes": {"min": 1, "max": 256}}
+    everything = {"cnns": cnns, "machines": gpus[:12], "batch_sizes": {"min": 1, "max": 256}}
     for body in (SMALL, everything):
         in_parallel(2, 1, lambda _i, body=body: run_job(http[_i], body, 0.2)[0])  # type: ignore[misc]
     out["warm_s"] = time.perf_counter() - warm

@@ -44,7 +44,7 @@ def decide(per_machine: list[tuple[str, list[PointDict], float | None]], request
     out = []
     for cnn in dict.fromkeys(c for c, _, _ in per_machine):
         mine = [(points, cap) for c, points, cap in per_machine if c == cnn]
-        roomy, tight = _layouts(mine, roomy=True), _layouts(mine, roomy=False)
+        roomy, tight = _layouts(mine)
         # The unbound questions come first: a bound one with no winner names the nearest of theirs.
         best: dict[str, list[dict[str, Any]]] = {}
         for question in QUESTIONS:
@@ -69,20 +69,20 @@ def _limit(question: str, request: JobRequest) -> float | None:
 Layouts = list[tuple[list[Any], float | None]]  # each layout's usable points, and the memory they are judged by
 
 
-def _layouts(mine: list[tuple[list[PointDict], float | None]], *, roomy: bool) -> Layouts:
-    """Every (machine type, GPUs, nodes) layout's usable points; roomy: only those leaving the headroom, where a
-    machine type has any."""
-    found: Layouts = []
+def _layouts(mine: list[tuple[list[PointDict], float | None]]) -> tuple[Layouts, Layouts]:
+    """Every (machine type, GPUs, nodes) layout's usable points, twice: those leaving the headroom (where a machine
+    type has any; roomy), and all (tight). Each point's headroom is worked out once."""
+    roomy: Layouts = []
+    tight: Layouts = []
     for points, cap in mine:
         usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
-        if roomy:
-            spacious = [p for p in usable if (h := headroom_pct(p, cap)) is None or h >= MIN_HEADROOM_PCT]
-            usable = spacious or usable
-        by_layout: dict[tuple[int, int], list[Any]] = {}
-        for p in usable:
-            by_layout.setdefault((p.get("gpus_used", 1), p.get("nodes", 1)), []).append(p)
-        found += [(group, cap) for group in by_layout.values()]
-    return found
+        spacious = [p for p in usable if (h := headroom_pct(p, cap)) is None or h >= MIN_HEADROOM_PCT]
+        for found, chosen in ((roomy, spacious or usable), (tight, usable)):
+            by_layout: dict[tuple[int, int], list[Any]] = {}
+            for p in chosen:
+                by_layout.setdefault((p.get("gpus_used", 1), p.get("nodes", 1)), []).append(p)
+            found += [(group, cap) for group in by_layout.values()]
+    return roomy, tight
 
 
 def _best(layouts: Layouts, question: str, limit: float | None) -> list[dict[str, Any]]:
