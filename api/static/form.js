@@ -77,7 +77,8 @@ function layoutSettings() {
 // How images arrive: omitted for images in memory, as before.
 function inputSettings() {
   const source = $("#input-source").value;
-  const gbps = $("#network-gbps").value.trim();
+  // The link's Gbit/s belongs to images read over a network: a value left from before is not sent with another source.
+  const gbps = source === "network_jpeg" ? $("#network-gbps").value.trim() : "";
   const workers = $("#dataloader-workers").value.trim();
   if (source === "memory" && gbps === "" && workers === "") return {};
   const spec = { source };

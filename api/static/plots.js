@@ -69,6 +69,9 @@ export function render(result, request) {
   const machines = inOrder((request && request.machines) || [], [...new Set(predictions.map((p) => p.machine))]);
   const style = styles(cnns, machines);
   const pairs = byPair(predictions);
+  // Data parallel: the batch sizes are each GPU's, the global batch being that times the GPUs.
+  const batchTitle = predictions.some((p) => (p.gpus_used || 1) * (p.nodes || 1) > 1)
+    ? "Mini-batch size per GPU (images)" : "Mini-batch size (images)";
   $("#notes").replaceChildren();  // drawn again from this result (render may run twice for one job)
   explainGaps(result, cnns, machines, pairs);
 
@@ -137,7 +140,7 @@ export function render(result, request) {
   $("#plots").classList.toggle("has-plots", hasPlots);
   if (hasPlots) {
     const requested = [...new Set(predictions.map((p) => p.batch_size))].sort((a, b) => a - b);
-    const right = baseLayout("Training time vs mini-batch size", "Mini-batch size (images)",
+    const right = baseLayout("Training time vs mini-batch size", batchTitle,
                              `Predicted training time (${unit.name})`);
     Object.assign(right.xaxis, batchAxis(requested));
     logIfSpread(right.yaxis, lows, highs);
@@ -171,7 +174,7 @@ export function render(result, request) {
   const memory = hasPlots ? memoryTraces(cnns, machines, pairs) : [];
   $("#plot-memory").hidden = memory.length === 0;
   if (memory.length) {
-    const layout = baseLayout("Peak memory vs mini-batch size (dotted: each GPU's memory)", "Mini-batch size (images)",
+    const layout = baseLayout("Peak memory vs mini-batch size (dotted: each GPU's memory)", batchTitle,
                               "Predicted peak memory (GiB)");
     Object.assign(layout.xaxis, batchAxis([...new Set(predictions.map((p) => p.batch_size))].sort((a, b) => a - b)));
     const ys = memory.flatMap((t) => t.y);

@@ -902,6 +902,13 @@ def test_images_over_a_network_are_sent_and_an_input_bound_point_says_so(page: P
     wait_until(lambda: page.state() == "done", 30, "the job named in the URL")
     assert page.find("#input-source").get_attribute("value") == "network_jpeg"
     assert page.find("#network-gbps").get_attribute("value") == "0.25"
+    # Back to images in memory with the Gbit/s still typed: the search works and sends no link.
+    Select(page.find("#input-source")).select_by_value("memory")
+    assert page.search(timeout=120) == "done", page.find("#error").text
+    assert (job_of(page)["request"].get("input") or {}).get("network_gbps") is None
+    # Batch sizes of a p4d's eight GPUs are each GPU's: the axes say so.
+    title = "return document.getElementById(arguments[0]).layout.xaxis.title.text"
+    assert page.js(title, "plot-batch") == page.js(title, "plot-memory") == "Mini-batch size per GPU (images)"
     page.open()  # the other tests start from the default form
 
 
