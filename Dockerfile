@@ -22,6 +22,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 # Keep the repo layout: shared/core/migrate.py reads /app/migrations.
 COPY api/ api/
 COPY worker/ worker/
+COPY prediction/ prediction/
 COPY gpu_agent/ gpu_agent/
 COPY shared/ shared/
 COPY cli/ cli/

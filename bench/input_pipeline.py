@@ -1,14 +1,15 @@
-"""The input pipeline: this host's JPEG decode and augmentation rate, measured as the agent measures it,
-and what it means for GPUs whose steps we measured.
+"""The input pipeline: this host's JPEG decode and augmentation rate, measured as the agent measures it, and what it
+means for GPUs whose steps we measured.
 
-Three measurements of gpu_agent/input_bench.py on this host (the spread is the run-to-run noise). Then, for the
-H100 steps we measured ourselves (data/reference/h100/steps.jsonl, batch 256), the images per second one GPU takes,
-the CPUs at this host's rate that would keep up, and worker/inputs.py's answer for 8 such GPUs fed by 192 vCPUs (a
+Three measurements of gpu_agent/input_bench.py on this host (the spread is the run-to-run noise). Then, for the H100
+steps we measured ourselves (data/reference/h100/steps.jsonl, batch 256), the images per second one GPU takes, the CPUs
+at this host's rate that would keep up, and prediction/input_pipeline.py's answer for 8 such GPUs fed by 192 vCPUs (a
 p5.48xlarge's count) and for one fed by 4 vCPUs, with the echo factor that hides the input. This host's CPU is not a
 p5's: the rate is the labelled reference a type without its own measurement gets, as the service gives it.
 
     .venv/bin/python bench/input_pipeline.py              # print and write docs/PERFORMANCE.md's section
     .venv/bin/python bench/input_pipeline.py --no-write   # print only
+
 """
 
 import argparse
@@ -22,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.perf_doc import write_section  # noqa: E402
 from gpu_agent import input_bench  # noqa: E402
+from prediction import input_pipeline  # noqa: E402
 from shared.jobs.request import JobRequest  # noqa: E402
 from shared.machine_types import MachineTypeInfo  # noqa: E402
-from worker import inputs  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/input_pipeline.py"
 H100_STEPS = Path(__file__).resolve().parent.parent / "data" / "reference" / "h100" / "steps.jsonl"
@@ -44,13 +45,13 @@ def _machine(vcpus: int, gpus: int) -> MachineTypeInfo:
     return figures  # type: ignore[return-value]
 
 
-def _answer(step_ms: float, rate: inputs.Sourced, *, vcpus: int, gpus: int) -> dict[str, float | int | None]:
-    """worker/inputs.py's figures for one point whose GPU step is step_ms."""
+def _answer(step_ms: float, rate: input_pipeline.Sourced, *, vcpus: int, gpus: int) -> dict[str, float | int | None]:
+    """prediction/input_pipeline.py's figures for one point whose GPU step is step_ms."""
     point = {"batch_size": BATCH, "gpus_used": gpus, "nodes": 1, "iteration_seconds": step_ms / 1000,
              "iteration_seconds_p10": step_ms / 1000, "iteration_seconds_p90": step_ms / 1000}  # fmt: skip
     request = JobRequest.stored({"cnns": ["resnet50"], "machines": ["x"], "batch_sizes": [BATCH],
                                  "input": {"source": "local_jpeg"}})  # fmt: skip
-    inputs.apply([point], info=_machine(vcpus, gpus), request=request, src=rate)
+    input_pipeline.apply([point], info=_machine(vcpus, gpus), request=request, src=rate)
     return point
 
 
@@ -78,15 +79,15 @@ def main() -> None:
     lines += ["", f"Per-CPU rate: median {statistics.median(per_cpu):.0f} images/s, spread {spread:.1f}% of the median "
               "across the runs (noise of this host).", ""]  # fmt: skip
     median_run = sorted(runs, key=lambda r: r.per_cpu)[RUNS // 2]
-    rate = inputs.Sourced(median_run, "reference", "this host", median_run.per_cpu)
+    rate = input_pipeline.Sourced(median_run, "reference", "this host", median_run.per_cpu)
     steps = [json.loads(line) for line in H100_STEPS.read_text().splitlines() if line.strip()]
     rows = [s for s in steps if s["batch"] == BATCH and s["image"] == 224 and s.get("ms")]
     lines += [
         f"### Our H100 steps at batch {BATCH} fed from JPEGs at this host's rate",
         "",
         "GPU step: measured on an H100 SXM (data/reference/h100/steps.jsonl). CPUs to keep up = images/s the GPU "
-        "takes / this host's per-CPU rate. The last columns are worker/inputs.py's answers for 8 GPUs on 192 vCPUs "
-        "(p5.48xlarge's count, 24 a GPU) and 1 GPU on 4 vCPUs: input over GPU step, and the echo factor.",
+        "takes / this host's per-CPU rate. The last columns are prediction/input_pipeline.py's answers for 8 GPUs on "
+        "192 vCPUs (p5.48xlarge's count, 24 a GPU) and 1 GPU on 4 vCPUs: input over GPU step, and the echo factor.",
         "",
         "| CNN | config | GPU step ms | images/s | CPUs to keep up | 8 GPUs / 192 vCPUs | 1 GPU / 4 vCPUs |",
         "|---|---|---|---|---|---|---|",

@@ -77,9 +77,9 @@ def predict(
 def summed(cnn: str, image_size: int, batch_sizes: list[int], config: Any) -> dict[int, float | None]:
     """Per batch size, the measured conv, op and optimizer times summed as the job's features sum them (None where
     one ran out of memory or an op is not measured)."""
+    from prediction import features
     from shared import machine_types
     from shared.measurements import layers, ops
-    from worker import features
 
     key: dict[str, Any] = {"name": cnn, "image_size": image_size, "num_classes": 1000}
     members, op_members = layers.members(**key), ops.members(**key)

@@ -3,7 +3,7 @@
 Run: .venv/bin/python bench/precision.py  (no database; writes its section of docs/PERFORMANCE.md)
 1. Lambda (synthetic data, step only): per GPU, measured fp16 ÷ fp32 throughput of ResNet-50 (each at its own
    largest batch) beside the same ratio of the reference predictions held out for that GPU's family (the
-   leave-one-GPU-family-out predictions the last `python -m worker.reference.fit` stored in model.json).
+   leave-one-GPU-family-out predictions the last `python -m prediction.reference.fit` stored in model.json).
 2. Pollux (T4) and Sia (V100, A100): AMP only, no fp32 counterpart, so no ratio: the held-out AMP step error
    at the batch sizes that are not input-bound (Sia's single-GPU steps are flat for batch <= 57).
 3. Every catalog GPU: the shipped model's AMP (fp16, bf16) ÷ fp32 speedup and AdamW ÷ SGD cost at batch 256.
@@ -19,10 +19,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.perf_doc import write_section  # noqa: E402
+from prediction.reference import GpuSpecs, load  # noqa: E402
+from prediction.reference.model import MODEL_JSON  # noqa: E402
+from prediction.reference.wholestep import network  # noqa: E402
 from shared.training import TrainConfig  # noqa: E402
-from worker.reference import GpuSpecs, load  # noqa: E402
-from worker.reference.model import MODEL_JSON  # noqa: E402
-from worker.reference.wholestep import network  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/precision.py"
 ROOT = Path(__file__).resolve().parent.parent

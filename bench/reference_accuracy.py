@@ -17,9 +17,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.perf_doc import write_section  # noqa: E402
-from worker.reference import data, layerfit, load  # noqa: E402
-from worker.reference.convs import PHASES  # noqa: E402
-from worker.reference.fit import accuracy, fit_params, gpu_table  # noqa: E402
+from prediction.reference import data, layerfit, load  # noqa: E402
+from prediction.reference.convs import PHASES  # noqa: E402
+from prediction.reference.fit import accuracy, fit_params, gpu_table  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/reference_accuracy.py"
 NOTES = """Notes. Pollux and Sia time the step while 2-4 real-data loader workers decode images on the same
@@ -240,10 +240,10 @@ def main(argv: list[str]) -> None:
     global COMMAND
     start = time.time()
     if "--stored" in argv:
-        # the same evaluation, run by `python -m worker.reference.fit` when it wrote model.json
+        # the same evaluation, run by `python -m prediction.reference.fit` when it wrote model.json
         model = load()
         acc, version = model.accuracy, model.version
-        COMMAND = ".venv/bin/python -m worker.reference.fit && " + COMMAND + " --stored"
+        COMMAND = ".venv/bin/python -m prediction.reference.fit && " + COMMAND + " --stored"
     else:
         gpus = gpu_table()
         matrix = layerfit.layer_matrix(data.load_layers(), gpus)

@@ -33,11 +33,12 @@ def main() -> int:
     args = parser.parse_args()
     name = f"traincast_bench_{uuid.uuid4().hex[:8]}"
     os.environ["DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:5432/{name}"
+    from prediction import reference
     from shared import jobs, machine_types
     from shared.core.migrate import migrate
     from shared.jobs.request import JobRequest
     from shared.measurements import layers
-    from worker import planning, reference
+    from worker import planning
 
     migrate()
     try:

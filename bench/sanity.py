@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python bench/sanity.py  (no database; seconds; writes its section of docs/PERFORMANCE.md)
 Predictions: batch 256, 224 px, SGD with momentum (DeepLearningExamples' recipe), cudnn.benchmark off, in fp32,
-amp_fp16 and amp_bf16, NCHW and NHWC (worker/reference/sanity.py). Beside them: Lambda's measured ResNet-50
+amp_fp16 and amp_bf16, NCHW and NHWC (prediction/reference/sanity.py). Beside them: Lambda's measured ResNet-50
 throughput for the same GPU model (DeepLearningExamples, synthetic data, NCHW, cudnn.benchmark on, each at its
 largest batch, data/reference/whole_steps.csv) and our own H100 steps at batch 256 (data/reference/h100/).
 The orderings tests/unit/test_reference_sanity.py holds are checked here too and any break is listed.
@@ -17,8 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.perf_doc import write_section  # noqa: E402
-from worker.reference import h100, load, sanity  # noqa: E402
-from worker.reference.wholestep import WHOLE_STEPS  # noqa: E402
+from prediction.reference import load, sanity, step_rows  # noqa: E402
+from prediction.reference.wholestep import WHOLE_STEPS  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/sanity.py"
 
@@ -42,11 +42,11 @@ def lambda_figures() -> dict[tuple[str, str], tuple[float, int, int]]:
 def our_h100() -> dict[str, float]:
     """'<config> NCHW|NHWC' → images/s of resnet50 at batch 256 in our H100 settings run (cudnn.benchmark off)."""
     out = {}
-    for r in h100.load_rows():
-        ours = r.set == h100.SETTINGS_SET and r.cnn == "resnet50" and r.batch == 256
+    for r in step_rows.load_h100():
+        ours = r.set == step_rows.SETTINGS_SET and r.cnn == "resnet50" and r.batch == 256
         if ours and r.training is not None and not r.training.cudnn_benchmark:
             precision = r.training.precision
-            config = next(k for k, v in h100.CONFIGS.items() if v.precision == precision)
+            config = next(k for k, v in step_rows.CONFIGS.items() if v.precision == precision)
             out[f"{config} {'NHWC' if r.training.channels_last else 'NCHW'}"] = 256 / r.step_ms * 1e3
     return out
 
@@ -77,7 +77,7 @@ def report() -> str:
         lines += ["", "Our H100 SXM 80GB, measured at batch 256 (data/reference/h100/steps_settings.jsonl; its "
                   "configurations, not the table's SGD with momentum):", "",
                   "| configuration | NCHW | NHWC | NHWC ÷ NCHW step |", "|---|---:|---:|---:|"]  # fmt: skip
-        for config in h100.CONFIGS:
+        for config in step_rows.CONFIGS:
             nchw, nhwc = ours.get(f"{config} NCHW"), ours.get(f"{config} NHWC")
             if nchw and nhwc:
                 lines.append(f"| {config} | {nchw:,.0f} | {nhwc:,.0f} | {nchw / nhwc:.2f}× |")

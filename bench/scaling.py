@@ -1,4 +1,4 @@
-"""Data-parallel scaling: worker/parallel.py's step model against Pollux's and Sia's public multi-GPU measurements.
+"""Data-parallel scaling: prediction/parallel.py's step model against Pollux's and Sia's public multi-GPU measurements.
 
 Step and gradient-sync times of ResNet-50 (ImageNet) and ResNet-18 (CIFAR-10) under PyTorch DDP on 1..64 GPUs of six
 clusters (/work/shared/data/public/README.md). The model gets each row's measured one-GPU step at the same per-GPU
@@ -21,13 +21,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.perf_doc import write_section  # noqa: E402
-from worker import parallel  # noqa: E402
-from worker.parallel import Links  # noqa: E402
+from prediction import parallel  # noqa: E402
+from prediction.parallel import Links  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/scaling.py"
 PUBLIC = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "public"
 # Backward is about twice the forward's work (gradients of inputs and of weights), so 2/3 of a step's compute: the
-# same constant worker/layouts.py uses; not fitted here.
+# same constant prediction/layouts.py uses; not fitted here.
 BACKWARD_FRACTION = 2 / 3
 # fp32 gradients: apex AMP's default O1 (petuum/adaptdl benchmark/models/imagenet/main.py: amp.initialize(model,
 # optimizer)) keeps fp32 parameters; CIFAR-10 trains in fp32. Parameter counts: torchvision resnet50, and the CIFAR
@@ -290,7 +290,7 @@ FINDINGS = [
     "stragglers. Traincast predicts a normal launch (torchrun; NCCL on NVLink/PCIe inside a machine): these rows "
     "cannot confirm the link figures.",
     "- One derating of every link (LOCO-fitted eta) does not transfer between clusters: held out, it helps most aws, "
-    "azure and rtx groups and hurts every dgx and quad group, so worker/parallel.py applies none.",
+    "azure and rtx groups and hurts every dgx and quad group, so prediction/parallel.py applies none.",
     "- Pollux's several-machine T4 rows are the network the pods got: at EC2's 5 Gbit/s single-flow figure (table "
     "above, not fitted) the model's efficiency is within 10 points on both data sets (6.1 and 5.7), against 32 and 37 "
     "at the catalog's 50 Gbit/s; 10 Gbit/s (a cluster placement group) leaves 15 to 21. Which figure held is not "
@@ -317,7 +317,7 @@ def main() -> None:
     skipped = {**skipped_multi, **{f"one machine, {k}": v for k, v in skipped_single.items()}}
     body = "\n".join(
         [
-            f"`{COMMAND}` ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC). Model: `worker/parallel.py` (NCCL ring/tree "
+            f"`{COMMAND}` ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC). Model: `prediction/parallel.py` (NCCL ring/tree "
             "cost model, DDP buckets overlapping backward). Inputs per row: the MEASURED one-GPU step at the same "
             "per-GPU batch (compute), backward = 2/3 of it, fp32 gradients (ResNet-50 25,557,032 parameters = "
             "102.2 MB; CIFAR ResNet-18 11,173,962 = 44.7 MB), 25 MiB buckets, and the link figures below. Modelled: "

@@ -1,4 +1,4 @@
-"""Data-parallel scaling within one machine on synthetic data: worker/parallel.py against Lambda's 1..8-GPU runs.
+"""Data-parallel scaling within one machine on synthetic data: prediction/parallel.py against Lambda's 1..8-GPU runs.
 
 Lambda's PyTorch benchmark (lambdal/deeplearning-benchmark, /work/shared/data/public/lambda) trains ResNet-50 with
 NVIDIA's DeepLearningExamples ConvNets script, `--data-backend synthetic`, the same batch per GPU on 1, 2, 4 and 8
@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.perf_doc import write_section  # noqa: E402
 from bench.scaling import BACKWARD_FRACTION, PUBLIC, catalog  # noqa: E402
-from worker import parallel  # noqa: E402
-from worker.parallel import Links  # noqa: E402
+from prediction import parallel  # noqa: E402
+from prediction.parallel import Links  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/scaling_lambda.py"
 LAMBDA = PUBLIC / "lambda"
@@ -209,7 +209,7 @@ HEAD = [
     "(`--data-backend synthetic` in the benchmark's configs), the same batch per GPU on 1..8 GPUs of one machine (v1: "
     "batch from the -bs- files; v2: from the configs, see the bench's docstring), fp16 = AMP. Each N-GPU row is paired "
     "with the one-GPU row of the same system name (v2: of the same host). Measured efficiency = N-GPU images/s / (N x "
-    "one-GPU images/s). Model: `worker/parallel.py` given the one-GPU step (batch / one-GPU images/s) as compute, "
+    "one-GPU images/s). Model: `prediction/parallel.py` given the one-GPU step (batch / one-GPU images/s) as compute, "
     "backward 2/3 of it, fp32 gradients of 102.2 MB, 25 MiB buckets and the link figures below; no constant is "
     "fitted to these rows. Baseline, same rows, same run: perfect scaling (efficiency 1).",
 ]

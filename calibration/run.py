@@ -2,7 +2,7 @@
 
 One calibration may span several settings (image size × batch sizes) and training configurations: every
 configuration gets its own model, learnt from its steps at every setting, so a prediction at a setting
-it did not measure is evaluated (worker/validation.py) and holds.
+it did not measure is evaluated (prediction/validation.py) and holds.
 """
 
 import time
@@ -67,7 +67,7 @@ CPU_IMAGE_SIZE = 112
 GPU_IMAGE_SIZE = 224
 Setting = tuple[int, tuple[int, ...]]  # (image size, its batch sizes)
 # A default calibration spreads image sizes and batch sizes, so that a setting left out of a fit can be
-# scored (worker/validation.py: batch sizes 2-8 fit, 16 and 32 held out). Each (image size, batch size)
+# scored (prediction/validation.py: batch sizes 2-8 fit, 16 and 32 held out). Each (image size, batch size)
 # costs its own layer benchmarks (signatures change with the image size), so a CPU measures five, fewer
 # where a step is dearer (larger images), the large batches where it is cheap: 259 s for the default set
 # on 2 idle cores (760 layer rows, 35 steps; docs/PERFORMANCE.md), 116 s at 112 px × batch 4, 8 alone.

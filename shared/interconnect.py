@@ -1,5 +1,5 @@
 """How a machine type's GPUs talk to each other and to other machines: data/interconnect.csv (sources in
-data/interconnect.md), read once. The API checks requests with it; worker/parallel.py models the all-reduce."""
+data/interconnect.md), read once. The API checks requests with it; prediction/parallel.py models the all-reduce."""
 
 import csv
 from dataclasses import dataclass

@@ -8,10 +8,10 @@ from typing import Any
 
 from celery.signals import worker_init, worker_ready
 
+from prediction.reference.model import file_version
 from shared.core import logs, secrets, tasks
 from shared.core.settings import get_settings
 from worker import planning, reconcile, reference_store, refit
-from worker.reference.model import file_version
 
 # Before the broker URL is read: with TRAINCAST_SSM_PATH set, DATABASE_URL and REDIS_URL come from SSM.
 secrets.load_from_environment()

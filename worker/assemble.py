@@ -4,21 +4,22 @@ Four stages, each a function here with typed values (docs/ARCHITECTURE.md, Assem
 1. gather (worker/gather.py): everything the job needs, read once → `Gathered`;
 2. estimate (worker/estimate.py): each (CNN, machine type)'s one-GPU points by its `Estimator`, the measured
    model or the reference predictor → `list[PointDict]`, and the machine type's model summary;
-3. annotate: data-parallel layouts (worker/layouts.py), the input pipeline (worker/inputs.py) and memory (worker/
-   memory.py: peaks, fits, the largest batch size) → `Annotated`, the points stored;
-4. choose: the best choices (worker/points.py) and priced schedules (worker/schedules.py) → `ResultDict`.
+3. annotate: data-parallel layouts (prediction/layouts.py), the input pipeline (prediction/input_pipeline.py) and
+   memory (prediction/memory_model.py: peaks, fits, the largest batch size) → `Annotated`, the points stored;
+4. choose: the best choices (prediction/points.py) and priced schedules (worker/schedules.py) → `ResultDict`.
 """
 
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from prediction import input_pipeline, layouts, memory_model
+from prediction.points import best_of, withhold_unfit
 from shared.jobs.models import PointDict, ResultDict
 from shared.jobs.request import JobRequest
-from worker import decisions, inputs, layouts, memory, schedules
+from worker import decisions, schedules
 from worker.estimate import estimator
 from worker.gather import Cnn, Gathered, Machine, gather
-from worker.points import best_of, withhold_unfit
 
 GIB = 2**30
 SPOT_NOTE = (
@@ -75,11 +76,11 @@ def annotate(g: Gathered, machine: Machine, cnn: Cnn, points: list[PointDict]) -
     points = layouts.spread(points, machine_type=machine.name, info=info, request=g.request, parameters=weights,
                             measured=machine.allreduce)  # fmt: skip
     if machine.fed is not None:
-        inputs.apply(points, info=info, request=g.request, src=machine.fed)
-    memory.annotate(points, cnn.work, info, g.request, peaks=cnn.memo.peaks)
+        input_pipeline.apply(points, info=info, request=g.request, src=machine.fed)
+    memory_model.annotate(points, cnn.work, info, g.request, peaks=cnn.memo.peaks)
     withhold_unfit(points)
-    largest = memory.max_batch_size(cnn.work, info, g.request, measured_oom=oom, largest=cnn.memo.largest)
-    capacity = memory.capacity_bytes(info)
+    largest = memory_model.max_batch_size(cnn.work, info, g.request, measured_oom=oom, largest=cnn.memo.largest)
+    capacity = memory_model.capacity_bytes(info)
     return Annotated(cnn, machine, points, largest, capacity / GIB if capacity else None)
 
 
@@ -91,7 +92,7 @@ def choose(g: Gathered, annotated: list[Annotated], model_info: dict[str, dict[s
     priced: list[dict[str, Any]] = []
     for a in annotated:
         predictions.extend(a.points)
-        basis = memory.usable_fraction(a.machine.info)[1] if a.machine.info["gpu"] else "the machine's RAM"
+        basis = memory_model.usable_fraction(a.machine.info)[1] if a.machine.info["gpu"] else "the machine's RAM"
         best.append(best_of(a.cnn.name, a.machine.name, a.points, a.max_batch_size, a.capacity_gib, basis))
         if (schedule := schedules.priced(a.cnn.name, a.machine.name, a.points, request)) is not None:
             priced.append(schedule)
@@ -105,12 +106,12 @@ def choose(g: Gathered, annotated: list[Annotated], model_info: dict[str, dict[s
         "gpu_note": GPU_NOTE,
     }
     pipeline = {
-        m.name: inputs.summary(m.fed, m.info, request.input)
+        m.name: input_pipeline.summary(m.fed, m.info, request.input)
         for m in g.machines
         if m.fed is not None and request.input is not None
     }
     if pipeline:
-        out["inputs"], out["input_note"] = pipeline, inputs.NOTE
+        out["inputs"], out["input_note"] = pipeline, input_pipeline.NOTE
     if priced:
         out["schedules"], out["schedule_note"] = priced, schedules.NOTE
     if any(p.get("spot_cost_usd") is not None for p in predictions):

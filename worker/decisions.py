@@ -11,9 +11,9 @@ winner's: within the model's error they may be as good, and the reasons say so.
 from collections.abc import Callable
 from typing import Any
 
+from prediction.points import MIN_HEADROOM_PCT, headroom_pct
 from shared.jobs.models import PointDict
 from shared.jobs.request import JobRequest
-from worker.points import MIN_HEADROOM_PCT, headroom_pct
 
 QUESTIONS = ("fastest", "cheapest", "cheapest_within_deadline", "fastest_within_budget")
 MAX_RUNNERS_UP = 5

@@ -4,7 +4,7 @@ Two estimators answer a machine type, behind one interface (`Estimator`), as a `
 - `Measured`: its layer benchmarks (or those of a machine type with the same GPU model) and a whole-step model
   fitted on its measurements, source "benchmarked" (null times and `no_model` where it has no model yet);
 - `Reference`: a GPU with no such benchmarks gets the reference predictor, learnt from public measurements only
-  (worker/reference), with the error it showed on held-out public data, source "reference".
+  (prediction/reference), with the error it showed on held-out public data, source "reference".
 """
 
 import contextlib
@@ -12,14 +12,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from prediction import features, reference
+from prediction.points import blank, blanks, fill_many, significant
 from shared.core.errors import TraincastError
 from shared.jobs.models import PointDict
 from shared.measurements import environments, layers, ops
 from shared.measurements.environments import Row
 from shared.training import TrainConfig
-from worker import features, predictor, reference, step_cache
+from worker import predictor, step_cache
 from worker.gather import Cnn, Gathered, Machine
-from worker.points import blank, blanks, fill_many, significant
 
 # CNN → its points on one machine type, one per batch size, in the request's order.
 ByCnn = dict[str, list[PointDict]]
@@ -166,7 +167,7 @@ class Reference:
             steps.batch_size.tolist(), finite.tolist(), conv.tolist(), steps.launch_bound.tolist(), error_pct,
             strict=True,
         ):  # fmt: skip
-            # Whether it fits is the memory model's answer (worker/memory.py), filled in by stage 3.
+            # Whether it fits is the memory model's answer (prediction/memory_model.py), filled in by stage 3.
             point = make_point(b, None, conv_ms if ok else None)
             if ok:
                 point["reference_error_pct"] = error

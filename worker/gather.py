@@ -9,6 +9,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from prediction import input_pipeline, memory_model, reference
 from shared import machine_types
 from shared.cnn import registry as cnns
 from shared.jobs.request import JobRequest
@@ -17,7 +18,7 @@ from shared.measurements import allreduce, layers, ops
 from shared.measurements import inputs as input_rates
 from shared.measurements.allreduce import Measured
 from shared.training import TrainConfig
-from worker import inputs, memory, predictor, reference, reference_store, step_cache
+from worker import predictor, reference_store, step_cache
 
 # A CNN's layers (or operators): (signature id, spec, count).
 Members = list[tuple[int, dict[str, Any], int]]
@@ -31,7 +32,7 @@ class Cnn:
     members: Members
     work: dict[str, Any]
     digest: bytes  # of its workload (worker/step_cache.py)
-    memo: memory.Memo
+    memo: memory_model.Memo
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Machine:
     model: predictor.PredictorModel | None
     fitted_on: str | None  # the peer whose model answers it
     other_keys: list[str]  # training configurations its peers have models for (none for this one)
-    fed: inputs.Sourced | None  # its input rate, when the request decodes its input
+    fed: input_pipeline.Sourced | None  # its input rate, when the request decodes its input
     # GPU count → the all-reduce its agent measured over that many GPUs (NCCL); none: modelled.
     allreduce: dict[int, Measured] = field(default_factory=dict)
 
@@ -90,7 +91,7 @@ def gather(*, request: JobRequest, peers: dict[str, list[str]] | None, incomplet
                 name=name, info=info, peers=peers[name], measured=measured, layers_measured=name not in incomplete,
                 model=model, fitted_on=fitted_on,
                 other_keys=sorted({k for p in peers[name] for k in other_keys.get(p, [])}),
-                fed=inputs.sourced(name, rates) if rates is not None else None,
+                fed=input_pipeline.sourced(name, rates) if rates is not None else None,
                 allreduce={gpus: m for (machine, gpus), m in timed.items() if machine == name},
             )
         )  # fmt: skip
@@ -99,7 +100,7 @@ def gather(*, request: JobRequest, peers: dict[str, list[str]] | None, incomplet
         members, work = variants[cnn]
         # Its peaks and largest batch sizes are kept by this process for later jobs.
         digest = step_cache.digest(work)
-        by_cnn.append(Cnn(cnn, members, work, digest, memory.memo(digest, request)))
+        by_cnn.append(Cnn(cnn, members, work, digest, memory_model.memo(digest, request)))
     any_measured = any(m.measured for m in machines)
     return Gathered(
         request=request, training=training, sizes=request.batch_size_list(), classes=classes, cnns=tuple(by_cnn),

@@ -2,20 +2,20 @@
 
 A model is stored in PostgreSQL as LightGBM model text (never a pickle) with the ids of the
 step measurements it learnt from, its feature names, its P10–P90 interval (from out-of-fold errors)
-and its held-out evaluation (worker/validation.py).
+and its held-out evaluation (prediction/validation.py).
 """
 
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, TypedDict, cast
 
+from prediction import features, step_model, validation
 from shared import machine_types
 from shared.core.db import Json, one, transaction
 from shared.core.errors import InvalidRequest
 from shared.measurements import layers, ops
 from shared.measurements import steps as whole_steps
 from shared.training import LAYER_PRECISION, TrainConfig
-from worker import features, models, validation
 
 KIND = "base_ratio_interval"  # older kinds carry quantile-model intervals: retrain
 DEFAULT_KEY = TrainConfig().cost_key()  # what a request asks by default: SGD without momentum, fp32
@@ -32,7 +32,7 @@ class PredictorModel(TypedDict):
     cost_key: str  # the training configuration's work it learnt (shared/training.py)
     params: dict[str, Any]  # LightGBM model text and the fit's terms (never a pickle)
     training_rows: list[int]  # ids of the whole steps it learnt from
-    evaluation: dict[str, Any]  # held-out figures (worker/validation.py)
+    evaluation: dict[str, Any]  # held-out figures (prediction/validation.py)
     created_at: datetime
 
 
@@ -60,7 +60,7 @@ def step_config(step: whole_steps.MeasuredStep) -> TrainConfig:
     )  # fmt: skip
 
 
-def dataset(machine_type: str, cost_key: str = DEFAULT_KEY) -> list[models.Point]:
+def dataset(machine_type: str, cost_key: str = DEFAULT_KEY) -> list[step_model.Point]:
     """Every whole step of this cost key measured on a machine type with its layer benchmarks (same environment)."""
     info = machine_types.get_by_name(name=machine_type)
     steps = whole_steps.measured(machine_type=machine_type)
@@ -99,7 +99,7 @@ def dataset(machine_type: str, cost_key: str = DEFAULT_KEY) -> list[models.Point
         flops = f["conv_gflops"] * 1e9 + sum(f[f"{k}_mflops"] * 1e6 for k in features.WORK_KINDS)
         cnn = s["cnn_name"]
         points.append(
-            models.Point(
+            step_model.Point(
                 s["id"], cnn, features.family(cnn), x, f["conv_ms"], flops, s["step_ms"], machine_type=machine_type
             )
         )
@@ -141,7 +141,11 @@ def train(*, machine_type: str, pool: bool | None = None, config: TrainConfig | 
     evaluation["pooled_from"] = sorted(sources)
     evaluation["own_rows"] = sum(1 for p in points if p.machine_type == machine_type)
     evaluation["training"] = key
-    params = {"features": list(features.NAMES), "base_terms": list(models.BASE_TERMS), **validation.fit_model(points)}
+    params = {
+        "features": list(features.NAMES),
+        "base_terms": list(step_model.BASE_TERMS),
+        **validation.fit_model(points),
+    }
     with transaction() as cur:
         cur.execute(
             INSERT_MODEL,
@@ -183,22 +187,22 @@ def keys_of(*, machine_types: list[str]) -> dict[str, list[str]]:
 
 
 @lru_cache(maxsize=32)
-def _fitted(model_id: int) -> models.Fitted:
+def _fitted(model_id: int) -> step_model.Fitted:
     with transaction() as cur:
         cur.execute(SELECT_PARAMS, (model_id,))
-        return models.load(one(cur)["params"])
+        return step_model.load(one(cur)["params"])
 
 
 def predict_ms(model: PredictorModel, x: list[float], conv_ms: float) -> tuple[float, float, float]:
     """(P10, median, P90) iteration time in milliseconds."""
     _check_kind(model)
-    return models.predict(_fitted(model["id"]), x, conv_ms)
+    return step_model.predict(_fitted(model["id"]), x, conv_ms)
 
 
 def predict_table(model: PredictorModel, x: Any) -> list[tuple[float, float, float]]:
     """(P10, median, P90) ms of every point of a features.table, in one model call."""
     _check_kind(model)
-    return models.predict_table(_fitted(model["id"]), x)
+    return step_model.predict_table(_fitted(model["id"]), x)
 
 
 def _check_kind(model: PredictorModel) -> None:

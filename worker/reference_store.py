@@ -1,6 +1,6 @@
 """The `reference_conv_times` table: the reference model's conv predictions, shared by every worker process.
 
-A cache of the model's output keyed by its version and inputs (worker/reference/model.py `store_key`), so a
+A cache of the model's output keyed by its version and inputs (prediction/reference/model.py `store_key`), so a
 worker process that starts, or a job at batch sizes another process has answered, reads them instead of running
 LightGBM again. A read or write that fails is logged and skipped: the model computes what it cannot read.
 """
@@ -11,10 +11,10 @@ import numpy as np
 import psycopg2
 import psycopg2.extras
 
+from prediction.reference import ReferenceModel
+from prediction.reference.model import Stored
 from shared.core.db import transaction
 from shared.core.errors import ServiceUnavailable
-from worker.reference import ReferenceModel
-from worker.reference.model import Stored
 
 log = logging.getLogger(__name__)
 

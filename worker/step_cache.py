@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from prediction.reference import GpuSpecs, ReferenceModel, StepArrays
 from shared.training import TrainConfig
-from worker.reference import GpuSpecs, ReferenceModel, StepArrays
 
 ENTRIES = 2048  # ~30 MB at 256 batch sizes each
 

@@ -67,10 +67,15 @@ def _layout(t: Any, *, batched: bool) -> dict[str, Any]:
     return {"layout": order}
 
 
-def signature(
+def from_aten(
     name: str, args: tuple[Any, ...], out: Any, batch: int, *, batched: Callable[[Any], bool] | None = None
 ) -> OpSignature | None:
-    """op_signatures.from_aten: the handler of the call's op, with the call's batch and gradient."""
+    """The signature of one aten call seen at extraction with `batch` samples (None for ops that are free), by the
+    handler of its op kind.
+
+    batched: whether a tensor carries the batch (computed from the input); by default, its first dimension
+    equals the batch. An op none of whose tensors carries it runs once per step, whatever the batch size.
+    """
     carries = batched or (lambda t: t.dim() > 0 and t.shape[0] == batch)
     name = canonical_name(name)
     if is_free(name, args, out):

@@ -15,7 +15,6 @@ step either becomes a signature or is named in FREE or VIEWS (tests/unit/test_op
 
 import hashlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,16 +144,3 @@ def tensors_of(items: Any) -> list[Any]:
 def requires_grad(tensors: list[Any]) -> bool:
     """Whether a gradient flows to any of these tensors."""
     return any(t.requires_grad for t in tensors)
-
-
-def from_aten(
-    name: str, args: tuple[Any, ...], out: Any, batch: int, *, batched: Callable[[Any], bool] | None = None
-) -> OpSignature | None:
-    """The signature of one aten call seen at extraction with `batch` samples; None for ops that are free.
-
-    batched: whether a tensor carries the batch (computed from the input); by default, its first dimension
-    equals the batch. An op none of whose tensors carries it runs once per step, whatever the batch size.
-    """
-    from shared.cnn import aten_ops  # its handlers build this module's signatures
-
-    return aten_ops.signature(name, args, out, batch, batched=batched)

@@ -44,7 +44,7 @@ _IGNORED = {
     "zero_", "scalar_tensor", "as_strided", "unbind", "_reshape_alias",
 }  # fmt: skip
 # Of the names above, the ones that launch no kernel (views, allocation, metadata): every other call dispatches
-# one or more, which a fast GPU's host must issue one by one (worker/reference/steps.py counts them).
+# one or more, which a fast GPU's host must issue one by one (prediction/reference/steps.py counts them).
 _NO_KERNEL = {
     "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "flatten", "detach", "empty",
     "empty_like", "slice", "select", "split", "split_with_sizes", "chunk", "squeeze", "unsqueeze", "alias",

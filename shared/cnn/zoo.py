@@ -8,8 +8,9 @@ from functools import cache, lru_cache
 from typing import Any
 
 from shared.cnn import builtins as cnn_registry
+from shared.cnn.aten_ops import from_aten
 from shared.cnn.flow import Flow
-from shared.cnn.op_signatures import OpSignature, from_aten, optimizer_signature, without_backward
+from shared.cnn.op_signatures import OpSignature, optimizer_signature, without_backward
 from shared.cnn.signatures import ConvSignature
 from shared.cnn.workload import Workload, record_aten
 from shared.core.errors import ExtractionError, NotFound

@@ -87,7 +87,7 @@ Source = Literal["benchmarked", "reference"]
 class Prediction(BaseModel):
     """One point: a CNN on a machine type at a batch size; times, cost and energy with their P10–P90.
 
-    Times, costs, energies and conv_ms are given to 6 significant digits (worker/points.py `significant`).
+    Times, costs, energies and conv_ms are given to 6 significant digits (prediction/points.py `significant`).
     """
 
     model_config = _Stored
@@ -181,7 +181,7 @@ class Prediction(BaseModel):
 
 
 class PointDict(TypedDict, total=False):
-    """A point as the worker builds it (worker/points.py): the plain dict a stored `Prediction` is.
+    """A point as the worker builds it (prediction/points.py): the plain dict a stored `Prediction` is.
 
     A job can have 63,488 of them, so they stay dicts (no model per point); check_result samples them.
     total=False: reference_error_pct, launch_bound, peak_memory_gib and the input figures are set by some stages only.
@@ -421,7 +421,7 @@ def check_result(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The document, once Result accepts it: all but its points, and one point of each distinct set of keys.
 
     Checking every point would cost more than assembling them (about 2 s for 63,488 points); assemble builds
-    them all alike (worker/points.py `blanks`), so one per key set shows their shape.
+    them all alike (prediction/points.py `blanks`), so one per key set shows their shape.
     """
     sample: dict[tuple[str, ...], Any] = {}
     for point in doc["predictions"]:

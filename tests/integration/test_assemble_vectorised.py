@@ -6,12 +6,13 @@ from typing import Any
 import numpy as np
 
 from calibration import run as calibrate
+from prediction import features, points, step_model
 from shared import jobs, machine_types
 from shared.cnn import registry as cnns
 from shared.jobs.request import JobRequest
 from shared.measurements import layers, ops
 from tests.support.jobflow import drain_agent_queue, submit
-from worker import features, models, planning, points, predictor
+from worker import planning, predictor
 
 CNNS = ("resnet18", "squeezenet1_1")
 
@@ -120,5 +121,5 @@ def test_vectorised_assembly_equals_each_point_alone(clean_db: None) -> None:
             alone.append((low, mid, high))
         tables.append(x)
     # One call for every CNN and batch size gives each point's own numbers.
-    fitted = models.load(model["params"])
-    assert models.predict_table(fitted, np.concatenate(tables)) == alone
+    fitted = step_model.load(model["params"])
+    assert step_model.predict_table(fitted, np.concatenate(tables)) == alone

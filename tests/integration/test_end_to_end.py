@@ -7,11 +7,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from prediction import features
 from shared.core.db import transaction
 from tests.support.onnx_models import export
 from tests.support.stack import Stack, http, queued_tasks
 from tests.support.wait import job_finished, wait_until
-from worker import features, predictor
+from worker import predictor
 
 JOB = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [1, 2], "image_size": 32, "epochs": 2}
 TRAINCAST = str(Path(sys.executable).parent / "traincast")

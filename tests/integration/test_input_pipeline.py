@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gpu_agent import app as agent
-from shared import machine_types
+from shared import machine_cpus, machine_types
 from shared.core.db import transaction
 from shared.jobs.request import MachineCreate
 from shared.measurements import inputs
@@ -86,8 +86,16 @@ def test_four_vcpus_feeding_an_a100_is_input_bound_and_echoing_removes_it(measur
     assert point["echo_speedup"] == pytest.approx(point["input_bound_ratio"], rel=1e-3)
     assert point["echo_total_seconds"] == pytest.approx(point["total_seconds"] / point["echo_speedup"], rel=1e-4)
     assert point["dataloader_workers"] == 4 and point["cost_usd"] > gpu_only["cost_usd"]
-    # 12 vCPUs per GPU on p4d against 4: a third of the input time at the same per-GPU batch.
-    assert fed[(P4D, 256)]["input_ms"] == pytest.approx(point["input_ms"] / 3, rel=1e-3)
+    # 12 vCPUs per GPU on p4d against 4: a third of the input time at the same per-vCPU rate; p4d's vCPUs are
+    # hardware threads two to a core, so its rate is this host's moved to them (the own type's is not moved).
+    rates = {m: fed_job["result"]["inputs"][m]["images_per_s_per_cpu"] for m in (A100_4VCPU["name"], P4D)}
+    assert rates[A100_4VCPU["name"]] == pytest.approx(measured_here["images_per_s_all"] / measured_here["host_cpus"],
+                                                      abs=0.06)  # fmt: skip
+    share = {1: 1.0, 2: machine_cpus.SMT_YIELD / 2}.get(measured_here["stats"].get("threads_per_core"))
+    if share is not None:
+        assert rates[P4D] == pytest.approx(rates[A100_4VCPU["name"]] * machine_cpus.SMT_YIELD / 2 / share, abs=0.1)
+    moved = point["input_ms"] / 3 * rates[A100_4VCPU["name"]] / rates[P4D]
+    assert fed[(P4D, 256)]["input_ms"] == pytest.approx(moved, rel=5e-3)
     for key, p in fed.items():
         assert p["iteration_seconds"] == pytest.approx(max(plain[key]["iteration_seconds"], p["input_ms"] / 1000),
                                                        rel=1e-4)  # fmt: skip

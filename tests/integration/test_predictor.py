@@ -5,12 +5,13 @@ import math
 import pytest
 
 from calibration import run as calibrate
+from prediction import features, step_model, validation
 from shared import jobs
 from shared.cnn import zoo as cnn_zoo
 from shared.core.errors import InvalidRequest
 from shared.core.settings import get_settings
 from tests.support.jobflow import drain_agent_queue, stored_conv_ms, submit
-from worker import features, models, planning, predictor, validation
+from worker import planning, predictor
 
 
 def measure(plan: calibrate.Plan) -> None:
@@ -35,7 +36,7 @@ def test_train_store_load_predict_and_version(clean_db: None) -> None:
         assert convs == cnn_zoo.conv_layers(p.cnn, 64).total and p.conv_ms == pytest.approx(conv_ms, rel=1e-9)
     first = predictor.train(machine_type="local")
     assert first["version"] == 1 and first["kind"] == predictor.KIND
-    assert len(first["params"]["base"]) == len(models.BASE_TERMS) and min(first["params"]["base"]) >= 0
+    assert len(first["params"]["base"]) == len(step_model.BASE_TERMS) and min(first["params"]["base"]) >= 0
     assert first["params"]["choice"] in validation.CANDIDATES
     assert first["params"]["interval"]["image_sizes"] == [64] and first["params"]["interval"]["batch_range"] == [2, 4]
     assert sorted(first["training_rows"]) == sorted(p.id for p in points)

@@ -6,10 +6,10 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
+from prediction.reference.model import MODEL_JSON, from_json_text
 from shared.core.db import transaction
 from tests.unit.test_reference_cache import A100, layers_of
 from worker import reference_store
-from worker.reference.model import MODEL_JSON, from_json_text
 
 ROWS = "SELECT count(*) AS n, sum(known) AS known FROM reference_conv_times"
 
@@ -58,8 +58,8 @@ def clean_reference() -> None:
 
 def test_a_starting_worker_deletes_other_model_versions(clean_reference: None) -> None:
     """Rows of another model.json's version go when a worker starts; this version's stay."""
+    from prediction.reference.model import file_version, load
     from worker.app import prune_reference_predictions
-    from worker.reference.model import file_version, load
 
     assert file_version() == load().version
     store = reference_store.PostgresLayers()

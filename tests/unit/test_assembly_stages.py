@@ -3,10 +3,11 @@ layouts' and input pipeline's reading of a point's typed figures."""
 
 from typing import Any, cast
 
+from prediction import layouts, points
 from shared.jobs.models import PointDict
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
-from worker import estimate, layouts, points
+from worker import estimate
 from worker.gather import Gathered, Machine
 
 REQUEST = JobRequest(cnns=["resnet18"], machines=["g5.xlarge"], batch_sizes=[8, 16], epochs=1, dataset_size=100)

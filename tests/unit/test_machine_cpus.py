@@ -5,9 +5,9 @@ import re
 
 import pytest
 
+from prediction import input_pipeline
 from shared import machine_cpus
 from shared.measurements.inputs import InputRate
-from worker import inputs
 
 
 def rate(machine_type: str, per_cpu: float, **stats: object) -> InputRate:
@@ -37,12 +37,15 @@ def test_a_vcpu_that_is_a_hyperthread_decodes_less_than_a_whole_core() -> None:
     assert p5.per_vcpu == pytest.approx(machine_cpus.SMT_YIELD / 2) and nd.per_vcpu == 1.0
     # Measured on a host with one thread per core (its agent said so): p5's vCPUs get 0.625 of it, ND's all of it.
     local = {"local": rate("local", 100.0, threads_per_core=1)}
-    to_p5, to_nd = inputs.sourced("p5.48xlarge", local), inputs.sourced("Standard_ND96isr_H100_v5", local)
+    to_p5, to_nd = (
+        input_pipeline.sourced("p5.48xlarge", local),
+        input_pipeline.sourced("Standard_ND96isr_H100_v5", local),
+    )
     assert to_p5.source == to_nd.source == "reference"
     assert to_p5.per_cpu == pytest.approx(62.5) and to_nd.per_cpu == pytest.approx(100.0)
     assert "scaled by threads per core" in to_p5.detail and "AMD EPYC 7R13" in to_p5.detail
     # Measured on g4dn (2 threads per core, 2.5 GHz): p3 (2 per core, 2.7 GHz all-core) scales by clock alone.
-    on_g4dn = inputs.sourced("p3.2xlarge", {"g4dn.xlarge": rate("g4dn.xlarge", 50.0)})
+    on_g4dn = input_pipeline.sourced("p3.2xlarge", {"g4dn.xlarge": rate("g4dn.xlarge", 50.0)})
     assert on_g4dn.per_cpu == pytest.approx(50.0 * 2.7 / 2.5)
     assert "scaled by clock" in on_g4dn.detail
 
@@ -50,13 +53,15 @@ def test_a_vcpu_that_is_a_hyperthread_decodes_less_than_a_whole_core() -> None:
 def test_what_is_unknown_is_not_scaled_and_a_types_own_rate_is_never_moved() -> None:
     """An agent that recorded nothing of its CPUs, or a type outside the catalog: the median as measured, said so."""
     bare = {"local": rate("local", 80.0)}
-    assert inputs.sourced("p5.48xlarge", bare).per_cpu == pytest.approx(80.0)
-    own_type = inputs.sourced("my-own-box", {"local": rate("local", 80.0, threads_per_core=1)})
+    assert input_pipeline.sourced("p5.48xlarge", bare).per_cpu == pytest.approx(80.0)
+    own_type = input_pipeline.sourced("my-own-box", {"local": rate("local", 80.0, threads_per_core=1)})
     assert own_type.per_cpu == pytest.approx(80.0) and "not in the catalog" in own_type.detail
     # Azure's NCv3 does not publish threads per core: nothing to scale by.
-    ncv3 = inputs.sourced("Standard_NC6s_v3", {"local": rate("local", 80.0, threads_per_core=1)})
+    ncv3 = input_pipeline.sourced("Standard_NC6s_v3", {"local": rate("local", 80.0, threads_per_core=1)})
     assert ncv3.per_cpu == pytest.approx(80.0)
-    measured = inputs.sourced("p5.48xlarge", {"p5.48xlarge": rate("p5.48xlarge", 30.0), "local": rate("local", 90.0)})
+    measured = input_pipeline.sourced(
+        "p5.48xlarge", {"p5.48xlarge": rate("p5.48xlarge", 30.0), "local": rate("local", 90.0)}
+    )
     assert measured.source == "measured" and measured.per_cpu == pytest.approx(30.0)
 
 

@@ -1,13 +1,13 @@
-"""The training-step memory model (shared/cnn/memory.py) and how a job's points use it (worker/memory.py)."""
+"""The training-step memory model (shared/cnn/memory.py) and how a job's points use it (prediction/memory_model.py)."""
 
 from typing import Any
 
 import pytest
 
+from prediction import memory_model as point_memory
 from shared.cnn import memory
 from shared.cnn import zoo as cnn_zoo
 from shared.jobs.request import JobRequest
-from worker import memory as point_memory
 from worker import step_cache
 
 T4 = 16 * memory.GIB

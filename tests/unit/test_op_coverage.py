@@ -38,7 +38,7 @@ def test_a_call_free_only_without_a_gradient_is_measured_with_one() -> None:
     """A split a gradient flows back through (its backward concatenates) is measured; the same split without is free."""
     import torch
 
-    from shared.cnn.op_signatures import from_aten
+    from shared.cnn.aten_ops import from_aten
 
     x = torch.empty(2, 8, 4, 4, device="meta")
     parts = torch.ops.aten.split.Tensor(x, 4, 1)

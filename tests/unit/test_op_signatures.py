@@ -8,7 +8,8 @@ import torchvision
 
 from gpu_agent import op_bench
 from shared.cnn import zoo as cnn_zoo
-from shared.cnn.op_signatures import NO_BACKWARD, OpSignature, from_aten
+from shared.cnn.aten_ops import from_aten
+from shared.cnn.op_signatures import NO_BACKWARD, OpSignature
 from shared.training import TrainConfig
 
 SIZE = 64

@@ -1,4 +1,4 @@
-"""worker/parallel.py: the data-parallel step model and data/interconnect.csv."""
+"""prediction/parallel.py: the data-parallel step model and data/interconnect.csv."""
 
 import csv
 import itertools
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from worker import parallel
-from worker.parallel import Links, data_parallel_step
+from prediction import parallel
+from prediction.parallel import Links, data_parallel_step
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 PCIE = Links(intra_gbs=12.0, network_gbps=50.0, intra_link="pcie", network_kind="Ethernet")
@@ -208,8 +208,8 @@ def test_many_steps_at_once_agree_with_one_at_a_time() -> None:
 def test_a_measured_all_reduce_replaces_the_catalogs_bus_bandwidth() -> None:
     """100 MiB over 8 GPUs in 2 ms: 2(p-1)/p x bytes / time = 91.8 GB/s, used within the machine, said in the source;
     a slower measured link makes the same step's all-reduce longer; none measured: the links as they were."""
+    from prediction import parallel
     from shared.measurements.allreduce import Measured
-    from worker import parallel
 
     catalog = parallel.links_for("p5.48xlarge")
     assert catalog is not None

@@ -1,4 +1,4 @@
-"""A result's points (worker/points.py): times, cost and energy of a point, the best batch sizes among several."""
+"""A result's points (prediction/points.py): times, cost and energy of a point, the best batch sizes among several."""
 
 import math
 from typing import Any
@@ -6,12 +6,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from prediction import points as made
 from shared.jobs.request import JobRequest
-from worker import points as made
 
 
 def approx6(expected: float) -> Any:
-    """Equal within the rounding to 6 significant digits (worker/points.py SIGNIFICANT_DIGITS)."""
+    """Equal within the rounding to 6 significant digits (prediction/points.py SIGNIFICANT_DIGITS)."""
     return pytest.approx(expected, rel=1e-5)
 
 

@@ -4,8 +4,9 @@ import random
 
 import pytest
 
+from prediction import features, step_model, validation
 from shared.core.errors import InvalidRequest
-from worker import features, models, predictor, validation
+from worker import predictor
 
 
 def test_base_finds_the_per_parameter_cost_a_conv_scale_cannot() -> None:
@@ -17,8 +18,8 @@ def test_base_finds_the_per_parameter_cost_a_conv_scale_cannot() -> None:
         conv, mparams = 5 + 100 * rng.random(), 60 * rng.random()
         x = [0.0] * len(features.NAMES)
         x[at] = mparams
-        points.append(models.Point(i, f"cnn{i % 8}", "fam", x, conv, conv, 2 * conv + 3 * mparams))
-    coef = dict(zip(models.BASE_TERMS, models.fit_base(points), strict=True))
+        points.append(step_model.Point(i, f"cnn{i % 8}", "fam", x, conv, conv, 2 * conv + 3 * mparams))
+    coef = dict(zip(step_model.BASE_TERMS, step_model.fit_base(points), strict=True))
     assert coef["conv_ms"] == pytest.approx(2, rel=1e-6) and coef["mparameters"] == pytest.approx(3, rel=1e-6)
     ev = validation.evaluate(points)
     assert ev["loco"]["base_only"]["mape"] < 1e-6 < ev["loco"]["conv_scale"]["mape"]
@@ -39,7 +40,7 @@ def test_lightgbm_learns_a_ratio_the_scale_cannot() -> None:
         bs = rng.choice([2, 4, 8, 16, 32])
         conv = 10.0 * bs * (1 + rng.random())
         x = [float(bs)] + [0.0] * (len(features.NAMES) - 1)
-        points.append(models.Point(i, f"cnn{i % 10}", "fam", x, conv, conv, conv * (1 + 8 / bs)))
+        points.append(step_model.Point(i, f"cnn{i % 10}", "fam", x, conv, conv, conv * (1 + 8 / bs)))
     ev = validation.evaluate(points)
     assert ev["loco"]["lightgbm"]["mape"] < ev["loco"]["conv_scale"]["mape"] / 2
     assert ev["loco"]["model"]["mape"] < ev["loco"]["conv_scale"]["mape"] / 2

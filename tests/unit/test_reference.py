@@ -7,10 +7,10 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
+from prediction.reference import GpuSpecs, ReferenceModel, layerfit, load
+from prediction.reference import data as ref_data
+from prediction.reference.fit import STEP_DEFAULTS, fit_memory_ops, gpu_table
 from shared.training import TrainConfig
-from worker.reference import GpuSpecs, ReferenceModel, layerfit, load
-from worker.reference import data as ref_data
-from worker.reference.fit import STEP_DEFAULTS, fit_memory_ops, gpu_table
 
 A100 = GpuSpecs("A100-test", fp32_tflops=19.5, mem_bandwidth_gbs=1555, fp16_tflops=312, tf32_tflops=156,
                 sm_count=108, l2_mib=40, compute_capability="8.0", memory_gib=40)  # fmt: skip
@@ -78,7 +78,7 @@ def test_unseen_faster_gpu_is_faster_on_a_big_layer(model: ReferenceModel) -> No
 
 def test_small_cnn_at_batch_one_is_launch_bound() -> None:
     """mobilenet_v3_large at batch 1: H100 is not faster than A100 by anything like their FLOPs ratio."""
-    from worker.reference.wholestep import network
+    from prediction.reference.wholestep import network
 
     gpus = gpu_table()
     convs, work = network("mobilenet_v3_large", 224)
@@ -121,7 +121,7 @@ def test_load_has_accuracy_and_version(model: ReferenceModel) -> None:
 def test_resnet50_256_batch_sizes_fast_finite_increasing(model: ReferenceModel) -> None:
     """resnet50 x 256 batch sizes: 256 finite estimates, increasing on average; a batch size's answer does not
     depend on the other batch sizes asked for (its speed is measured in bench/, not here)."""
-    from worker.reference.wholestep import network
+    from prediction.reference.wholestep import network
 
     convs, work = network("resnet50", 224)
     batches = list(range(1, 257))

@@ -6,10 +6,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from prediction.reference import GpuSpecs, ReferenceModel, convs
+from prediction.reference.model import MODEL_JSON, from_json_text
 from shared.cnn import zoo as cnn_zoo
 from shared.training import TrainConfig
-from worker.reference import GpuSpecs, ReferenceModel, convs
-from worker.reference.model import MODEL_JSON, from_json_text
 
 A100 = GpuSpecs("A100-test", fp32_tflops=19.5, mem_bandwidth_gbs=1555, fp16_tflops=312, tf32_tflops=156,
                 sm_count=108, l2_mib=40, compute_capability="8.0", memory_gib=40)  # fmt: skip
@@ -90,7 +90,7 @@ def test_whole_steps_do_not_depend_on_what_was_cached(config: TrainConfig) -> No
 
 def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past its size, the least recently used layers are dropped, and answers stay the same."""
-    from worker.reference import model as model_module
+    from prediction.reference import model as model_module
 
     monkeypatch.setattr(model_module, "LAYER_CACHE_SLOTS", 2_000)
     model = fresh()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from prediction.reference import fit, measured, wholestep
 from shared.measurements import bundle, environments
-from worker.reference import fit, measured, wholestep
 
 H100_STEPS = Path(__file__).resolve().parents[2] / "data" / "reference" / "h100" / "steps.jsonl"
 GPU_ENV = {"device_type": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0", "cudnn": 91900}

@@ -1,13 +1,13 @@
 """The shipped reference model is what its data and command give: the inputs it records are the files in the repo,
 and refitting its whole-step constants from them gives the committed ones (the conv models are refitted by the
-documented command, python -m worker.reference.fit, which rewrites model.json byte for byte)."""
+documented command, python -m prediction.reference.fit, which rewrites model.json byte for byte)."""
 
 import json
 
 import pytest
 
-from worker.reference import fit, wholestep
-from worker.reference.model import MODEL_JSON, ReferenceModel
+from prediction.reference import fit, wholestep
+from prediction.reference.model import MODEL_JSON, ReferenceModel
 
 
 def committed() -> dict:
@@ -18,7 +18,7 @@ def test_model_json_records_the_inputs_libraries_and_command_it_was_fitted_with(
     """Its input digest is that of today's data files: a data change without a refit fails here."""
     shipped = committed()["provenance"]
     now = fit.provenance()
-    assert shipped["command"] == fit.COMMAND == "python -m worker.reference.fit"
+    assert shipped["command"] == fit.COMMAND == "python -m prediction.reference.fit"
     assert shipped["inputs"] == now["inputs"], "data/ changed since model.json was fitted: run " + fit.COMMAND
     assert shipped["inputs_sha256"] == now["inputs_sha256"]
     assert {"numpy", "scipy", "lightgbm", "python"} <= set(shipped["libraries"])

@@ -1,9 +1,9 @@
-"""Orderings every reference answer must keep, on the shipped model and every catalog GPU (worker/reference/sanity.py):
-autocast not slower than fp32 on tensor-core GPUs; a variant of a GPU model with at least as much of every figure
-not slower; and the two settings people train with change the answer."""
+"""Orderings every reference answer must keep, on the shipped model and every catalog GPU
+(prediction/reference/sanity.py): autocast not slower than fp32 on tensor-core GPUs; a variant of a GPU model with at
+least as much of every figure not slower; and the two settings people train with change the answer."""
 
-from worker.reference import load, sanity
-from worker.reference.specs import GpuSpecs
+from prediction.reference import load, sanity, step_rows
+from prediction.reference.specs import GpuSpecs
 
 
 def test_the_shipped_model_keeps_every_ordering_on_every_catalog_gpu() -> None:
@@ -30,13 +30,13 @@ def test_an_ordering_that_breaks_is_named() -> None:
 def test_channels_last_and_cudnn_benchmark_change_the_answer_as_our_h100_measured() -> None:
     """On the H100 the settings were measured on (data/reference/h100/steps_settings.jsonl): ResNet-50 at batch 256 in
     each configuration, the predicted NHWC / NCHW and benchmark-on / off step ratios against the measured ones."""
-    from worker.reference import h100
-    from worker.reference.wholestep import network
+    from prediction.reference.wholestep import network
 
     convs, work = network("resnet50", 224)
     gpu = GpuSpecs.from_row(sanity.gpu_rows()["H100-SXM5-80GB"])
     model = load()
-    rows = [r for r in h100.load_rows() if r.set == h100.SETTINGS_SET and r.cnn == "resnet50" and r.batch == 256]
+    settings = [r for r in step_rows.load_h100() if r.set == step_rows.SETTINGS_SET]
+    rows = [r for r in settings if r.cnn == "resnet50" and r.batch == 256]
     assert rows, "the settings run measured resnet50 at batch 256"
     default = {r.training.precision: r for r in rows if r.training and not r.training.channels_last
                and not r.training.cudnn_benchmark}  # fmt: skip

@@ -5,10 +5,10 @@ import json
 import numpy as np
 import pytest
 
+from prediction.reference import load, point_errors, step_rows, stepfit, wholestep
+from prediction.reference.steps import DEVICE_PARTS, StepParts, overlap, parameter_tensors, smooth_max, step_parts
+from prediction.reference.wholestep import network
 from shared.training import TrainConfig
-from worker.reference import h100, load, point_errors, stepfit, wholestep
-from worker.reference.steps import DEVICE_PARTS, StepParts, overlap, parameter_tensors, smooth_max, step_parts
-from worker.reference.wholestep import network
 
 
 def test_overlap_without_sync_is_the_smooth_max_of_host_and_device() -> None:
@@ -91,7 +91,7 @@ def test_a_layer_list_workload_without_counts_still_gets_host_terms() -> None:
     work = {"ops": ops, "parameters": 1000, "parameter_tensors": None}
     assert parameter_tensors(work) == 2 * (3 + 2)
     model = load()
-    from worker.reference.fit import gpu_table
+    from prediction.reference.fit import gpu_table
 
     gpu = gpu_table()["T4"]
     spec = {"in_channels": 3, "out_channels": 8, "in_h": 32, "in_w": 32, "kernel": [3, 3], "stride": [1, 1],
@@ -116,9 +116,9 @@ def test_step_parts_count_the_kernels_the_extractor_saw() -> None:
 
 def load_gpu():  # type: ignore[no-untyped-def]
     """The H100 SXM's figures."""
-    from worker.reference.fit import gpu_table
+    from prediction.reference.fit import gpu_table
 
-    return gpu_table()[h100.GPU]
+    return gpu_table()[step_rows.GPU]
 
 
 ACCURACY = {
@@ -148,12 +148,12 @@ def test_each_point_quotes_its_kind_and_other_gpus_no_better_than_the_public_fig
 def test_the_committed_model_was_scored_on_the_h100_steps_per_configuration() -> None:
     """model.json holds the leave-one-CNN-out figures of every configuration of data/reference/h100/."""
     own = load().accuracy["h100"]
-    configs = {json.loads(line)["config"] for line in h100.STEPS.read_text().splitlines()}
-    assert set(own["by_config"]) == configs == set(h100.CONFIGS)
-    rows = len([r for r in h100.load_rows(settings=False) if r.batch in h100.GRID])
+    configs = {json.loads(line)["config"] for line in step_rows.STEPS.read_text().splitlines()}
+    assert set(own["by_config"]) == configs == set(step_rows.CONFIGS)
+    rows = len([r for r in step_rows.load_h100(settings=False) if r.batch in step_rows.GRID])
     assert sum(v["rows"] for v in own["by_config"].values()) == rows
     # Every step in another setting is scored too, as the setting's effect on the same run's default step.
-    pairs = wholestep.setting_pairs(h100.load_rows(), fallback=h100.SET)
+    pairs = wholestep.setting_pairs(step_rows.load_h100(), fallback=step_rows.SET)
     assert pairs and sum(v["rows"] for v in own["settings"].values()) == len(pairs)
     assert {k.split()[0] for k in own["settings"]} == {"channels_last", "channels_last+cudnn_benchmark",
                                                         "nchw+cudnn_benchmark"}  # fmt: skip

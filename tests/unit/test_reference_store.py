@@ -6,9 +6,9 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
+from prediction.reference import ReferenceModel
+from prediction.reference.model import MODEL_JSON, Stored, from_json_text
 from tests.unit.test_reference_cache import A100, T4, layers_of
-from worker.reference import ReferenceModel
-from worker.reference.model import MODEL_JSON, Stored, from_json_text
 
 
 class DictStore:

@@ -7,10 +7,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from prediction import input_pipeline
 from shared.jobs.models import MachineProgress, Progress
 from shared.jobs.request import JobRequest
 from shared.measurements.inputs import InputRate
-from worker import inputs, progress, schedules
+from worker import progress, schedules
 
 P5 = {"name": "p5", "provider": "aws", "gpu": "H100", "gpu_count": 8, "vcpus": 192, "price_usd_per_hour": 55.0,
       "gpu_tdp_watts": 700, "memory_gib": 2048}  # fmt: skip
@@ -45,13 +46,13 @@ def test_the_input_pipeline_sets_the_step_when_it_is_slower_and_says_what_binds(
     """JPEGs over 1 Gbit/s feed 8 GPUs too slowly: the network binds; at 400 Gbit/s the CPUs' decoding does."""
     rate = InputRate(machine_type="p5", environment_id=1, host_cpus=4, decode_ms=4.0, augment_ms=2.0,
                      images_per_s_all=400.0, jpeg_kb=115.0)  # fmt: skip
-    src = inputs.Sourced(rate, "measured", "measured on p5", rate.per_cpu)
+    src = input_pipeline.Sourced(rate, "measured", "measured on p5", rate.per_cpu)
     for gbps, limit in ((1.0, "network"), (400.0, "decode_cpus")):
         request = JobRequest.model_validate({"cnns": ["resnet50"], "machines": ["p5.48xlarge"], "batch_sizes": [256],
                                              "input": {"source": "network_jpeg", "network_gbps": gbps}})  # fmt: skip
         p: dict[str, Any] = {"batch_size": 256, "gpus_used": 8, "nodes": 1, "iteration_seconds": 0.01,
                              "iteration_seconds_p10": 0.009, "iteration_seconds_p90": 0.011}  # fmt: skip
-        inputs.apply([p], info=P5, request=request, src=src)  # type: ignore[arg-type, list-item]
+        input_pipeline.apply([p], info=P5, request=request, src=src)  # type: ignore[arg-type, list-item]
         assert p["input_bound"] is True and p["input_limit"] == limit, (gbps, p)
         # The step is the input's now, and the echo factor that would hide it is named.
         assert p["iteration_seconds"] == pytest.approx(p["input_ms"] / 1000, rel=1e-5)

@@ -6,12 +6,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from prediction.reference import ReferenceModel
+from prediction.reference.model import MODEL_JSON, from_json_text
 from shared.cnn import zoo as cnn_zoo
 from shared.training import TrainConfig
 from tests.unit.test_reference_cache import A100, T4
 from worker import step_cache
-from worker.reference import ReferenceModel
-from worker.reference.model import MODEL_JSON, from_json_text
 
 SIZES = [1, 2, 16, 64]
 

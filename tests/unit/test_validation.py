@@ -9,13 +9,13 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
-from worker import features, models, validation
+from prediction import features, step_model, validation
 
 AT = {n: i for i, n in enumerate(features.NAMES)}
 GRID = ((64, (8, 32)), (112, (2, 4, 16)), (160, (2, 8)))
 
 
-def synthetic(cnns: int, *, seed: int, cnn_sigma: float = 0.08, point_sigma: float = 0.04) -> list[models.Point]:
+def synthetic(cnns: int, *, seed: int, cnn_sigma: float = 0.08, point_sigma: float = 0.04) -> list[step_model.Point]:
     """Steps = 2 × conv + 3 ms per million parameters, times a lognormal CNN effect and point noise (known)."""
     rng = random.Random(seed)
     points = []
@@ -27,7 +27,7 @@ def synthetic(cnns: int, *, seed: int, cnn_sigma: float = 0.08, point_sigma: flo
                 x[AT["batch_size"]], x[AT["image_size"]], x[AT["mparameters"]] = batch, size, mparams
                 conv = speed * batch * size * size / 1e3
                 step = (2 * conv + 3 * mparams) * math.exp(effect + rng.gauss(0, point_sigma))
-                points.append(models.Point(len(points), f"c{seed}-{c}", f"f{c % 3}", x, conv, conv, step))
+                points.append(step_model.Point(len(points), f"c{seed}-{c}", f"f{c % 3}", x, conv, conv, step))
     return points
 
 
@@ -38,7 +38,7 @@ def test_no_fold_leaks_into_any_fit_that_scores_it_inner_folds_included() -> Non
     calls: list[frozenset[int]] = []
 
     def recording(fit: validation.ParamsFit) -> validation.ParamsFit:
-        def fit_and_record(train: list[models.Point]) -> dict:  # type: ignore[type-arg]
+        def fit_and_record(train: list[step_model.Point]) -> dict:  # type: ignore[type-arg]
             calls.append(frozenset(p.id for p in train))
             return fit(train)
 
@@ -47,7 +47,7 @@ def test_no_fold_leaks_into_any_fit_that_scores_it_inner_folds_included() -> Non
     nested = validation.selected({n: recording(f) for n, f in validation.CANDIDATES.items()})
     per_fold: list[list[frozenset[int]]] = []
 
-    def outer(train: list[models.Point]) -> validation.Scorer:
+    def outer(train: list[step_model.Point]) -> validation.Scorer:
         start = len(calls)
         scorer = nested(train)
         per_fold.append(calls[start:])
@@ -91,14 +91,14 @@ def test_model_choice_is_made_on_inner_folds_and_stored() -> None:
     assert params["choice"] == "base_only" and params["boosters"] == {}
     inner = params["selection"]["inner_mape"]
     assert inner["base_only"] < inner["lightgbm"]
-    low, mid, high = models.predict(models.load(params), points[0].x, points[0].conv_ms)
-    assert low < mid == models.base_ms(params["base"], points[0].x, points[0].conv_ms) < high
+    low, mid, high = step_model.predict(step_model.load(params), points[0].x, points[0].conv_ms)
+    assert low < mid == step_model.base_ms(params["base"], points[0].x, points[0].conv_ms) < high
 
     exact = validation.fit_model(synthetic(6, seed=2, cnn_sigma=0.0, point_sigma=0.0))
     assert exact["choice"] == "base_only" and exact["selection"]["inner_mape"]["base_only"] < 1e-9  # a tie or better
 
     bent = [
-        models.Point(p.id, p.cnn, p.family, p.x, p.conv_ms, p.flops, p.step_ms * (1 + 8 / validation.batch_of(p)))
+        step_model.Point(p.id, p.cnn, p.family, p.x, p.conv_ms, p.flops, p.step_ms * (1 + 8 / validation.batch_of(p)))
         for p in points
     ]
     params = validation.fit_model(bent)
@@ -106,30 +106,30 @@ def test_model_choice_is_made_on_inner_folds_and_stored() -> None:
     assert params["selection"]["inner_mape"]["lightgbm"] < params["selection"]["inner_mape"]["base_only"]
 
 
-def _quantile_booster(points: list[models.Point], alpha: float) -> lgb.Booster:
+def _quantile_booster(points: list[step_model.Point], alpha: float) -> lgb.Booster:
     """A raw LightGBM quantile model of log(step ÷ base), as the predictor used to give its interval."""
-    coef = models.fit_base(points)
-    x = np.array([[*p.x, models.base_ms(coef, p.x, p.conv_ms)] for p in points])
-    y = np.array([math.log(p.step_ms / models.base_ms(coef, p.x, p.conv_ms)) for p in points])
+    coef = step_model.fit_base(points)
+    x = np.array([[*p.x, step_model.base_ms(coef, p.x, p.conv_ms)] for p in points])
+    y = np.array([math.log(p.step_ms / step_model.base_ms(coef, p.x, p.conv_ms)) for p in points])
     return lgb.train(
-        {**models.booster_params(len(points)), "objective": "quantile", "alpha": alpha}, lgb.Dataset(x, y), 300
+        {**step_model.booster_params(len(points)), "objective": "quantile", "alpha": alpha}, lgb.Dataset(x, y), 300
     )
 
 
 def test_interval_from_out_of_fold_errors_covers_80_percent_of_unseen_cnns_raw_quantiles_do_not() -> None:
     """With a known CNN effect and point noise, ~80% of new CNNs' steps fall in P10-P90; quantile models miss."""
     train, unseen = synthetic(30, seed=3), synthetic(150, seed=4)
-    model = models.load(validation.fit_model(train))
-    triples = models.predict_many(model, [(p.x, p.conv_ms) for p in unseen])
+    model = step_model.load(validation.fit_model(train))
+    triples = step_model.predict_many(model, [(p.x, p.conv_ms) for p in unseen])
     coverage = sum(lo <= p.step_ms <= hi for (lo, _, hi), p in zip(triples, unseen, strict=True)) / len(unseen)
     assert 0.72 <= coverage <= 0.88, coverage
     # The true P10-P90 of the log error is ±1.28 σ with σ² = 0.08² + 0.04²: the stored bounds are near it.
     lo, hi = model.interval.seen
     assert 0.7 < (hi - lo) / (2 * 1.2816 * math.hypot(0.08, 0.04)) < 1.4
 
-    coef = models.fit_base(train)
+    coef = step_model.fit_base(train)
     p10, p90 = _quantile_booster(train, 0.1), _quantile_booster(train, 0.9)
-    rows = np.array([[*p.x, models.base_ms(coef, p.x, p.conv_ms)] for p in unseen])
+    rows = np.array([[*p.x, step_model.base_ms(coef, p.x, p.conv_ms)] for p in unseen])
     bases = rows[:, -1]
     low, high = bases * np.exp(p10.predict(rows)), bases * np.exp(p90.predict(rows))
     raw = float(np.mean([lo <= p.step_ms <= hi for lo, hi, p in zip(low, high, unseen, strict=True)]))
@@ -139,7 +139,7 @@ def test_interval_from_out_of_fold_errors_covers_80_percent_of_unseen_cnns_raw_q
 def test_unseen_settings_get_the_wider_bounds_widening_with_batch_doublings_outside() -> None:
     """A point at an image size the fit never measured, or a batch beyond its range, uses the unseen bounds,
     scaled by (1 + scale × doublings of batch size outside the fitted range)."""
-    interval = models.Interval(
+    interval = step_model.Interval(
         seen=(-0.1, 0.1), unseen=(-0.3, 0.2), image_sizes=(64, 112), batch_range=(2, 16), scale=0.5
     )
     x = [0.0] * len(features.NAMES)
@@ -151,12 +151,12 @@ def test_unseen_settings_get_the_wider_bounds_widening_with_batch_doublings_outs
     assert interval.bounds(x) == pytest.approx((-0.45, 0.3))
     x[AT["image_size"]], x[AT["batch_size"]] = 96, 8
     assert interval.bounds(x) == (-0.3, 0.2)
-    assert models.Interval.from_params(interval.to_params()) == interval
+    assert step_model.Interval.from_params(interval.to_params()) == interval
     stored_before = {k: v for k, v in interval.to_params().items() if k != "scale"}
-    assert models.Interval.from_params(stored_before).scale == 0.0
+    assert step_model.Interval.from_params(stored_before).scale == 0.0
 
 
-def drifting(cnns: int, *, seed: int, drift: float = 0.1) -> list[models.Point]:
+def drifting(cnns: int, *, seed: int, drift: float = 0.1) -> list[step_model.Point]:
     """Steps as in `synthetic` (2 image sizes × batch 2..32), times 2^(drift × log2 batch): a trend in batch size
     that a fit follows only over the batch sizes it saw, so its error grows by `drift` per doubling outside them."""
     rng = random.Random(seed)
@@ -169,7 +169,7 @@ def drifting(cnns: int, *, seed: int, drift: float = 0.1) -> list[models.Point]:
                 x[AT["batch_size"]], x[AT["image_size"]], x[AT["mparameters"]] = batch, size, mparams
                 conv = speed * batch * size * size / 1e3
                 step = (2 * conv + 3 * mparams) * math.exp(drift * math.log2(batch) + effect + rng.gauss(0, 0.04))
-                points.append(models.Point(len(points), f"c{seed}-{c}", f"f{c % 3}", x, conv, conv, step))
+                points.append(step_model.Point(len(points), f"c{seed}-{c}", f"f{c % 3}", x, conv, conv, step))
     return points
 
 
@@ -179,15 +179,15 @@ def test_interval_at_held_out_larger_batches_covers_about_80_percent_the_unwiden
     new: list[float] = []
     old: list[float] = []
 
-    def coverage(model: models.Fitted, points: list[models.Point]) -> float:
-        triples = models.predict_many(model, [(p.x, p.conv_ms) for p in points])
+    def coverage(model: step_model.Fitted, points: list[step_model.Point]) -> float:
+        triples = step_model.predict_many(model, [(p.x, p.conv_ms) for p in points])
         return statistics.fmean(lo <= p.step_ms <= hi for (lo, _, hi), p in zip(triples, points, strict=True))
 
     for seed in (1, 2, 4, 5):
         train = [p for p in drifting(30, seed=seed) if validation.batch_of(p) <= 8]
         held = [p for p in drifting(100, seed=seed + 100) if validation.batch_of(p) > 8]
         params = validation.fit_model(train)
-        model = models.load(params)
+        model = step_model.load(params)
         assert model.interval.batch_range == (2, 8) and params["selection"]["widening"] == model.interval.scale
         _, unseen_folds = validation.inner_folds(train)
         unwidened = validation.conformal(validation.log_errors(unseen_folds, validation.CANDIDATES[params["choice"]]))

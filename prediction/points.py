@@ -95,7 +95,7 @@ def fill_many(points: list[PointDict], ms: np.ndarray, info: MachineTypeInfo, re
     """Times, cost and energy of points from their (P10, median, P90) iteration times in ms, (points × 3)."""
     if not points:
         return
-    # Data parallel (worker/layouts.py): batch_size is per GPU; a step takes it on every GPU of every node.
+    # Data parallel (prediction/layouts.py): batch_size is per GPU; a step takes it on every GPU of every node.
     nodes = np.fromiter((p.get("nodes", 1) for p in points), dtype=np.float64, count=len(points))
     used = np.fromiter((max(1, p.get("gpus_used", 1)) for p in points), dtype=np.float64, count=len(points))
     batch = np.fromiter((p["batch_size"] for p in points), dtype=np.float64, count=len(points)) * used * nodes

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker import features, models
-from worker.models import Point
+from prediction import features, step_model
+from prediction.step_model import Point
 
 COVERAGE = 0.8  # P10–P90
 INNER_GROUPS = 6  # CNN groups of the inner folds: leave-one-CNN-out up to this many CNNs
@@ -38,12 +38,12 @@ Fit = Callable[[list[Point]], Scorer]
 
 
 def _base_only(points: list[Point]) -> dict[str, Any]:
-    return {"base": models.fit_base(points), "boosters": {}}
+    return {"base": step_model.fit_base(points), "boosters": {}}
 
 
 # What a stored model may be: the base alone, or LightGBM on the base's ratio when the boosters earn their
 # place on the inner folds (the simpler one first: it wins a tie).
-CANDIDATES: dict[str, ParamsFit] = {"base_only": _base_only, "lightgbm": models.fit_lgbm}
+CANDIDATES: dict[str, ParamsFit] = {"base_only": _base_only, "lightgbm": step_model.fit_lgbm}
 
 
 def batch_of(p: Point) -> int:
@@ -139,17 +139,17 @@ def inner_folds(points: list[Point]) -> tuple[list[Fold], list[Fold]]:
 
 def errors_and_distances(folds: list[Fold], fit: ParamsFit) -> tuple[list[float], list[float]]:
     """log(measured ÷ predicted median) of every test point, each predicted by its fold's fit, and how far
-    its batch size lies outside that fit's (models.batch_distance)."""
+    its batch size lies outside that fit's (step_model.batch_distance)."""
     errors: list[float] = []
     distances: list[float] = []
     for fold in folds:
         if not fold.train or not fold.test:
             continue
-        model = models.load(fit(fold.train))
-        medians = models.medians_ms(model, [(p.x, p.conv_ms) for p in fold.test])
+        model = step_model.load(fit(fold.train))
+        medians = step_model.medians_ms(model, [(p.x, p.conv_ms) for p in fold.test])
         errors += [math.log(p.step_ms / m) for p, m in zip(fold.test, medians, strict=True)]
         batches = [batch_of(p) for p in fold.train]
-        distances += [models.batch_distance(p.x, (min(batches), max(batches))) for p in fold.test]
+        distances += [step_model.batch_distance(p.x, (min(batches), max(batches))) for p in fold.test]
     return errors, distances
 
 
@@ -241,7 +241,7 @@ def fit_model(points: list[Point], candidates: dict[str, ParamsFit] | None = Non
     # Learnt from in-setting errors (distance 0: the seen ones too) out to the farthest extrapolated ones.
     scale = widening(choice.seen + unseen, [0.0] * len(choice.seen) + distances)
     batches = [batch_of(p) for p in points]
-    interval = models.Interval(
+    interval = step_model.Interval(
         seen=conformal(choice.seen or unseen),
         unseen=conformal([e / (1 + scale * d) for e, d in zip(unseen, distances, strict=True)]),
         image_sizes=tuple(sorted({image_of(p) for p in points})), batch_range=(min(batches), max(batches)),
@@ -261,13 +261,13 @@ def selected(candidates: dict[str, ParamsFit] | None = None) -> Fit:
 
     def fit(train: list[Point]) -> Scorer:
         params = fit_model(train, candidates)
-        model = models.load(params)
-        return params["choice"], lambda pts: models.predict_many(model, [(p.x, p.conv_ms) for p in pts])
+        model = step_model.load(params)
+        return params["choice"], lambda pts: step_model.predict_many(model, [(p.x, p.conv_ms) for p in pts])
 
     return fit
 
 
-def point_fit(name: str, fit: Callable[[list[Point]], models.Predictor]) -> Fit:
+def point_fit(name: str, fit: Callable[[list[Point]], step_model.Predictor]) -> Fit:
     """A fit without an interval (a baseline) as a Fit."""
 
     def scorer(train: list[Point]) -> Scorer:
@@ -309,11 +309,11 @@ def score(folds: list[Fold], fit: Fit) -> dict[str, Any]:
     }
 
 
-BASELINES: dict[str, Callable[[list[Point]], models.Predictor]] = {
-    "lightgbm": models.lgbm_predictor,  # always LightGBM, no choice: what the choice is measured against
-    "base_only": models.base_predictor,
-    "conv_scale": lambda pts: models.fit_scale(pts, lambda p: p.conv_ms),
-    "flops_scale": lambda pts: models.fit_scale(pts, lambda p: p.flops),
+BASELINES: dict[str, Callable[[list[Point]], step_model.Predictor]] = {
+    "lightgbm": step_model.lgbm_predictor,  # always LightGBM, no choice: what the choice is measured against
+    "base_only": step_model.base_predictor,
+    "conv_scale": lambda pts: step_model.fit_scale(pts, lambda p: p.conv_ms),
+    "flops_scale": lambda pts: step_model.fit_scale(pts, lambda p: p.flops),
 }
 
 

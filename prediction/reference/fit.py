@@ -1,4 +1,4 @@
-"""`python -m worker.reference.fit`: fit the reference model on the public data in the repo, write model.json.
+"""`python -m prediction.reference.fit`: fit the reference model on the public data in the repo, write model.json.
 
 Deterministic: LightGBM runs with deterministic=True and fixed seeds, JSON is written with sorted keys; model.json's
 "provenance" holds the sha256 of every input file, the library versions and this command, and
@@ -12,7 +12,7 @@ Where each whole-step constant comes from:
   CUDA best-practices guide); backward_bytes_ratio 2: backward reads the saved input and the output
   gradient and writes the input gradient (the brief's rule);
 - dev_*, host_*, smooth_max_q: device multipliers per part and precision group, host dispatch costs and the
-  overlap of host and device, fitted by worker/reference/stepfit.py on the step-only public whole-network rows
+  overlap of host and device, fitted by prediction/reference/stepfit.py on the step-only public whole-network rows
   (Lambda) and our own H100 steps (data/reference/h100/), ridge toward their priors (stepfit.PRIORS: PyTorch
   eager's ~10 us per operator and pass, "overheads of ~10us per op" in the PyTorch 2 docs' motivation for
   torch.compile); the accuracy figures refit them without the GPU family, or the CNN, predicted (nested).
@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from worker.reference import data, layerfit, stepfit
-from worker.reference.convs import FEATURES
-from worker.reference.model import MODEL_JSON, ReferenceModel, from_json_text
-from worker.reference.specs import GpuSpecs
+from prediction.reference import data, layerfit, step_rows, stepfit
+from prediction.reference.convs import FEATURES
+from prediction.reference.model import MODEL_JSON, ReferenceModel, from_json_text
+from prediction.reference.specs import GpuSpecs
 
 STEP_DEFAULTS: dict[str, float] = {
     "kernel_floor_ms": 0.004,
@@ -99,7 +99,7 @@ def fit_params(
         "format": 1, "features": list(FEATURES), "conv": layerfit.fit_conv(matrix, rows), "step": step,
     }  # fmt: skip
     if calibrate:
-        from worker.reference import wholestep
+        from prediction.reference import wholestep
 
         step.update(wholestep.calibrate(ReferenceModel(params), gpus, list(exclude)))
     return params
@@ -112,7 +112,7 @@ def _layer_predict(fitted: dict[str, Any], x: np.ndarray, roof: np.ndarray) -> n
 def accuracy(gpus: dict[str, GpuSpecs], matrix: layerfit.LayerMatrix, params: dict[str, Any]) -> dict[str, Any]:
     """Held-out figures: leave-one-GPU-out on layers and public whole steps, leave-one-CNN-out on our H100 steps
     (see bench/reference_accuracy.py)."""
-    from worker.reference import h100, wholestep
+    from prediction.reference import h100, wholestep
 
     layers = layerfit.logo_layers(matrix, _layer_predict)
     steps = wholestep.evaluate(gpus, matrix, fit_params)
@@ -149,14 +149,14 @@ def _round(obj: Any) -> Any:
     return obj
 
 
-COMMAND = "python -m worker.reference.fit"
+COMMAND = "python -m prediction.reference.fit"
 
 
 def inputs() -> list[Path]:
     """Every file the fit reads, in a fixed order: GPU figures, layer timings, whole steps, our own steps."""
-    from worker.reference import h100, measured, wholestep
+    from prediction.reference import measured, wholestep
 
-    own = [p for p in (h100.STEPS, *h100.SETTINGS_FILES.values()) if p.exists()]
+    own = [p for p in (step_rows.STEPS, *step_rows.SETTINGS_FILES.values()) if p.exists()]
     return [data.GPUS_CSV, *sorted(data.LAYERS.glob("*.csv.gz")), wholestep.WHOLE_STEPS, *own, *measured.files()]
 
 

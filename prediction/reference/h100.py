@@ -5,82 +5,31 @@ and the errors are kept per precision group and regime (host-bound or device-bou
 each reference point quotes the figure of its own kind, and its P10-P90 band is those errors' quantiles.
 """
 
-import json
 from collections import defaultdict
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from shared.training import TrainConfig
-from worker.reference.data import ROOT
-from worker.reference.layerfit import family_of
-from worker.reference.model import ReferenceModel
-from worker.reference.specs import GpuSpecs
-from worker.reference.steps import precision_group
-from worker.reference.wholestep import StepRow, calibrate, flops_baseline, network, setting_pairs
+from prediction.reference.layerfit import family_of
+from prediction.reference.model import ReferenceModel
+from prediction.reference.specs import GpuSpecs
+from prediction.reference.step_rows import (
+    CONFIGS,
+    ENVIRONMENT,
+    FAMILY,
+    GPU,
+    GRID,
+    SET,
+    StepRow,
+    load_h100,
+)
+from prediction.reference.steps import precision_group
+from prediction.reference.wholestep import calibrate, flops_baseline, network, setting_pairs
 
-STEPS = ROOT / "data" / "reference" / "h100" / "steps.jsonl"
-GPU = "H100-SXM5-80GB"
-FAMILY = "H100"  # layerfit.family_of(GPU): the GPUs (H100 boards, H200) whose points quote these figures
-SET = "h100_own"
-# The other runs of ours on the same machine kind: cudnn.benchmark on (the team's, SGD fp32) and the settings run
-# (channels_last x cudnn.benchmark in every configuration, bench/gpu_settings.py); each is a set of its own.
-CUDNN_SET, SETTINGS_SET = "h100_own_cudnn", "h100_own_settings"
-ENVIRONMENT = "H100 SXM 80GB, PyTorch 2.11, cuDNN 9.19, cudnn.benchmark off, NCHW"
-CONFIGS = {
-    "sgd/fp32": TrainConfig(optimizer="sgd", precision="fp32"),
-    "sgd+momentum/amp_bf16": TrainConfig(optimizer="sgd", momentum=0.9, precision="amp_bf16"),
-    "adamw+wd/amp_fp16": TrainConfig(optimizer="adamw", weight_decay=0.01, precision="amp_fp16"),
-}
-GRID = (16, 32, 64, 128, 256)  # every CNN and configuration; the sweep's other sizes are vgg16 and resnet50 only
 # A point's band: these quantiles of the held-out errors of its kind. The 10th and 90th held 71% of a held-out
 # CNN's steps (errors cluster by CNN), the 5th and 95th 82% (nested, 2026-11-25): the band meant to hold ~80%.
 BAND_TAIL = 0.05
-
-
-# Our other H100 files: the same machine kind, software and timing in other settings (channels_last,
-# cudnn.benchmark), each with its environment on its first line. Their rows join the fit; evaluate() scores the
-# default-setting rows of STEPS, and bench/reference_accuracy.py the settings' effects.
-SETTINGS_FILES = {
-    CUDNN_SET: ROOT / "data" / "reference" / "h100" / "steps_cudnn_benchmark_on.jsonl",
-    SETTINGS_SET: ROOT / "data" / "reference" / "h100" / "steps_settings.jsonl",
-}
-
-
-def load_rows(settings: bool = True) -> list[StepRow]:
-    """The measured steps (rows with an error, a CNN that cannot run, are left out); settings: with the rows of
-    SETTINGS_FILES (channels_last, cudnn.benchmark) beside the default-setting rows of STEPS."""
-    files = {SET: STEPS, **(SETTINGS_FILES if settings else {})}
-    rows = []
-    for name, path in ((n, f) for n, f in files.items() if f.exists()):
-        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        meta: dict[str, Any] = next((r["meta"] for r in lines if "meta" in r), {})
-        for r in lines:
-            if "ms" not in r:
-                continue
-            tuned = bool(r.get("cudnn_benchmark", meta.get("cudnn_benchmark", False)))
-            config = CONFIGS[r["config"]].model_copy(
-                update={"channels_last": bool(r.get("channels_last", False)), "cudnn_benchmark": tuned}
-            )
-            rows.append(
-                StepRow(
-                    name,
-                    GPU,
-                    r["cnn"],
-                    int(r["image"]),
-                    int(r["batch"]),
-                    config.precision,
-                    "pytorch 2.11",
-                    config.optimizer,
-                    "fwd+bwd+opt (synthetic data)",
-                    float(r["ms"]),
-                    False,
-                    config,
-                    autotuned=tuned,
-                )  # fmt: skip
-            )
-    return rows
 
 
 def _stats(pred: np.ndarray, meas: np.ndarray) -> dict[str, Any]:
@@ -105,7 +54,7 @@ def _coverage(lr: np.ndarray, cnn: np.ndarray, kind: np.ndarray, tail: float = 0
 def evaluate(model: ReferenceModel, gpus: dict[str, GpuSpecs]) -> dict[str, Any]:
     """Leave-one-CNN-out on the H100 steps: figures per configuration, regime and CNN, beside the baseline fitted
     on public rows only (what the reference knew before our H100 steps)."""
-    rows = [r for r in load_rows() if r.gpu in gpus]
+    rows = [r for r in load_h100() if r.gpu in gpus]
     gpu = gpus[GPU]
     public = calibrate(model, gpus, [], leave_out=lambda r: r.set.startswith(SET))
     baseline = ReferenceModel({**model.params, "step": {**model.params["step"], **public}}, "public rows only")

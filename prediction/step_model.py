@@ -8,7 +8,7 @@ the other layers move, and a cost per operation. Then LightGBM learns the ratio 
 measured step to that base (in log space). Both transfer across CNNs better than a model of
 the time itself, and the measured conv time keeps the steps at particular batch sizes that
 the layer benchmarks show. The P10–P90 interval is not a quantile model's (those were far too
-narrow on unseen CNNs): it is the spread of out-of-fold errors (worker/validation.py), wider for
+narrow on unseen CNNs): it is the spread of out-of-fold errors (prediction/validation.py), wider for
 settings the fit did not see, and the wider the further outside them.
 """
 
@@ -21,7 +21,7 @@ import lightgbm as lgb
 import numpy as np
 from scipy.optimize import nnls
 
-from worker import features
+from prediction import features
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class Interval:
     `seen` holds for a point at an image size the fit measured and a batch size within the fitted
     range; any other point gets the wider `unseen` bounds, learnt from folds that left its setting out,
     times (1 + scale × its batch_distance): the further beyond the fitted batch sizes, the wider, by a
-    `scale` learnt on inner folds that fitted smaller batch sizes and predicted larger ones (worker/validation.py).
+    `scale` learnt on inner folds that fitted smaller batch sizes and predicted larger ones (prediction/validation.py).
     """
 
     seen: tuple[float, float]

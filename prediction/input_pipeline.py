@@ -15,13 +15,13 @@ from typing import Any, cast
 
 import numpy as np
 
+from prediction.points import fill_many, iteration_ms
 from shared import machine_cpus
 from shared.jobs.models import PointDict
 from shared.jobs.request import InputSpec, JobRequest
 from shared.machine_cpus import HostCpu
 from shared.machine_types import MachineTypeInfo
 from shared.measurements.inputs import PIPELINE, InputRate
-from worker.points import fill_many, iteration_ms
 
 AUGMENT_PX = 224  # the crop the agent's augmentation produced; other sizes scale its share by pixels
 MAX_ECHO = 64

@@ -13,9 +13,9 @@ from typing import Any
 import lightgbm as lgb
 import numpy as np
 
-from worker.reference import convs
-from worker.reference.data import LayerTable
-from worker.reference.specs import GpuSpecs
+from prediction.reference import convs
+from prediction.reference.data import LayerTable
+from prediction.reference.specs import GpuSpecs
 
 # Source weights: NeuSight is PyTorch 2.1 / cuDNN 8.9 (closest to what users run); Benanza is cuDNN 7
 # inference kernels but the only real-CNN layers (depthwise, grouped, strided) on 8 GPUs, so it counts

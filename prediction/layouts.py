@@ -1,7 +1,7 @@
 """Data-parallel layouts: a CNN's one-GPU points spread over the GPU and node counts a job asks for.
 
 A point's compute is its one-GPU step at the per-GPU batch (measured or reference); each layout adds the part of
-the gradient all-reduce that backward does not hide (worker/parallel.py, from the machine type's links in
+the gradient all-reduce that backward does not hide (prediction/parallel.py, from the machine type's links in
 data/interconnect.csv), and its times, cost and energy are worked out again for the global batch.
 """
 
@@ -9,13 +9,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from prediction import parallel
+from prediction.points import fill_many, iteration_ms
 from shared import interconnect
 from shared.jobs.models import PointDict
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
 from shared.measurements.allreduce import Measured
-from worker import parallel
-from worker.points import fill_many, iteration_ms
 
 # Backward is about two thirds of a step's compute (twice the forward's work: gradients of inputs and weights); DDP
 # overlaps the all-reduce of each gradient bucket with the backward still to come.

@@ -1,6 +1,6 @@
 """The public layer measurements copied into data/reference/layers, read into one table.
 
-`python -m worker.reference.data` re-copies the subsets from the shared public folder (values
+`python -m prediction.reference.data` re-copies the subsets from the shared public folder (values
 unchanged; only the columns and rows used are kept). Sources are cited in data/reference/LAYERS.md.
 """
 

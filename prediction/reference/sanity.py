@@ -10,13 +10,13 @@ import csv
 from dataclasses import dataclass
 from functools import cache
 
+from prediction.reference import data
+from prediction.reference.data import ROOT
+from prediction.reference.layerfit import family_of
+from prediction.reference.model import ReferenceModel
+from prediction.reference.specs import GpuSpecs
+from prediction.reference.wholestep import network
 from shared.training import Precision, TrainConfig
-from worker.reference import data
-from worker.reference.data import ROOT
-from worker.reference.layerfit import family_of
-from worker.reference.model import ReferenceModel
-from worker.reference.specs import GpuSpecs
-from worker.reference.wholestep import network
 
 CATALOGS = (ROOT / "data" / "aws_gpu_instances.csv", ROOT / "data" / "cloud_gpu_machines.csv")
 BATCH = 256

@@ -1,7 +1,7 @@
 """Fitting the whole-step constants (model.json "step"): device multipliers per precision group, host costs.
 
 Rows are whole training steps (public sets and our own H100 steps) turned into uncalibrated parts by the conv
-model and the workload (worker/reference/steps.py); the constants minimise the weighted squared log error, with
+model and the workload (prediction/reference/steps.py); the constants minimise the weighted squared log error, with
 ridge penalties that keep a part's multipliers close across precision groups and near 1x, so a group or part
 with few rows borrows from the others instead of fitting noise. Host costs have no public rows to learn from
 but our H100 steps (public sets time large batches, where the device sets the step): without them they stay at
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from worker.reference.steps import DEVICE_PARTS, PRECISION_GROUPS, StepParts, overlap
+from prediction.reference.steps import DEVICE_PARTS, PRECISION_GROUPS, StepParts, overlap
 
 # channels_last multipliers are learnt from one GPU's steps (data/reference/h100/steps_settings.jsonl), for the parts
 # NHWC changes most: tensor-core convs (no NCHW<->NHWC transposes around cuDNN's kernels), grouped and depthwise

@@ -7,52 +7,22 @@ fit and the benchmark, never by the worker's prediction path.
 import csv
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 import numpy as np
 
+from prediction.features import family as cnn_family
+from prediction.reference import layerfit, measured, step_rows, stepfit
+from prediction.reference.data import ROOT
+from prediction.reference.layerfit import family_of
+from prediction.reference.model import ReferenceModel
+from prediction.reference.specs import GpuSpecs, simt_tflops, tensor_tflops
+from prediction.reference.step_rows import StepRow
+from prediction.reference.steps import StepParts
 from shared.training import LEGACY_SGD_MOMENTUM, Precision, TrainConfig
-from worker.features import family as cnn_family
-from worker.reference import layerfit, stepfit
-from worker.reference.data import ROOT
-from worker.reference.layerfit import family_of
-from worker.reference.model import ReferenceModel
-from worker.reference.specs import GpuSpecs, simt_tflops, tensor_tflops
-from worker.reference.steps import StepParts
 
 WHOLE_STEPS = ROOT / "data" / "reference" / "whole_steps.csv"
-
-
-@dataclass(frozen=True)
-class StepRow:
-    """One public whole-network measurement."""
-
-    set: str
-    gpu: str
-    cnn: str
-    image_size: int
-    batch: int
-    precision: str
-    framework: str
-    optimizer: str
-    includes: str
-    step_ms: float
-    input_bound: bool
-    training: TrainConfig | None = None  # how it trained, where the source says exactly (our own steps)
-    # cudnn.benchmark: on in NVIDIA's DeepLearningExamples (Lambda: ConvNets main.py sets it) and MXNet's default
-    # autotune; off in our H100 steps (PyTorch's default)
-    autotuned: bool = True
-
-    @property
-    def category(self) -> str:
-        """headline (PyTorch full steps, not input-bound), input_bound, partial_step or other_framework."""
-        if not self.framework.lower().startswith("pytorch"):
-            return "other_framework"
-        if not self.includes.startswith("fwd+bwd+opt") or self.precision not in ("fp32", "amp_fp16", "amp_bf16"):
-            return "partial_step"
-        return "input_bound" if self.input_bound else "headline"
 
 
 def load_rows() -> list[StepRow]:
@@ -138,9 +108,7 @@ def steps_only(row: StepRow) -> bool:
 def fit_rows(gpus: dict[str, GpuSpecs], exclude: list[str], leave_out: Callable[[StepRow], bool]) -> list[StepRow]:
     """The rows the whole-step constants are fitted on: step-only public rows and our own steps, each of a GPU
     family not excluded and not left out (a held-out CNN's rows)."""
-    from worker.reference import h100, measured
-
-    rows = [*load_rows(), *h100.load_rows(), *measured.load_rows()]
+    rows = [*load_rows(), *step_rows.load_h100(), *measured.load_rows()]
     return [
         r for r in rows
         if steps_only(r) and r.gpu in gpus and family_of(r.gpu) not in exclude and _known(r) and not leave_out(r)
@@ -176,14 +144,12 @@ def calibrate(
     where the device sets the step, so the base fit takes public rows as they are and only ratios measured in one
     run on one machine teach what a setting does.
     """
-    from worker.reference import h100
-
     rows = fit_rows(gpus, exclude, leave_out)
     # Our default-setting steps of the settings run are baselines for its ratios, not more rows for the base fit.
-    base = [r for r in rows if not settings_row(r) and r.set != h100.SETTINGS_SET]
+    base = [r for r in rows if not settings_row(r) and r.set != step_rows.SETTINGS_SET]
     parts = [row_parts(model, r, gpus[r.gpu]) for r in base]
     step = stepfit.fit(stepfit.Rows.stack(parts, [r.step_ms for r in base], row_weights(base)))
-    pairs = setting_pairs(rows, fallback=h100.SET)
+    pairs = setting_pairs(rows, fallback=step_rows.SET)
     if pairs:
         tuned = [row_parts(model, r, gpus[r.gpu]) for r, _ in pairs]
         default = [row_parts(model, d, gpus[d.gpu]) for _, d in pairs]

@@ -4,7 +4,7 @@ PyTorch eager runs the host ahead of the GPU: a step takes about max(host, devic
 close (parts of the step are host-bound, others device-bound). The host dispatches every kernel of the forward
 pass, its autograd nodes and the optimizer's tensors; a fast GPU exposes it (resnet50 on an H100 stays near
 21 ms from batch 8 to 32). Uncalibrated parts come from the conv model and the workload; the multipliers and
-host costs in model.json ("step") are fitted by worker/reference/stepfit.py, per precision group.
+host costs in model.json ("step") are fitted by prediction/reference/stepfit.py, per precision group.
 """
 
 from collections.abc import Mapping
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from prediction.reference.specs import GpuSpecs, element_bytes, simt_tflops, tensor_tflops
 from shared.training import TrainConfig
-from worker.reference.specs import GpuSpecs, element_bytes, simt_tflops, tensor_tflops
 
 MEMORY_KINDS = ("batch_norm", "activation", "pooling", "elementwise", "concat", "softmax_loss", "other")
 # Kernels run in one of three ways: fp32 (TF32 convs on Ampere and later, PyTorch's default), or autocast to

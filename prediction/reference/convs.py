@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from worker.reference.specs import GpuSpecs, element_bytes, simt_tflops, tensor_tflops
+from prediction.reference.specs import GpuSpecs, element_bytes, simt_tflops, tensor_tflops
 
 PHASES = ("forward", "backward_data", "backward_weight")
 TILE = 128.0  # the common cuDNN/cuBLAS CTA tile edge (sgemm_128x128, scudnn_128x64 ...)

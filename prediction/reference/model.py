@@ -14,11 +14,10 @@ from typing import Any, Protocol
 import lightgbm as lgb
 import numpy as np
 
-from shared.training import TrainConfig
-from worker.reference import convs
-from worker.reference.layerfit import family_of
-from worker.reference.specs import GpuSpecs
-from worker.reference.steps import (
+from prediction.reference import convs
+from prediction.reference.layerfit import family_of
+from prediction.reference.specs import GpuSpecs
+from prediction.reference.steps import (
     StepArrays,
     StepEstimate,
     StepParts,
@@ -27,6 +26,7 @@ from worker.reference.steps import (
     precision_group,
     step_parts,
 )
+from shared.training import TrainConfig
 
 MODEL_JSON = Path(__file__).resolve().parents[2] / "data" / "reference" / "model.json"
 # Layer predictions a model keeps, counted in (layer, batch size) slots of ~28 bytes: the 63,488-point job
@@ -80,7 +80,7 @@ class ReferenceModel:
         self.accuracy: dict[str, Any] = dict(params.get("accuracy", {}))
         conv = params["conv"]
         if tuple(params.get("features", convs.FEATURES)) != convs.FEATURES:
-            raise ValueError("model.json was fitted with other conv features: run python -m worker.reference.fit")
+            raise ValueError("model.json was fitted with other conv features: run python -m prediction.reference.fit")
         self._forward = lgb.Booster(model_str=conv["forward"])
         self._ratios = {p: lgb.Booster(model_str=conv[p]) for p in convs.PHASES[1:]}
         self._clip = {p: tuple(v) for p, v in conv["clip"].items()}

@@ -8,11 +8,11 @@ GPU without figures, or that ran out of memory carry nothing the fit can use and
 
 from pathlib import Path
 
+from prediction.reference.data import ROOT
+from prediction.reference.step_rows import StepRow
 from shared.local_machine import gpu_row
 from shared.measurements import transfer
 from shared.training import TrainConfig
-from worker.reference.data import ROOT
-from worker.reference.wholestep import StepRow
 
 MEASURED = ROOT / "data" / "measured"
 SET_PREFIX = "measured:"

@@ -1,0 +1,20 @@
+"""Reference predictor: GPU training-step times from a GPU's spec sheet, learned from public measurements only.
+
+Torch-free and database-free: numpy, scipy and LightGBM. Fit with `python -m prediction.reference.fit`.
+"""
+
+from prediction.reference.model import H100_SETTING, PointErrors, ReferenceModel, held_out_on_h100, load, point_errors
+from prediction.reference.specs import GpuSpecs
+from prediction.reference.steps import StepArrays, StepEstimate
+
+__all__ = [
+    "H100_SETTING",
+    "GpuSpecs",
+    "PointErrors",
+    "held_out_on_h100",
+    "ReferenceModel",
+    "StepArrays",
+    "StepEstimate",
+    "load",
+    "point_errors",
+]

@@ -1,0 +1,99 @@
+"""Whole training steps as the reference's step fit reads them: the row type, and our own H100 steps
+(data/reference/h100/). The public rows are read by wholestep.py, bundles' rows by measured.py."""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from prediction.reference.data import ROOT
+from shared.training import TrainConfig
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One public whole-network measurement."""
+
+    set: str
+    gpu: str
+    cnn: str
+    image_size: int
+    batch: int
+    precision: str
+    framework: str
+    optimizer: str
+    includes: str
+    step_ms: float
+    input_bound: bool
+    training: TrainConfig | None = None  # how it trained, where the source says exactly (our own steps)
+    # cudnn.benchmark: on in NVIDIA's DeepLearningExamples (Lambda: ConvNets main.py sets it) and MXNet's default
+    # autotune; off in our H100 steps (PyTorch's default)
+    autotuned: bool = True
+
+    @property
+    def category(self) -> str:
+        """headline (PyTorch full steps, not input-bound), input_bound, partial_step or other_framework."""
+        if not self.framework.lower().startswith("pytorch"):
+            return "other_framework"
+        if not self.includes.startswith("fwd+bwd+opt") or self.precision not in ("fp32", "amp_fp16", "amp_bf16"):
+            return "partial_step"
+        return "input_bound" if self.input_bound else "headline"
+
+
+STEPS = ROOT / "data" / "reference" / "h100" / "steps.jsonl"
+GPU = "H100-SXM5-80GB"
+FAMILY = "H100"  # layerfit.family_of(GPU): the GPUs (H100 boards, H200) whose points quote these figures
+SET = "h100_own"
+# The other runs of ours on the same machine kind: cudnn.benchmark on (the team's, SGD fp32) and the settings run
+# (channels_last x cudnn.benchmark in every configuration, bench/gpu_settings.py); each is a set of its own.
+CUDNN_SET, SETTINGS_SET = "h100_own_cudnn", "h100_own_settings"
+ENVIRONMENT = "H100 SXM 80GB, PyTorch 2.11, cuDNN 9.19, cudnn.benchmark off, NCHW"
+CONFIGS = {
+    "sgd/fp32": TrainConfig(optimizer="sgd", precision="fp32"),
+    "sgd+momentum/amp_bf16": TrainConfig(optimizer="sgd", momentum=0.9, precision="amp_bf16"),
+    "adamw+wd/amp_fp16": TrainConfig(optimizer="adamw", weight_decay=0.01, precision="amp_fp16"),
+}
+GRID = (16, 32, 64, 128, 256)  # every CNN and configuration; the sweep's other sizes are vgg16 and resnet50 only
+
+
+# Our other H100 files: the same machine kind, software and timing in other settings (channels_last,
+# cudnn.benchmark), each with its environment on its first line. Their rows join the fit; evaluate() scores the
+# default-setting rows of STEPS, and bench/reference_accuracy.py the settings' effects.
+SETTINGS_FILES = {
+    CUDNN_SET: ROOT / "data" / "reference" / "h100" / "steps_cudnn_benchmark_on.jsonl",
+    SETTINGS_SET: ROOT / "data" / "reference" / "h100" / "steps_settings.jsonl",
+}
+
+
+def load_h100(settings: bool = True) -> list[StepRow]:
+    """The measured steps (rows with an error, a CNN that cannot run, are left out); settings: with the rows of
+    SETTINGS_FILES (channels_last, cudnn.benchmark) beside the default-setting rows of STEPS."""
+    files = {SET: STEPS, **(SETTINGS_FILES if settings else {})}
+    rows = []
+    for name, path in ((n, f) for n, f in files.items() if f.exists()):
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        meta: dict[str, Any] = next((r["meta"] for r in lines if "meta" in r), {})
+        for r in lines:
+            if "ms" not in r:
+                continue
+            tuned = bool(r.get("cudnn_benchmark", meta.get("cudnn_benchmark", False)))
+            config = CONFIGS[r["config"]].model_copy(
+                update={"channels_last": bool(r.get("channels_last", False)), "cudnn_benchmark": tuned}
+            )
+            rows.append(
+                StepRow(
+                    name,
+                    GPU,
+                    r["cnn"],
+                    int(r["image"]),
+                    int(r["batch"]),
+                    config.precision,
+                    "pytorch 2.11",
+                    config.optimizer,
+                    "fwd+bwd+opt (synthetic data)",
+                    float(r["ms"]),
+                    False,
+                    config,
+                    autotuned=tuned,
+                )  # fmt: skip
+            )
+    return rows
