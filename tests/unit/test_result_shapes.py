@@ -1,0 +1,13 @@
+"""The worker's plain-dict shapes of a result agree with the pydantic models that validate and document it."""
+
+from shared.jobs.models import PointDict, Prediction, Result, ResultDict
+
+
+def test_a_point_dict_has_exactly_the_fields_of_a_prediction() -> None:
+    """A field added to one and not the other fails here (a point would be stored without it, or refused)."""
+    assert set(PointDict.__annotations__) == set(Prediction.model_fields)
+
+
+def test_a_result_dict_has_exactly_the_fields_of_a_result() -> None:
+    """The same for the result document around the points."""
+    assert set(ResultDict.__annotations__) == set(Result.model_fields)
