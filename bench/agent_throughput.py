@@ -31,6 +31,8 @@ from functools import wraps
 from pathlib import Path
 from typing import Any
 
+from shared.measurements.members import Member  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 # HEAD before the agent's throughput work: per-signature tasks, a transaction per row.
 BASELINE = "648d0c0"
@@ -143,7 +145,7 @@ def send(tree: str, workload: str) -> None:
     spec = json.loads(workload)
     spec_kinds = set(spec["ops"])
 
-    def ops_of(plan: Any) -> list[tuple[int, dict[str, Any], int]]:
+    def ops_of(plan: Any) -> list[Member]:
         return [m for cnn in plan.cnns for m in ops.members(name=cnn, image_size=plan.image_size, num_classes=1000)]
 
     plan = calibration.Plan(machine_type="local", cnns=tuple(spec["cnns"]), image_size=spec["image_size"],

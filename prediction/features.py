@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from shared.measurements.members import Member
+
 if TYPE_CHECKING:
     from shared.machine_types import MachineTypeInfo
 
@@ -37,7 +39,7 @@ NAMES = (
     "conv_gflops", "mparameters", "parameter_tensors", "activation_memory_mbytes", *MACHINE_SPECS,
     "other_ms", "optimizer_ms", "ops_measured", "optimizer_measured", "linear_ms",
 )  # fmt: skip
-OpMembers = list[tuple[int, dict[str, Any], int]]
+OpMembers = list[Member]
 # One point's features as a record with a field per name (float64): a table of points is a structured array
 # of it, read by name (`table["conv_ms"]`), and `matrix()` gives the models' columns in NAMES order. (Models
 # stored by older extractors had "activation_mbytes" twice, the activation memory overwriting the activation ops'
@@ -64,7 +66,7 @@ def layer_kind(spec: Mapping[str, Any]) -> str:
 
 def vector(
     *,
-    members: list[tuple[int, dict[str, Any], int]],
+    members: list[Member],
     rows: Mapping[int, Mapping[str, Any]],
     workload: dict[str, Any],
     batch_size: int,

@@ -17,11 +17,12 @@ from shared.machine_types import MachineTypeInfo
 from shared.measurements import allreduce, layers, ops
 from shared.measurements import inputs as input_rates
 from shared.measurements.allreduce import Measured
+from shared.measurements.members import Member
 from shared.training import TrainConfig
 from worker import predictor, reference_store, step_cache
 
 # A CNN's layers (or operators): (signature id, spec, count).
-Members = list[tuple[int, dict[str, Any], int]]
+Members = list[Member]
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from shared.cnn import registry as cnns
 from shared.cnn.signatures import ConvSignature
 from shared.core.db import Cursor, Json, insert_new, one, rows_of, transaction
 from shared.measurements import environments, ops
+from shared.measurements.members import Member
 
 
 class LayerPhases(TypedDict):
@@ -233,11 +234,11 @@ WHERE m.cnn_name = %s AND m.image_size = %s AND m.num_classes = %s ORDER BY m.si
 SELECT_WORKLOAD = "SELECT workload FROM cnn_workloads WHERE cnn_name = %s AND image_size = %s AND num_classes = %s"
 
 
-def members(*, name: str, image_size: int, num_classes: int) -> list[tuple[int, dict[str, Any], int]]:
+def members(*, name: str, image_size: int, num_classes: int) -> list[Member]:
     """A stored CNN variant's conv layers: (signature id, spec, count)."""
     with transaction() as cur:
         cur.execute(SELECT_MEMBERS, (name, image_size, num_classes))
-        return [(r["signature_id"], r["spec"], r["count"]) for r in cur.fetchall()]
+        return [Member(r["signature_id"], r["spec"], r["count"]) for r in cur.fetchall()]
 
 
 def workload(*, name: str, image_size: int, num_classes: int) -> dict[str, Any]:
@@ -262,16 +263,14 @@ SELECT_WORKLOADS_OF = f"""
 SELECT cnn_name, workload FROM cnn_workloads WHERE image_size = %(image_size)s AND {_VARIANTS}"""
 
 
-def variants(
-    *, classes: dict[str, int], image_size: int
-) -> dict[str, tuple[list[tuple[int, dict[str, Any], int]], dict[str, Any]]]:
+def variants(*, classes: dict[str, int], image_size: int) -> dict[str, tuple[list[Member], dict[str, Any]]]:
     """Per CNN name (→ its num_classes key): its members() and workload(), in two queries for all of them."""
     params = {"names": list(classes), "classes": list(classes.values()), "image_size": image_size}
-    out: dict[str, tuple[list[tuple[int, dict[str, Any], int]], dict[str, Any]]] = {n: ([], {}) for n in classes}
+    out: dict[str, tuple[list[Member], dict[str, Any]]] = {n: ([], {}) for n in classes}
     with transaction() as cur:
         cur.execute(SELECT_MEMBERS_OF, params)
         for r in cur.fetchall():
-            out[r["cnn_name"]][0].append((r["signature_id"], r["spec"], r["count"]))
+            out[r["cnn_name"]][0].append(Member(r["signature_id"], r["spec"], r["count"]))
         cur.execute(SELECT_WORKLOADS_OF, params)
         for r in cur.fetchall():
             work = dict(r["workload"])

@@ -9,6 +9,7 @@ import psycopg2.extras
 from shared.cnn.op_signatures import OPTIMIZER, OpSignature
 from shared.core.db import Cursor, Json, insert_new, one, rows_of, transaction
 from shared.measurements import environments
+from shared.measurements.members import Member
 from shared.training import TrainConfig
 
 # DO UPDATE (a no-op) rather than DO NOTHING so RETURNING also yields rows that existed.
@@ -70,11 +71,11 @@ def store(cur: Any, *, name: str, image_size: int, num_classes: int, layers: Any
         cur.execute(UPSERT_MEMBERSHIP, (name, image_size, num_classes, one(cur)["id"], count))
 
 
-def members(*, name: str, image_size: int, num_classes: int) -> list[tuple[int, dict[str, Any], int]]:
+def members(*, name: str, image_size: int, num_classes: int) -> list[Member]:
     """A stored CNN variant's ops: (op signature id, spec, count); the optimizer step among them."""
     with transaction() as cur:
         cur.execute(SELECT_MEMBERS, (name, image_size, num_classes))
-        return [(r["op_signature_id"], r["spec"], r["count"]) for r in cur.fetchall()]
+        return [Member(r["op_signature_id"], r["spec"], r["count"]) for r in cur.fetchall()]
 
 
 SELECT_MEMBERS_OF = """
@@ -84,14 +85,14 @@ WHERE m.image_size = %(image_size)s
 ORDER BY m.cnn_name, m.op_signature_id"""
 
 
-def members_of(*, classes: dict[str, int], image_size: int) -> dict[str, list[tuple[int, dict[str, Any], int]]]:
+def members_of(*, classes: dict[str, int], image_size: int) -> dict[str, list[Member]]:
     """Per CNN name (→ its num_classes key): its members(), in one query for all of them."""
-    out: dict[str, list[tuple[int, dict[str, Any], int]]] = {n: [] for n in classes}
+    out: dict[str, list[Member]] = {n: [] for n in classes}
     with transaction() as cur:
         cur.execute(SELECT_MEMBERS_OF, {"names": list(classes), "classes": list(classes.values()),
                                         "image_size": image_size})  # fmt: skip
         for r in cur.fetchall():
-            out[r["cnn_name"]].append((r["op_signature_id"], r["spec"], r["count"]))
+            out[r["cnn_name"]].append(Member(r["op_signature_id"], r["spec"], r["count"]))
     return out
 
 
