@@ -8,7 +8,7 @@ RUN=${TRAINCAST_RUN_DIR:-.run}
 VENV=${VENV:-.venv}
 # shellcheck source=scripts/procs.sh
 . scripts/procs.sh
-for name in api beat worker agent; do
+for name in calibrate api beat worker agent; do
   pidfile=$RUN/$name.pid
   [ -f "$pidfile" ] || continue
   # The supervisor leads its own process group (up.sh starts it with setsid): the whole group ends, so neither a
