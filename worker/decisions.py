@@ -149,6 +149,8 @@ def _overlaps(other: dict[str, Any], winner: dict[str, Any], figure: str) -> boo
 
 def _layout(o: dict[str, Any]) -> str:
     """'8 GPUs x 2 machines of p4d.24xlarge, batch 256 per GPU (4,096 in all)' or 'batch 64 on g4dn.xlarge'."""
+    if o["gpus"] == 0:  # a CPU machine type (local without CUDA) trains on its cores
+        return f"batch {o['batch_size']} on {o['machine']} (its CPU)"
     if o["gpus"] <= 1 and o["nodes"] <= 1:
         return f"batch {o['batch_size']} on one GPU of {o['machine']}"
     machines = f"{o['nodes']} machines" if o["nodes"] > 1 else "one machine"

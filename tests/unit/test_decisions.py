@@ -76,3 +76,10 @@ def test_an_input_bound_winner_says_what_binds_and_what_lifts_it() -> None:
     fastest = by_question(decisions.decide([("resnet50", fed, 15.0)], REQUEST))["fastest"]
     assert "decoding and augmenting the JPEGs on the machine's CPUs" in fastest["reasons"][1]
     assert "data echoing" in fastest["reasons"][1]
+
+
+def test_a_cpu_machine_type_is_not_called_a_gpu() -> None:
+    """`local` without CUDA (no GPU: gpus_used 0) trains on its CPU, and the reason says so."""
+    cpu = [point("local", 8, 900.0, 0.0, gpus=0)]
+    found = by_question(decisions.decide([("resnet50", cpu, 16.0)], REQUEST))
+    assert found["fastest"]["reasons"][0] == "batch 8 on local (its CPU)"
