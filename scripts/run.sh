@@ -27,19 +27,19 @@ print(local["gpu"] or "")
 PY
 )
 if [ -n "$local_gpu" ]; then
-  spread="whole training steps of 7 CNNs at 160-224 px, batch 8-128: the GPU spread for $local_gpu; minutes on a GPU"
+  spread="whole training steps at 160-224 px, batch 8-128: the GPU spread for $local_gpu"
   # Sizes the calibration measured at 224 px; --wait-for-benchmarks: a GPU type otherwise gets a reference answer
   # while layers it lacks are still being measured, and this is to show local's own benchmarked answer.
   predict=(--batch-sizes "8,32,128" --wait-for-benchmarks)
 else
-  spread="whole training steps of 7 CNNs at 64-160 px: the CPU spread, about 5 minutes on a CPU"
+  spread="whole training steps at 64-160 px: the CPU spread"
   predict=(--batch-sizes "8,16,32")
 fi
 # A model of an older kind (quantile-model intervals, one image size) or feature list is calibrated again too.
 if ! "$VENV/bin/python" -c "import sys; from prediction import features; from worker import predictor; m = predictor.latest(machine_type='local'); sys.exit(m is None or m['kind'] != predictor.KIND or m['params'].get('features') != list(features.NAMES))"; then
   # A first model from three quick CNNs answers in a couple of minutes; the default set's other CNNs are measured
   # in the background and refit the model when they are done (its rows are shared, nothing is measured twice).
-  echo "no current model for local yet: a first one from 3 CNNs ($spread, 3 of the 7)…"
+  echo "no current model for local yet: a first one from 3 CNNs of the default 7 ($spread)…"
   "$VENV/bin/traincast" calibrate --machine local --cnns resnet18,mobilenet_v2,squeezenet1_1
   refine=1
 fi
