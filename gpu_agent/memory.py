@@ -6,14 +6,14 @@ estimated tensors exceed a share of the available RAM and records it as out of m
 """
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from shared.cnn import memory as step_model
 from shared.cnn.signatures import ConvSignature
+from shared.cnn.workload import WorkloadJson
 from shared.core.settings import get_settings
 from shared.training import TrainConfig
 
@@ -72,7 +72,7 @@ def layer_bytes(sig: ConvSignature, batch_sizes: Iterable[int], precision: str) 
 
 def step_bytes(
     *,
-    workload: Mapping[str, Any],
+    workload: WorkloadJson,
     batch_sizes: Iterable[int],
     image_size: int,
     config: TrainConfig,

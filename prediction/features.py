@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from shared.cnn.workload import WorkloadJson
 from shared.measurements.members import Member
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def vector(
     *,
     members: list[Member],
     rows: Mapping[int, Mapping[str, Any]],
-    workload: dict[str, Any],
+    workload: WorkloadJson,
     batch_size: int,
     image_size: int,
     optimizer: str,
@@ -97,7 +98,7 @@ def table(
     *,
     members: Sequence[tuple[int, Mapping[str, Any], int]],
     rows: Rows,
-    workload: Mapping[str, Any],
+    workload: WorkloadJson,
     batch_sizes: Sequence[int],
     image_size: int,
     optimizer: str,
@@ -132,11 +133,11 @@ def table(
     sizes = np.asarray(batch_sizes, dtype=np.float64)
     ops = workload.get("ops") or {}
     for kind in WORK_KINDS:
-        totals = ops.get(kind) or {}
-        f[f"{kind}_mflops"] = totals.get("flops", 0.0) * sizes / 1e6
-        f[f"{kind}_mbytes"] = totals.get("bytes", 0.0) * sizes / 1e6
-        f[f"{kind}_ops"] = totals.get("count", 0)
-    f["conv_gflops"] = (ops.get("conv") or {}).get("flops", 0.0) * sizes / 1e9
+        totals = ops.get(kind)
+        f[f"{kind}_mflops"] = (totals["flops"] if totals else 0.0) * sizes / 1e6
+        f[f"{kind}_mbytes"] = (totals["bytes"] if totals else 0.0) * sizes / 1e6
+        f[f"{kind}_ops"] = totals["count"] if totals else 0
+    f["conv_gflops"] = (ops["conv"]["flops"] if "conv" in ops else 0.0) * sizes / 1e9
     f["mparameters"] = (workload.get("parameters") or 0) / 1e6
     f["parameter_tensors"] = workload.get("parameter_tensors") or 0
     f["activation_memory_mbytes"] = (workload.get("activation_bytes") or 0.0) * sizes / 1e6

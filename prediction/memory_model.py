@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.cnn import memory
+from shared.cnn.workload import WorkloadJson
 from shared.core.settings import get_settings
 from shared.jobs.models import PointDict
 from shared.jobs.request import JobRequest
@@ -96,7 +97,7 @@ def host_ram_bytes() -> float | None:
 
 def annotate(
     points: list[PointDict],
-    work: dict[str, Any],
+    work: WorkloadJson,
     info: MachineTypeInfo,
     request: JobRequest,
     peaks: Peaks | None = None,
@@ -124,7 +125,7 @@ def annotate(
 
 
 def max_batch_size(
-    work: dict[str, Any],
+    work: WorkloadJson,
     info: MachineTypeInfo,
     request: JobRequest,
     *,

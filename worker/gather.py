@@ -7,11 +7,11 @@ that the later stages read nothing more than the benchmark rows of the machine t
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
 
 from prediction import input_pipeline, memory_model, reference
 from shared import machine_types
 from shared.cnn import registry as cnns
+from shared.cnn.workload import WorkloadJson
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
 from shared.measurements import allreduce, layers, ops
@@ -31,7 +31,7 @@ class Cnn:
 
     name: str
     members: Members
-    work: dict[str, Any]
+    work: WorkloadJson
     digest: bytes  # of its workload (worker/step_cache.py)
     memo: memory_model.Memo
 

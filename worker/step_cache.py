@@ -16,6 +16,7 @@ import numpy as np
 import orjson
 
 from prediction.reference import GpuSpecs, ReferenceModel, StepArrays
+from shared.cnn.workload import WorkloadJson
 from shared.training import TrainConfig
 
 ENTRIES = 2048  # ~30 MB at 256 batch sizes each
@@ -28,7 +29,7 @@ def steps(
     model: ReferenceModel,
     *,
     members: Sequence[tuple[int, Mapping[str, Any], int]],
-    workload: Mapping[str, Any],
+    workload: WorkloadJson,
     batch_sizes: Sequence[int],
     gpu: GpuSpecs,
     training: TrainConfig,
@@ -65,7 +66,7 @@ def steps(
     return computed
 
 
-def digest(workload: Mapping[str, Any]) -> bytes:
+def digest(workload: WorkloadJson) -> bytes:
     """A CNN's workload in 32 bytes: equal workloads, equal digests, whatever their keys' order."""
     return hashlib.sha256(orjson.dumps(workload, option=orjson.OPT_SORT_KEYS)).digest()
 

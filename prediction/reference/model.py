@@ -26,6 +26,7 @@ from prediction.reference.steps import (
     precision_group,
     step_parts,
 )
+from shared.cnn.workload import WorkloadJson
 from shared.training import TrainConfig
 
 MODEL_JSON = Path(__file__).resolve().parents[2] / "data" / "reference" / "model.json"
@@ -283,7 +284,7 @@ class ReferenceModel:
         self,
         *,
         convs: Sequence[tuple[Mapping[str, Any], int]],
-        workload: Mapping[str, Any],
+        workload: WorkloadJson,
         batch_sizes: Sequence[int],
         gpu: GpuSpecs,
         training: TrainConfig | None = None,
@@ -301,7 +302,7 @@ class ReferenceModel:
         self,
         *,
         convs: Sequence[tuple[Mapping[str, Any], int]],
-        workload: Mapping[str, Any],
+        workload: WorkloadJson,
         batch_sizes: Sequence[int],
         gpu: GpuSpecs,
         training: TrainConfig,
@@ -321,7 +322,7 @@ class ReferenceModel:
         self,
         *,
         convs: Sequence[tuple[Mapping[str, Any], int]],
-        workload: Mapping[str, Any],
+        workload: WorkloadJson,
         batch_sizes: Sequence[int],
         gpu: GpuSpecs,
         training: TrainConfig | None = None,

@@ -9,11 +9,11 @@ host costs in model.json ("step") are fitted by prediction/reference/stepfit.py,
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from prediction.reference.specs import GpuSpecs, element_bytes, simt_tflops, tensor_tflops
+from shared.cnn.workload import WorkloadJson
 from shared.training import TrainConfig
 
 MEMORY_KINDS = ("batch_norm", "activation", "pooling", "elementwise", "concat", "softmax_loss", "other")
@@ -97,33 +97,33 @@ def optimizer_passes(config: TrainConfig) -> float:
     return OPTIMIZER_PASSES[optimizer_kind(config)] + bool(config.weight_decay) + (config.precision == "amp_fp16")
 
 
-def forward_ops(workload: Mapping[str, Any]) -> float:
+def forward_ops(workload: WorkloadJson) -> float:
     """Operators (≈ kernels) one forward pass launches, convs included."""
     return float(sum(float(v.get("count", 0)) for v in workload.get("ops", {}).values()))
 
 
-def kernels(workload: Mapping[str, Any]) -> float:
+def kernels(workload: WorkloadJson) -> float:
     """Kernels one forward pass launches: counted at extraction where known, else its operators."""
     return float(workload.get("kernels") or forward_ops(workload))
 
 
-def parameter_tensors(workload: Mapping[str, Any]) -> float:
+def parameter_tensors(workload: WorkloadJson) -> float:
     """Parameter tensors the optimizer steps: counted where known, else two per conv, linear and norm layer."""
     known = workload.get("parameter_tensors")
     if known:
         return float(known)
     ops = workload.get("ops", {})
-    return 2.0 * sum(float(ops.get(k, {}).get("count", 0)) for k in ("conv", "linear", "batch_norm"))
+    return 2.0 * sum(float(ops[k]["count"]) for k in ("conv", "linear", "batch_norm") if k in ops)
 
 
-def weight_casts(workload: Mapping[str, Any]) -> float:
+def weight_casts(workload: WorkloadJson) -> float:
     """Weights autocast casts each step (one per conv and linear call)."""
     ops = workload.get("ops", {})
-    return sum(float(ops.get(k, {}).get("count", 0)) for k in ("conv", "linear"))
+    return sum(float(ops[k]["count"]) for k in ("conv", "linear") if k in ops)
 
 
 def other_ms(
-    workload: Mapping[str, Any], batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float]
+    workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float]
 ) -> np.ndarray:
     """Forward + backward time of the memory-bound operators, shape (B,); autocast halves their bytes."""
     ops = workload.get("ops", {})
@@ -142,7 +142,7 @@ def other_ms(
 
 
 def linear_ms(
-    workload: Mapping[str, Any], batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float]
+    workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float]
 ) -> np.ndarray:
     """Forward + backward time of the linear layers (matmuls), shape (B,)."""
     linear = workload.get("ops", {}).get("linear")
@@ -160,9 +160,9 @@ def linear_ms(
     return np.maximum(flops / peak, nbytes / bw) * 1e3 + float(linear["count"]) * 3 * c["kernel_floor_ms"]
 
 
-def optimizer_ms(workload: Mapping[str, Any], gpu: GpuSpecs, config: TrainConfig, c: Mapping[str, float]) -> float:
+def optimizer_ms(workload: WorkloadJson, gpu: GpuSpecs, config: TrainConfig, c: Mapping[str, float]) -> float:
     """GPU time of the parameter work: fp32 master weights, gradients and states streamed (foreach kernels)."""
-    nbytes = float(workload.get("parameters", 0)) * 4.0 * optimizer_tensors(config)
+    nbytes = float(workload.get("parameters") or 0) * 4.0 * optimizer_tensors(config)
     bw = gpu.mem_bandwidth_gbs * 1e9 * c["memory_efficiency"]
     return nbytes / bw * 1e3 + c["optimizer_kernels"] * c["kernel_floor_ms"]
 
@@ -185,12 +185,12 @@ class StepParts:
 
 
 def step_parts(
-    conv: np.ndarray, workload: Mapping[str, Any], batch: np.ndarray, gpu: GpuSpecs, config: TrainConfig,
+    conv: np.ndarray, workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, config: TrainConfig,
     c: Mapping[str, float], autotuned: bool = True,
 ) -> StepParts:  # fmt: skip
     """Parts from the conv paths conv (B, 3 phases, 3 paths: tensor, CUDA cores, grouped) and the workload."""
     precision = config.precision
-    convs = float(workload.get("ops", {}).get("conv", {}).get("count", 0))
+    convs = float(workload.get("ops", {})["conv"]["count"]) if "conv" in workload.get("ops", {}) else 0.0
     device = np.column_stack(
         [
             conv[:, :, 0].sum(axis=1),

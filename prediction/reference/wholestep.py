@@ -20,6 +20,7 @@ from prediction.reference.model import ReferenceModel
 from prediction.reference.specs import GpuSpecs, simt_tflops, tensor_tflops
 from prediction.reference.step_rows import StepRow
 from prediction.reference.steps import StepParts
+from shared.cnn.workload import WorkloadJson
 from shared.training import LEGACY_SGD_MOMENTUM, Precision, TrainConfig
 
 WHOLE_STEPS = ROOT / "data" / "reference" / "whole_steps.csv"
@@ -50,7 +51,7 @@ def load_rows() -> list[StepRow]:
 
 
 @cache
-def network(cnn: str, image_size: int) -> tuple[tuple[tuple[dict[str, Any], int], ...], dict[str, Any]]:
+def network(cnn: str, image_size: int) -> tuple[tuple[tuple[dict[str, Any], int], ...], WorkloadJson]:
     """(conv specs with counts, workload) of a torchvision CNN or the CIFAR ResNet-18."""
     from shared.cnn import zoo as cnn_zoo
 

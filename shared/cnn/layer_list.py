@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from shared.cnn.signatures import ConvSignature
+from shared.cnn.workload import WorkloadJson
 from shared.core.errors import ExtractionError, PayloadTooLarge
 from shared.core.settings import get_settings
 
@@ -112,7 +113,7 @@ def parse(data: bytes) -> LayerList:
         raise ExtractionError(f"invalid JSON layer list: {problems}") from exc
 
 
-def read(definition: dict[str, Any], image_size: int) -> tuple[Counter[ConvSignature], dict[str, Any]]:
+def read(definition: dict[str, Any], image_size: int) -> tuple[Counter[ConvSignature], WorkloadJson]:
     """Each signature with its count, in order of first use, and what is known of the workload."""
     layers = LayerList.model_validate(definition)
     if image_size != layers.image_size:
@@ -122,7 +123,7 @@ def read(definition: dict[str, Any], image_size: int) -> tuple[Counter[ConvSigna
     signatures: Counter[ConvSignature] = Counter()
     for layer in layers.layers:
         signatures[layer.signature()] += layer.count
-    workload: dict[str, Any] = {
+    workload: WorkloadJson = {
         "ops": {},
         "parameters": layers.parameters,
         "parameter_tensors": None,

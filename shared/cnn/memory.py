@@ -18,9 +18,9 @@ A step holds, at its peak:
 The constants are fitted by bench/memory.py on measured peaks (docs/PERFORMANCE.md, "Memory").
 """
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from shared.cnn.workload import WorkloadJson
 
 GIB = 2**30
 MIB = 2**20
@@ -81,7 +81,7 @@ def optimizer_states(optimizer: str, momentum: float = 0.0) -> int:
     raise ValueError(f"unknown optimizer {optimizer!r}")
 
 
-def saved_per_sample(workload: Mapping[str, Any]) -> float | None:
+def saved_per_sample(workload: WorkloadJson) -> float | None:
     """Bytes autograd saves per sample in fp32: measured at extraction, else estimated from op outputs."""
     saved = workload.get("saved_bytes")
     if saved is not None:
@@ -91,7 +91,7 @@ def saved_per_sample(workload: Mapping[str, Any]) -> float | None:
 
 
 def step_peak(
-    workload: Mapping[str, Any],
+    workload: WorkloadJson,
     batch_size: int,
     *,
     optimizer: str = "sgd",
@@ -145,7 +145,7 @@ def step_peak(
 
 
 def max_batch_size(
-    workload: Mapping[str, Any],
+    workload: WorkloadJson,
     memory_bytes: float,
     *,
     cap: int,

@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 
 from shared.cnn.layer_list import MAX_CHANNELS, MAX_SIZE, MAX_WINDOW
 from shared.cnn.signatures import ConvSignature
-from shared.cnn.workload import Workload
+from shared.cnn.workload import Workload, WorkloadJson
 from shared.core.errors import ExtractionError
 from shared.core.settings import get_settings
 
@@ -134,7 +134,7 @@ def input_size(model: onnx.ModelProto) -> tuple[int | None, int | None]:
     return (dims[2].dim_value or None, dims[3].dim_value or None)
 
 
-def read(graph: bytes, image_size: int) -> tuple[Counter[ConvSignature], dict[str, Any]]:
+def read(graph: bytes, image_size: int) -> tuple[Counter[ConvSignature], WorkloadJson]:
     """Each conv signature with its count (in node order of first use) and the workload, at image_size."""
     try:
         return _read(graph, image_size)
@@ -142,7 +142,7 @@ def read(graph: bytes, image_size: int) -> tuple[Counter[ConvSignature], dict[st
         raise ExtractionError(f"a figure of the graph is too large to read at {image_size}x{image_size}") from exc
 
 
-def _read(graph: bytes, image_size: int) -> tuple[Counter[ConvSignature], dict[str, Any]]:
+def _read(graph: bytes, image_size: int) -> tuple[Counter[ConvSignature], WorkloadJson]:
     model = onnx.load_model_from_string(graph)
     dims = _image_input(model).type.tensor_type.shape.dim
     for axis in (2, 3):

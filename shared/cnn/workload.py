@@ -8,7 +8,7 @@ parameters an op reads are halved too (small next to activations except in linea
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
 
 KINDS = (
     "conv", "batch_norm", "activation", "pooling", "linear", "elementwise", "concat", "softmax_loss", "other",
@@ -62,6 +62,27 @@ class OpTotals:
     bytes: float = 0.0
 
 
+class OpTotalsJson(TypedDict):
+    """One kind of operator in a stored workload: calls, FLOPs and bytes moved per sample."""
+
+    count: int
+    flops: float
+    bytes: float
+
+
+class WorkloadJson(TypedDict, total=False):
+    """A workload as stored (Workload.to_json; its owner shared/measurements/layers.py) and read back: per sample."""
+
+    ops: dict[str, OpTotalsJson]
+    flops: float
+    parameters: int | None  # None: a layer list that does not say
+    parameter_tensors: int | None  # None: a layer list, which does not say
+    largest_parameter: int
+    activation_bytes: float | None
+    saved_bytes: float | None
+    kernels: int
+
+
 @dataclass
 class Workload:
     """What one training step of a CNN does besides (and including) its convolutions, per sample."""
@@ -97,10 +118,10 @@ class Workload:
         out.saved_bytes = None if self.saved_bytes is None else self.saved_bytes / batch
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> WorkloadJson:
         """Plain dict: per-kind count, FLOPs and bytes; parameters; activation memory (all outputs, and saved)."""
         return {
-            "ops": {k: vars(self.ops[k]) for k in KINDS if k in self.ops},
+            "ops": {k: cast(OpTotalsJson, vars(self.ops[k])) for k in KINDS if k in self.ops},
             "flops": sum(t.flops for t in self.ops.values()),
             "parameters": self.parameters,
             "parameter_tensors": self.parameter_tensors,

@@ -12,7 +12,7 @@ from shared.cnn.aten_ops import from_aten
 from shared.cnn.flow import Flow
 from shared.cnn.op_signatures import OpSignature, optimizer_signature, without_backward
 from shared.cnn.signatures import ConvSignature
-from shared.cnn.workload import Workload, record_aten
+from shared.cnn.workload import Workload, WorkloadJson, record_aten
 from shared.core.errors import ExtractionError, NotFound
 
 # Batch norm in training mode refuses a batch of one at 1x1 spatial size; two avoids it and
@@ -26,7 +26,7 @@ class ConvLayers:
 
     signatures: tuple[ConvSignature, ...]
     counts: tuple[int, ...]
-    workload: dict[str, Any] = field(default_factory=dict, compare=False)
+    workload: WorkloadJson = field(default_factory=lambda: WorkloadJson(), compare=False)
     # The other operators (and the optimizer step, count 1) in order of first use; empty where a reader cannot tell.
     ops: tuple[OpSignature, ...] = field(default=(), compare=False)
     op_counts: tuple[int, ...] = field(default=(), compare=False)

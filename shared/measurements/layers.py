@@ -12,6 +12,7 @@ import psycopg2.extras
 
 from shared.cnn import registry as cnns
 from shared.cnn.signatures import ConvSignature
+from shared.cnn.workload import WorkloadJson
 from shared.core.db import Cursor, Json, insert_new, one, rows_of, transaction
 from shared.measurements import environments, ops
 from shared.measurements.members import Member
@@ -241,7 +242,7 @@ def members(*, name: str, image_size: int, num_classes: int) -> list[Member]:
         return [Member(r["signature_id"], r["spec"], r["count"]) for r in cur.fetchall()]
 
 
-def workload(*, name: str, image_size: int, num_classes: int) -> dict[str, Any]:
+def workload(*, name: str, image_size: int, num_classes: int) -> WorkloadJson:
     """A stored CNN variant's workload (empty if it was never read)."""
     with transaction() as cur:
         cur.execute(SELECT_WORKLOAD, (name, image_size, num_classes))
@@ -250,7 +251,7 @@ def workload(*, name: str, image_size: int, num_classes: int) -> dict[str, Any]:
         return {}
     work = dict(row["workload"])
     work.pop(EXTRACTOR_KEY, None)
-    return work
+    return cast(WorkloadJson, work)
 
 
 # Many variants of one image size at once (a job's CNNs): (name, num_classes) pairs.
@@ -263,10 +264,10 @@ SELECT_WORKLOADS_OF = f"""
 SELECT cnn_name, workload FROM cnn_workloads WHERE image_size = %(image_size)s AND {_VARIANTS}"""
 
 
-def variants(*, classes: dict[str, int], image_size: int) -> dict[str, tuple[list[Member], dict[str, Any]]]:
+def variants(*, classes: dict[str, int], image_size: int) -> dict[str, tuple[list[Member], WorkloadJson]]:
     """Per CNN name (→ its num_classes key): its members() and workload(), in two queries for all of them."""
     params = {"names": list(classes), "classes": list(classes.values()), "image_size": image_size}
-    out: dict[str, tuple[list[Member], dict[str, Any]]] = {n: ([], {}) for n in classes}
+    out: dict[str, tuple[list[Member], WorkloadJson]] = {n: ([], {}) for n in classes}
     with transaction() as cur:
         cur.execute(SELECT_MEMBERS_OF, params)
         for r in cur.fetchall():
@@ -275,7 +276,7 @@ def variants(*, classes: dict[str, int], image_size: int) -> dict[str, tuple[lis
         for r in cur.fetchall():
             work = dict(r["workload"])
             work.pop(EXTRACTOR_KEY, None)
-            out[r["cnn_name"]] = (out[r["cnn_name"]][0], work)
+            out[r["cnn_name"]] = (out[r["cnn_name"]][0], cast(WorkloadJson, work))
     return out
 
 
