@@ -137,6 +137,15 @@ def iteration_ms(point: PointDict) -> list[float]:
     return [cast(float, s) * 1000 for s in band]
 
 
+def with_headroom(points: list[PointDict], capacity_gib: float | None) -> list[PointDict]:
+    """The points leaving MIN_HEADROOM_PCT of memory free (as headroom_pct rounds it), or whose peak is unknown."""
+    if not capacity_gib:
+        return list(points)
+    # headroom_pct(p) >= MIN, with its rounding to 0.1, without a call and a round() per point of a large job.
+    most = capacity_gib * (1 - (MIN_HEADROOM_PCT - 0.05) / 100)
+    return [p for p in points if (peak := p.get("peak_memory_gib")) is None or peak <= most]
+
+
 def headroom_pct(point: PointDict, capacity_gib: float | None) -> float | None:
     """The share of one GPU's memory (or the machine's RAM) a point leaves free, in per cent; None if unknown."""
     peak = point.get("peak_memory_gib")
@@ -158,8 +167,7 @@ def best_of(
     # A point that does not fit is never best; one whose fit is unknown may be.
     usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
     # The memory model errs by a few per cent: a batch that just fits may not, so a choice keeps a margin if it can.
-    roomy = [p for p in usable if (h := headroom_pct(p, capacity_gib)) is None or h >= MIN_HEADROOM_PCT]
-    usable = roomy or usable
+    usable = with_headroom(usable, capacity_gib) or usable
 
     def pick(key: Callable[[PointDict], Any]) -> dict[str, Any] | None:
         if not usable:

@@ -11,7 +11,7 @@ winner's: within the model's error they may be as good, and the reasons say so.
 from collections.abc import Callable
 from typing import Any
 
-from prediction.points import MIN_HEADROOM_PCT, headroom_pct
+from prediction.points import MIN_HEADROOM_PCT, headroom_pct, with_headroom
 from shared.jobs.models import PointDict
 from shared.jobs.request import JobRequest
 
@@ -76,7 +76,7 @@ def _layouts(mine: list[tuple[list[PointDict], float | None]]) -> tuple[Layouts,
     tight: Layouts = []
     for points, cap in mine:
         usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
-        spacious = [p for p in usable if (h := headroom_pct(p, cap)) is None or h >= MIN_HEADROOM_PCT]
+        spacious = with_headroom(usable, cap)
         for found, chosen in ((roomy, spacious or usable), (tight, usable)):
             by_layout: dict[tuple[int, int], list[Any]] = {}
             for p in chosen:
