@@ -78,8 +78,8 @@ def run(api: Api, args: argparse.Namespace) -> int:
             },
         }
         row = api.call("POST", "/v1/machines", json=body)
-        links = f", {row['nics']} x {row['nic_gbps']:g} Gbit/s {'RDMA' if row['network_rdma'] else 'TCP'}" if row.get(
-            "nics") else ""  # fmt: skip
+        nics = row.get("nics")
+        links = f", {nics} x {row['nic_gbps']:g} Gbit/s {'RDMA' if row['network_rdma'] else 'TCP'}" if nics else ""
         print(
             f"{row['name']}: registered ({row['gpu_count']} x {row['gpu']}, ${row['price_usd_per_hour']:.2f}/h{links})"
         )

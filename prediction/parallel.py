@@ -109,8 +109,8 @@ class ParallelStep:
     buckets: int
 
 
-def bus_bandwidth(*, gpus_per_node: int, nodes: int, links: LinkFigures) -> tuple[float, str]:
-    """The per-GPU bus bandwidth (GB/s) an all-reduce over this layout gets, and which link limits it."""
+def _layout_gbs(gpus_per_node: int, nodes: int, links: LinkFigures) -> tuple[float, float]:
+    """GB/s of the GPU links and of a machine's network that the layout uses (inf where it uses none)."""
     intra = math.inf
     if gpus_per_node > 1:
         if not links.intra_gbs:
@@ -120,8 +120,14 @@ def bus_bandwidth(*, gpus_per_node: int, nodes: int, links: LinkFigures) -> tupl
     if nodes > 1:
         if not links.network_gbps:
             raise ValueError(f"{nodes} machines but no published network bandwidth")
-        # A machine's NICs carry as much ring traffic as each GPU's link does, so their whole bandwidth counts.
         network = network_gbs(links)
+    return intra, network
+
+
+def bus_bandwidth(*, gpus_per_node: int, nodes: int, links: LinkFigures) -> tuple[float, str]:
+    """The per-GPU bus bandwidth (GB/s) an all-reduce over this layout gets, and which link limits it."""
+    # A machine's NICs carry as much ring traffic as each GPU's link does, so their whole bandwidth counts.
+    intra, network = _layout_gbs(gpus_per_node, nodes, links)
     return (intra, "intra") if intra <= network else (network, "network")
 
 
@@ -171,14 +177,7 @@ def allreduce_ms(
 def _two_level(nbytes: float, x: int, gpus_per_node: int, nodes: int, links: LinkFigures) -> float:
     """Reduce-scatter along X, all-reduce of each 1/X shard along Y, all-gather along X (ms)."""
     y = gpus_per_node * nodes // x
-    intra = (links.intra_gbs or math.inf) if gpus_per_node > 1 else math.inf
-    if gpus_per_node > 1 and not links.intra_gbs:
-        raise ValueError(f"{gpus_per_node} GPUs per machine but no GPU-link bandwidth ({links.intra_link})")
-    network = math.inf
-    if nodes > 1:
-        if not links.network_gbps:
-            raise ValueError(f"{nodes} machines but no published network bandwidth")
-        network = network_gbs(links)
+    intra, network = _layout_gbs(gpus_per_node, nodes, links)
     intra_kind = "nvlink" if links.intra_link in ("nvlink", "nvswitch") else "pcie"
     # X within a machine runs on its GPU links; X across machines crosses each machine's network once per ring.
     x_bus, x_step = (

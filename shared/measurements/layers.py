@@ -2,7 +2,6 @@
 
 import hashlib
 import importlib.metadata
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
@@ -101,18 +100,6 @@ def extractor_version() -> str:
             digest.update(f"{package}={importlib.metadata.version(package)}".encode())
         except importlib.metadata.PackageNotFoundError:
             digest.update(f"{package}=none".encode())
-    return digest.hexdigest()[:16]
-
-
-def output_digest(read: Sequence[Any]) -> str:
-    """A digest of what the readers produced for some CNNs (ConvLayers): conv and op signatures, counts, workload."""
-    digest = hashlib.sha256()
-    for layers in read:
-        digest.update(json.dumps({
-            "convs": [[sig.hash, n] for sig, n in zip(layers.signatures, layers.counts, strict=True)],
-            "ops": [[op.hash, n] for op, n in zip(layers.ops, layers.op_counts, strict=True)],
-            "workload": layers.workload,
-        }, sort_keys=True, default=str).encode())  # fmt: skip
     return digest.hexdigest()[:16]
 
 
