@@ -27,10 +27,13 @@ FIGURES = {
     "gpu_mem_bandwidth_gbs": float, "gpu_sm_count": int, "gpu_l2_mib": float, "gpu_tdp_watts": float,
     "price_usd_per_hour": float,
 }  # fmt: skip
-OPTIONAL = {"gpu_compute_capability": str, "gpu_tf32_tflops": float, "vcpus": int, "memory_gib": float, "provider": str,
+OPTIONAL = {"gpu_compute_capability": str, "gpu_tf32_tflops": float, "gpu_fp16_acc16_tflops": float,
+            "vcpus": int, "memory_gib": float, "provider": str,
             "gpu_link": str, "gpu_link_gbs": float, "nics": int, "nic_gbps": float}  # fmt: skip
 # What the links flags mean, for --help (the API checks the values).
 LINK_HELP = {
+    "gpu_fp16_acc16_tflops": "dense FP16 tensor TFLOPS with FP16 accumulate, where the datasheet gives it apart "
+    "(GeForce)",
     "gpu_link": "how its GPUs reach each other: nvswitch, nvlink, pcie (default with several GPUs) or none",
     "gpu_link_gbs": "GB/s an all-reduce within the machine gets per GPU, each way (NCCL bus bandwidth; "
     "pcie default 24)",

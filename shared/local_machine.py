@@ -27,6 +27,7 @@ class LocalDevice(BaseModel):
     gpu_fp32_tflops: float | None = Field(default=None, gt=0)
     gpu_tf32_tflops: float | None = Field(default=None, gt=0)
     gpu_fp16_tflops: float | None = Field(default=None, gt=0)
+    gpu_fp16_acc16_tflops: float | None = Field(default=None, gt=0)
     gpu_mem_bandwidth_gbs: float | None = Field(default=None, gt=0)
     gpu_l2_mib: float | None = Field(default=None, gt=0)
     gpu_tdp_watts: float | None = Field(default=None, gt=0)

@@ -20,8 +20,9 @@ MEMORY_CSV = DATA / "gpu_memory.csv"
 # The numeric GPU figures a machine type row carries, as named in data/gpus.csv → machine_types column.
 GPU_COLUMNS = {
     "memory_gib": "gpu_memory_gib", "fp32_tflops": "gpu_fp32_tflops", "tf32_tflops": "gpu_tf32_tflops",
-    "fp16_tflops": "gpu_fp16_tflops", "mem_bandwidth_gbs": "gpu_mem_bandwidth_gbs", "sm_count": "gpu_sm_count",
-    "l2_mib": "gpu_l2_mib", "tdp_watts": "gpu_tdp_watts",
+    "fp16_tflops": "gpu_fp16_tflops", "fp16_acc16_tflops": "gpu_fp16_acc16_tflops",
+    "mem_bandwidth_gbs": "gpu_mem_bandwidth_gbs", "sm_count": "gpu_sm_count", "l2_mib": "gpu_l2_mib",
+    "tdp_watts": "gpu_tdp_watts",
 }  # fmt: skip
 
 
@@ -40,6 +41,7 @@ class MachineTypeInfo(TypedDict):
     gpu_fp32_tflops: float | None
     gpu_tf32_tflops: float | None
     gpu_fp16_tflops: float | None
+    gpu_fp16_acc16_tflops: float | None  # FP16 accumulate, where it differs (GeForce)
     gpu_mem_bandwidth_gbs: float | None
     gpu_sm_count: int | None
     gpu_l2_mib: float | None
@@ -105,15 +107,17 @@ GROUP BY m.name, m.gpu"""
 SEED = """
 INSERT INTO machine_types AS m (name, provider, gpu, gpu_count, gpu_memory_gib, vcpus, memory_gib,
     price_usd_per_hour, spot_price_usd_per_hour, gpu_fp32_tflops, gpu_tf32_tflops, gpu_fp16_tflops,
-    gpu_mem_bandwidth_gbs, gpu_sm_count, gpu_l2_mib, gpu_compute_capability, gpu_bf16, gpu_tdp_watts, region,
-    source, specs_source, price_source, spot_price_source, figures_read_on)
+    gpu_fp16_acc16_tflops, gpu_mem_bandwidth_gbs, gpu_sm_count, gpu_l2_mib, gpu_compute_capability, gpu_bf16,
+    gpu_tdp_watts, region, source, specs_source, price_source, spot_price_source, figures_read_on)
 VALUES (%(name)s, %(provider)s, %(gpu)s, %(gpu_count)s, %(gpu_memory_gib_total)s, %(vcpus)s, %(memory_gib)s,
     %(price)s, %(spot_price)s, %(gpu_fp32_tflops)s, %(gpu_tf32_tflops)s, %(gpu_fp16_tflops)s,
-    %(gpu_mem_bandwidth_gbs)s, %(gpu_sm_count)s, %(gpu_l2_mib)s, %(gpu_compute_capability)s, %(gpu_bf16)s,
+    %(gpu_fp16_acc16_tflops)s, %(gpu_mem_bandwidth_gbs)s, %(gpu_sm_count)s, %(gpu_l2_mib)s,
+    %(gpu_compute_capability)s, %(gpu_bf16)s,
     %(gpu_tdp_watts)s, %(region)s, %(source)s, %(specs_source)s, %(price_source)s, %(spot_price_source)s,
     %(read_on)s)
 ON CONFLICT (name) DO UPDATE SET
     gpu_tf32_tflops = COALESCE(m.gpu_tf32_tflops, EXCLUDED.gpu_tf32_tflops),
+    gpu_fp16_acc16_tflops = COALESCE(m.gpu_fp16_acc16_tflops, EXCLUDED.gpu_fp16_acc16_tflops),
     gpu_sm_count = COALESCE(m.gpu_sm_count, EXCLUDED.gpu_sm_count),
     gpu_l2_mib = COALESCE(m.gpu_l2_mib, EXCLUDED.gpu_l2_mib),
     gpu_compute_capability = COALESCE(m.gpu_compute_capability, EXCLUDED.gpu_compute_capability),
@@ -123,11 +127,11 @@ ON CONFLICT (name) DO UPDATE SET
     spot_price_source = COALESCE(m.spot_price_source, EXCLUDED.spot_price_source)"""
 INSERT_REGISTERED = """
 INSERT INTO machine_types (name, provider, gpu, gpu_count, gpu_memory_gib, vcpus, memory_gib, price_usd_per_hour,
-    gpu_fp32_tflops, gpu_tf32_tflops, gpu_fp16_tflops, gpu_mem_bandwidth_gbs, gpu_sm_count, gpu_l2_mib,
-    gpu_compute_capability, gpu_bf16, gpu_tdp_watts, source, specs_source, price_source, registered_at,
+    gpu_fp32_tflops, gpu_tf32_tflops, gpu_fp16_tflops, gpu_fp16_acc16_tflops, gpu_mem_bandwidth_gbs, gpu_sm_count,
+    gpu_l2_mib, gpu_compute_capability, gpu_bf16, gpu_tdp_watts, source, specs_source, price_source, registered_at,
     owner_key_id, gpu_link, gpu_link_gbs, nics, nic_gbps, network_rdma)
 VALUES (%(name)s, %(provider)s, %(gpu)s, %(gpu_count)s, %(gpu_memory_gib_total)s, %(vcpus)s, %(memory_gib)s,
-    %(price_usd_per_hour)s, %(gpu_fp32_tflops)s, %(gpu_tf32_tflops)s, %(gpu_fp16_tflops)s,
+    %(price_usd_per_hour)s, %(gpu_fp32_tflops)s, %(gpu_tf32_tflops)s, %(gpu_fp16_tflops)s, %(gpu_fp16_acc16_tflops)s,
     %(gpu_mem_bandwidth_gbs)s, %(gpu_sm_count)s, %(gpu_l2_mib)s, %(gpu_compute_capability)s, %(gpu_bf16)s,
     %(gpu_tdp_watts)s,
     'registered by its specs (POST /v1/machines)', 'given by the user', 'given by the user', now(), %(owner)s,

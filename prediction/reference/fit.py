@@ -99,10 +99,23 @@ def fit_params(
         "format": 1, "features": list(FEATURES), "conv": layerfit.fit_conv(matrix, rows), "step": step,
     }  # fmt: skip
     if calibrate:
-        from prediction.reference import wholestep
-
-        step.update(wholestep.calibrate(ReferenceModel(params), gpus, list(exclude)))
+        shared, params["step_families"] = fit_steps(ReferenceModel(params), gpus, exclude)
+        step.update(shared)
     return params
+
+
+def fit_steps(
+    model: ReferenceModel, gpus: dict[str, GpuSpecs], exclude: Sequence[str] = ()
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """The whole-step constants every GPU gets (device multipliers with each GPU family weighing at most the median
+    family, host costs from the full fit), and for each family with steps of our own, its own (all rows at full
+    weight): model.json "step" and "step_families"."""
+    from prediction.reference import wholestep
+
+    full = wholestep.calibrate(model, gpus, list(exclude))
+    families = {family: {**model.params["step"], **full} for family in wholestep.own_families(list(exclude))}
+    # The host's costs come from our own steps alone (public sets time large batches): the full fit's.
+    return wholestep.calibrate(model, gpus, list(exclude), balance=True, held=full), families
 
 
 def _layer_predict(fitted: dict[str, Any], x: np.ndarray, roof: np.ndarray) -> np.ndarray:

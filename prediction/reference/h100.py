@@ -11,9 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from prediction.reference.layerfit import family_of
 from prediction.reference.model import ReferenceModel
-from prediction.reference.specs import GpuSpecs
+from prediction.reference.specs import GpuSpecs, family_of
 from prediction.reference.step_rows import (
     CONFIGS,
     ENVIRONMENT,
@@ -57,7 +56,9 @@ def evaluate(model: ReferenceModel, gpus: dict[str, GpuSpecs]) -> dict[str, Any]
     rows = [r for r in load_h100() if r.gpu in gpus]
     gpu = gpus[GPU]
     public = calibrate(model, gpus, [], leave_out=lambda r: r.set.startswith(SET))
-    baseline = ReferenceModel({**model.params, "step": {**model.params["step"], **public}}, "public rows only")
+    baseline = ReferenceModel(
+        {**model.params, "step": {**model.params["step"], **public}, "step_families": {}}, "public rows only"
+    )
     preds: list[tuple[StepRow, float, bool, float, float]] = []
     tuned: list[tuple[StepRow, float]] = []  # every row of ours in the held-out CNN's fit, predicted held out
     for cnn in sorted({r.cnn for r in rows}):
@@ -66,7 +67,9 @@ def evaluate(model: ReferenceModel, gpus: dict[str, GpuSpecs]) -> dict[str, Any]
             return r.cnn == cnn and family_of(r.gpu) == FAMILY
 
         step = calibrate(model, gpus, [], leave_out=held_out)
-        fitted = ReferenceModel({**model.params, "step": {**model.params["step"], **step}}, f"without {cnn}")
+        fitted = ReferenceModel(
+            {**model.params, "step": {**model.params["step"], **step}, "step_families": {}}, f"without {cnn}"
+        )
         for r in (r for r in rows if r.cnn == cnn):
             convs, work = network(r.cnn, r.image_size)
             predict = partial(

@@ -5,7 +5,6 @@ Backward: log(backward / forward) - log(roofline ratio) from DeepBench, the only
 times both backward passes of the same layers; a backward time is the predicted forward times that.
 """
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +14,7 @@ import numpy as np
 
 from prediction.reference import convs
 from prediction.reference.data import LayerTable
-from prediction.reference.specs import GpuSpecs
+from prediction.reference.specs import GpuSpecs, gpu_family
 
 # Source weights: NeuSight is PyTorch 2.1 / cuDNN 8.9 (closest to what users run); Benanza is cuDNN 7
 # inference kernels but the only real-CNN layers (depthwise, grouped, strided) on 8 GPUs, so it counts
@@ -88,20 +87,6 @@ def fit_conv(m: LayerMatrix, rows: np.ndarray | None = None) -> dict[str, Any]:
 def _clip(y: np.ndarray) -> list[float]:
     # predictions stay within what was measured: bounded by physics, never an extrapolated efficiency
     return [float(np.min(y)), float(np.max(y))]
-
-
-# Same silicon under two names: holding one out holds out the other too.
-SAME_CHIP = {"Quadro-RTX-8000": "Quadro-RTX-6000", "H200-SXM-141GB": "H100"}
-
-
-def gpu_family(name: str) -> str:
-    """GPU model without board variant (V100-SXM2-16GB and V100-PCIE-32GB are one GPU for leave-one-out)."""
-    return re.sub(r"-(PCIE|SXM\d?|NVL)\b.*$", "", name)
-
-
-def family_of(gpu: str) -> str:
-    """The GPU family held out together (board variants and same-chip products)."""
-    return gpu_family(SAME_CHIP.get(gpu, gpu))
 
 
 def mape(pred: np.ndarray, meas: np.ndarray) -> float:

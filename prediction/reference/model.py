@@ -15,8 +15,7 @@ import lightgbm as lgb
 import numpy as np
 
 from prediction.reference import convs
-from prediction.reference.layerfit import family_of
-from prediction.reference.specs import GpuSpecs
+from prediction.reference.specs import GpuSpecs, family_of
 from prediction.reference.steps import (
     StepArrays,
     StepEstimate,
@@ -86,6 +85,9 @@ class ReferenceModel:
         self._ratios = {p: lgb.Booster(model_str=conv[p]) for p in convs.PHASES[1:]}
         self._clip = {p: tuple(v) for p, v in conv["clip"].items()}
         self._step: dict[str, float] = dict(params["step"])
+        # GPU families with whole steps of our own have constants fitted on them at full weight; every other GPU
+        # gets the shared ones, fitted with each family weighing at most the median family (fit.fit_params).
+        self._families: dict[str, dict[str, float]] = {k: dict(v) for k, v in params.get("step_families", {}).items()}
         # (GPU, precision, conv spec) -> its predictions by batch size; belongs to this model (its version).
         self._layers: OrderedDict[tuple[GpuSpecs, str, str], _Layer] = OrderedDict()
         self._slots = 0
@@ -295,8 +297,8 @@ class ReferenceModel:
         training: optimizer, precision, layout and cudnn.benchmark (default SGD without momentum, fp32, NCHW, off).
         """
         return self.step_arrays(
-            convs=convs, workload=workload, batch_sizes=batch_sizes, gpu=gpu, training=training, autotuned=autotuned
-        ).estimates()
+            convs=convs, workload=workload, batch_sizes=batch_sizes, gpu=gpu, training=training, autotuned=autotuned,
+        ).estimates()  # fmt: skip
 
     def step_parts(
         self,
@@ -316,7 +318,9 @@ class ReferenceModel:
         autotuned = autotuned or training.cudnn_benchmark
         gpu = gpu.filled()
         paths = self.conv_paths(convs, batch_sizes, gpu, kernel_precision(training.precision))
-        return step_parts(paths, workload, np.asarray(batch_sizes, dtype=float), gpu, training, self._step, autotuned)
+        constants = self.constants(gpu)
+        batch = np.asarray(batch_sizes, dtype=float)
+        return step_parts(paths, workload, batch, gpu, training, constants, autotuned)
 
     def step_arrays(
         self,
@@ -331,9 +335,13 @@ class ReferenceModel:
         """predict_steps as arrays over the batch sizes (what a large job's assembly reads)."""
         training = training or TrainConfig()
         parts = self.step_parts(
-            convs=convs, workload=workload, batch_sizes=batch_sizes, gpu=gpu, training=training, autotuned=autotuned
-        )
-        return combine(parts, np.asarray(batch_sizes, dtype=float), self._step)
+            convs=convs, workload=workload, batch_sizes=batch_sizes, gpu=gpu, training=training, autotuned=autotuned,
+        )  # fmt: skip
+        return combine(parts, np.asarray(batch_sizes, dtype=float), self.constants(gpu))
+
+    def constants(self, gpu: GpuSpecs) -> dict[str, float]:
+        """The whole-step constants of a GPU: its family's own where our steps of that family were fitted."""
+        return self._families.get(family_of(gpu.name), self._step)
 
 
 @dataclass(frozen=True)

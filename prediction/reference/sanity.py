@@ -12,9 +12,8 @@ from functools import cache
 
 from prediction.reference import data
 from prediction.reference.data import ROOT
-from prediction.reference.layerfit import family_of
 from prediction.reference.model import ReferenceModel
-from prediction.reference.specs import GpuSpecs
+from prediction.reference.specs import GpuSpecs, family_of
 from prediction.reference.wholestep import network
 from shared.training import Precision, TrainConfig
 

@@ -9,15 +9,25 @@ its FP32 rate and memory bandwidth still gets a prediction:
 - SM count: FP32 rate / (2 FLOPs x lanes per SM x 1.5 GHz), lanes 128 on compute capability 8.6,
   8.9 and >= 9.0, else 64 (the CUDA programming guide's per-SM FP32 throughput table);
 - L2: 1 MiB per 100 GB/s of bandwidth (what V100, T4 and A100 roughly have).
+
+Tensor-core convs are costed at the chip's full tensor rate. GeForce spec sheets give two FP16 tensor figures, the
+FP16-accumulate rate and half of it with FP32 accumulate (what autocast's convs use), and TF32 at that half; yet
+measured ResNet-50 training runs on a GeForce board as on the professional board of the same chip, scaled by clock
+and bandwidth, not at half (Lambda's logs in data/reference/whole_steps.csv: RTX 2080 Ti against Quadro RTX 6000,
+TU102; RTX 3090 against RTX A6000, GA102). Where a GPU states its FP16-accumulate rate (`fp16_acc16_tflops`), the
+tensor peaks scale by its ratio to the FP32-accumulate figure.
 """
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 PRECISIONS = ("fp32", "amp_fp16")
+# Same silicon under two names: holding one out holds out the other too.
+SAME_CHIP = {"Quadro-RTX-8000": "Quadro-RTX-6000", "H200-SXM-141GB": "H100"}
 
 
 def _num(value: Any) -> float | None:
@@ -48,6 +58,7 @@ class GpuSpecs:
     fp32_tflops: float
     mem_bandwidth_gbs: float
     fp16_tflops: float | None = None  # dense tensor-core fp16, fp32 accumulate
+    fp16_acc16_tflops: float | None = None  # dense tensor-core fp16, fp16 accumulate, where it differs (GeForce)
     tf32_tflops: float | None = None  # dense; PyTorch uses TF32 for convs by default on compute capability >= 8.0
     sm_count: int | None = None
     l2_mib: float | None = None
@@ -80,6 +91,7 @@ class GpuSpecs:
             fp32_tflops=fp32,
             mem_bandwidth_gbs=bandwidth,
             fp16_tflops=_num(get("fp16_tflops")),
+            fp16_acc16_tflops=_num(get("fp16_acc16_tflops")),
             tf32_tflops=_num(get("tf32_tflops")),
             sm_count=int(round(sm)) if sm else None,
             l2_mib=_num(get("l2_mib")),
@@ -107,7 +119,17 @@ class GpuSpecs:
             lanes = 128 if major >= 8.6 else 64
             sm = max(1, round(self.fp32_tflops * 1e12 / (2 * lanes * 1.5e9)))
         l2 = self.l2_mib or self.mem_bandwidth_gbs / 100
-        return GpuSpecs(self.name, self.fp32_tflops, self.mem_bandwidth_gbs, fp16, tf32, sm, l2, cc, self.memory_gib)
+        return GpuSpecs(
+            self.name, self.fp32_tflops, self.mem_bandwidth_gbs, fp16, self.fp16_acc16_tflops, tf32, sm, l2, cc,
+            self.memory_gib,
+        )  # fmt: skip
+
+    @property
+    def tensor_scale(self) -> float:
+        """How much faster the chip's tensor units run than the FP32-accumulate figure says (1 but on GeForce)."""
+        if self.fp16_acc16_tflops and self.fp16_tflops and self.fp16_acc16_tflops > self.fp16_tflops:
+            return self.fp16_acc16_tflops / self.fp16_tflops
+        return 1.0
 
     @property
     def cc(self) -> float:
@@ -125,9 +147,9 @@ def simt_tflops(gpu: GpuSpecs, precision: str) -> float:
 def tensor_tflops(gpu: GpuSpecs, precision: str) -> float | None:
     """Peak of the tensor cores for this precision, None where convs cannot use them."""
     if precision == "amp_fp16" and gpu.cc >= 7.0 and gpu.fp16_tflops:
-        return gpu.fp16_tflops
-    if precision == "fp32" and gpu.cc >= 8.0:
-        return gpu.tf32_tflops
+        return gpu.fp16_tflops * gpu.tensor_scale
+    if precision == "fp32" and gpu.cc >= 8.0 and gpu.tf32_tflops:
+        return gpu.tf32_tflops * gpu.tensor_scale
     return None
 
 
@@ -136,3 +158,13 @@ def element_bytes(precision: str) -> float:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     return 2.0 if precision == "amp_fp16" else 4.0
+
+
+def gpu_family(name: str) -> str:
+    """GPU model without board variant (V100-SXM2-16GB and V100-PCIE-32GB are one GPU for leave-one-out)."""
+    return re.sub(r"-(PCIE|SXM\d?|NVL)\b.*$", "", name)
+
+
+def family_of(gpu: str) -> str:
+    """The GPU family held out together (board variants and same-chip products)."""
+    return gpu_family(SAME_CHIP.get(gpu, gpu))

@@ -98,6 +98,10 @@ _INDEX = {k: i for i, k in enumerate(NAMES)}
 _SCALES = np.array([[_INDEX[f"dev_{part}_{g}"] for part in DEVICE_PARTS[:-1]] for g in PRECISION_GROUPS])
 _HOST = np.array([i for k, i in _INDEX.items() if k.startswith("host_") or k.startswith("dev_conv_calls")])
 _PRIOR = np.log(np.array([PRIORS[k] for k in NAMES]))
+# What only our own steps show (public sets time large batches, where the device sets the step): the host's costs
+# and their overlap with the device.
+HOST_NAMES = tuple(k for k in NAMES if k.startswith(("host_", "dev_conv_calls_")) or k == "smooth_max_q")
+_OWN = np.array([_INDEX[k] for k in HOST_NAMES])
 _TUNED = np.array([_INDEX[f"dev_conv_autotuned_{g}"] for g in PRECISION_GROUPS])
 _NHWC = np.array([[_INDEX[f"nhwc_{part}_{g}"] for part in DEVICE_PARTS] for g in PRECISION_GROUPS])
 
@@ -110,23 +114,31 @@ def _penalty(theta: np.ndarray) -> np.ndarray:
     ])  # fmt: skip
 
 
-def fit(rows: Rows) -> dict[str, float]:
+def fit(rows: Rows, held: Mapping[str, float] | None = None) -> dict[str, float]:
     """Constants minimising the weighted squared log error of rows, with the ridge penalties (deterministic); the
-    settings' multipliers stay at 1x (fit_settings learns them from ratios)."""
+    settings' multipliers stay at 1x (fit_settings learns them from ratios). held: the host's costs and their
+    overlap with the device (HOST_NAMES) kept at these values instead of fitted."""
     theta0 = np.log(np.array([PRIORS[k] for k in NAMES]))
+    if held is not None:
+        theta0[_OWN] = np.log([held[NAMES[i]] for i in _OWN])
     if not len(rows.measured):
         return _params(theta0)
     w = np.sqrt(rows.weight)
     pinned = np.concatenate([_TUNED, _NHWC.ravel()])
+    kept = _OWN if held is not None else np.array([], dtype=int)
 
     def residual(theta: np.ndarray) -> np.ndarray:
         theta = theta.copy()
         theta[pinned] = 0.0
+        theta[kept] = theta0[kept]
         step, _, _ = predict(rows, _params(theta))
         return np.concatenate([w * np.log(step / rows.measured), _penalty(theta)])
 
-    fitted = least_squares(residual, theta0, bounds=(theta0 - 8.0, theta0 + 8.0)).x
+    lower, upper = theta0 - 8.0, theta0 + 8.0
+    lower[_INDEX["smooth_max_q"]] = 0.0  # q >= 1: a step takes no longer than host and device one after the other
+    fitted = least_squares(residual, np.maximum(theta0, lower + 1e-9), bounds=(lower, upper)).x
     fitted[pinned] = 0.0
+    fitted[kept] = theta0[kept]
     return _params(fitted)
 
 

@@ -15,9 +15,8 @@ import numpy as np
 from prediction.features import family as cnn_family
 from prediction.reference import layerfit, measured, step_rows, stepfit
 from prediction.reference.data import ROOT
-from prediction.reference.layerfit import family_of
 from prediction.reference.model import ReferenceModel
-from prediction.reference.specs import GpuSpecs, simt_tflops, tensor_tflops
+from prediction.reference.specs import GpuSpecs, family_of, simt_tflops, tensor_tflops
 from prediction.reference.step_rows import StepRow
 from prediction.reference.steps import StepParts
 from shared.cnn.workload import WorkloadJson
@@ -88,8 +87,8 @@ def predict_row(model: ReferenceModel, row: StepRow, gpu: GpuSpecs) -> float:
     """Predicted ms of one row (the optimizer left out where the measurement leaves it out)."""
     convs, work = network(row.cnn, row.image_size)
     est = model.predict_steps(
-        convs=convs, workload=work, batch_sizes=[row.batch], gpu=gpu, training=row_config(row), autotuned=row.autotuned
-    )[0]
+        convs=convs, workload=work, batch_sizes=[row.batch], gpu=gpu, training=row_config(row), autotuned=row.autotuned,
+    )[0]  # fmt: skip
     return est.step_ms - (0.0 if "opt" in row.includes else est.optimizer_ms)
 
 
@@ -97,8 +96,8 @@ def row_parts(model: ReferenceModel, row: StepRow, gpu: GpuSpecs) -> StepParts:
     """Uncalibrated parts of one row's step (what the whole-step constants are fitted on)."""
     convs, work = network(row.cnn, row.image_size)
     return model.step_parts(
-        convs=convs, workload=work, batch_sizes=[row.batch], gpu=gpu, training=row_config(row), autotuned=row.autotuned
-    )
+        convs=convs, workload=work, batch_sizes=[row.batch], gpu=gpu, training=row_config(row), autotuned=row.autotuned,
+    )  # fmt: skip
 
 
 def steps_only(row: StepRow) -> bool:
@@ -130,11 +129,30 @@ def settings_row(row: StepRow) -> bool:
     return row.training is not None and (row.training.channels_last or row.training.cudnn_benchmark)
 
 
+def balanced(rows: list[StepRow], weights: list[float]) -> list[float]:
+    """The weights with no GPU family above the median family's total: constants a GPU nobody measured gets must
+    not be one well-measured GPU's (our many H100 steps would otherwise set them alone)."""
+    totals: dict[str, float] = defaultdict(float)
+    for r, w in zip(rows, weights, strict=True):
+        totals[family_of(r.gpu)] += w
+    cap = float(np.median(list(totals.values())))
+    return [w * min(1.0, cap / totals[family_of(r.gpu)]) for r, w in zip(rows, weights, strict=True)]
+
+
+def own_families(exclude: list[str]) -> list[str]:
+    """GPU families with whole steps of our own (not excluded): each gets constants fitted with its steps at full
+    weight (model.json "step_families"), where every other GPU gets the balanced ones."""
+    rows = [*step_rows.load_h100(), *measured.load_rows()]
+    return sorted({family_of(r.gpu) for r in rows if r.training is not None} - set(exclude))
+
+
 def calibrate(
     model: ReferenceModel,
     gpus: dict[str, GpuSpecs],
     exclude: list[str],
     leave_out: Callable[[StepRow], bool] = lambda _: False,
+    balance: bool = False,
+    held: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Whole-step constants fitted on the step-only rows of every GPU family not excluded, then the settings'
     multipliers on our own steps in those settings (stepfit.fit_settings).
@@ -143,13 +161,15 @@ def calibrate(
     step times include input-pipeline stalls the GPU model must not learn (they are still evaluated). The public
     sets ran with cudnn.benchmark on (DeepLearningExamples sets it); on our H100 it changes steps by about 1%
     where the device sets the step, so the base fit takes public rows as they are and only ratios measured in one
-    run on one machine teach what a setting does.
+    run on one machine teach what a setting does. balance: each GPU family weighs at most the median family;
+    held: host costs kept at these (stepfit.HOST_NAMES) instead of fitted.
     """
     rows = fit_rows(gpus, exclude, leave_out)
     # Our default-setting steps of the settings run are baselines for its ratios, not more rows for the base fit.
     base = [r for r in rows if not settings_row(r) and r.set != step_rows.SETTINGS_SET]
     parts = [row_parts(model, r, gpus[r.gpu]) for r in base]
-    step = stepfit.fit(stepfit.Rows.stack(parts, [r.step_ms for r in base], row_weights(base)))
+    weights = balanced(base, row_weights(base)) if balance else row_weights(base)
+    step = stepfit.fit(stepfit.Rows.stack(parts, [r.step_ms for r in base], weights), held)
     pairs = setting_pairs(rows, fallback=step_rows.SET)
     if pairs:
         tuned = [row_parts(model, r, gpus[r.gpu]) for r, _ in pairs]

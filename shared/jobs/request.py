@@ -411,6 +411,11 @@ class MachineCreate(BaseModel):
     price_usd_per_hour: float = Field(ge=0, le=100_000)
     gpu_compute_capability: str | None = Field(default=None, pattern=r"^\d{1,2}\.\d{1,2}$")
     gpu_tf32_tflops: float | None = Field(default=None, ge=0.01, le=100_000)
+    gpu_fp16_acc16_tflops: float | None = Field(
+        default=None, ge=0.01, le=100_000,
+        description="dense tensor-core FP16 with FP16 accumulate, where the datasheet gives it apart (GeForce: twice "
+        "gpu_fp16_tflops)",
+    )  # fmt: skip
     # None: true when gpu_compute_capability is 8.0 or more (Ampere and later have bf16), else false.
     gpu_bf16: bool | None = None
     vcpus: int | None = Field(default=None, ge=1, le=100_000)
@@ -450,6 +455,8 @@ class MachineCreate(BaseModel):
             raise ValueError(f"provider {self.provider!r} is the catalog's own; name your own (default 'own')")
         if self.gpu_fp16_tflops < self.gpu_fp32_tflops / 64:
             raise ValueError("gpu_fp16_tflops is below 1/64 of gpu_fp32_tflops: check the figures")
+        if self.gpu_fp16_acc16_tflops is not None and self.gpu_fp16_acc16_tflops < self.gpu_fp16_tflops:
+            raise ValueError("gpu_fp16_acc16_tflops (FP16 accumulate) is below gpu_fp16_tflops (FP32 accumulate)")
         if self.gpu_bf16 is None:
             self.gpu_bf16 = self.gpu_compute_capability is not None and float(self.gpu_compute_capability) >= 8.0
         return self

@@ -118,6 +118,35 @@ def test_a_gpu_registered_by_its_specs_is_predicted_at_once(clean_db: None) -> N
         cur.execute("DELETE FROM machine_types WHERE registered_at IS NOT NULL")
 
 
+# An RTX 3090 as its datasheet gives it: FP16 tensor 71 with FP32 accumulate, 142 with FP16 accumulate.
+RTX_3090: dict[str, Any] = {
+    "name": "lab-3090", "gpu": "GeForce RTX 3090", "gpu_count": 1, "gpu_memory_gib": 24, "gpu_fp32_tflops": 35.6,
+    "gpu_fp16_tflops": 71, "gpu_tf32_tflops": 35.6, "gpu_mem_bandwidth_gbs": 936, "gpu_sm_count": 82,
+    "gpu_l2_mib": 6, "gpu_tdp_watts": 350, "price_usd_per_hour": 0.5, "gpu_compute_capability": "8.6",
+}  # fmt: skip
+
+
+def test_a_geforce_board_is_costed_at_its_full_tensor_rate(clean_db: None) -> None:
+    """The FP16-accumulate figure is stored and read: the same board given it is answered faster under autocast,
+    and both answers say they are reference answers."""
+    machine_types.create(figures=MachineCreate(**RTX_3090))
+    machine_types.create(figures=MachineCreate(**RTX_3090 | {"name": "lab-3090-full", "gpu_fp16_acc16_tflops": 142}))
+    with transaction() as cur:
+        cur.execute("SELECT name, gpu_fp16_acc16_tflops FROM machine_types WHERE name LIKE 'lab-3090%' ORDER BY name")
+        assert [(r["name"], r["gpu_fp16_acc16_tflops"]) for r in cur.fetchall()] == [
+            ("lab-3090", None), ("lab-3090-full", 142)
+        ]  # fmt: skip
+    job = run(cnns=["resnet50"], machines=["lab-3090", "lab-3090-full"], batch_sizes=[128], precision="amp_fp16")
+    halved, full = job["result"]["predictions"]
+    assert (halved["machine_type"], full["machine_type"]) == ("lab-3090", "lab-3090-full")
+    assert halved["source"] == full["source"] == "reference"
+    assert full["iteration_seconds"] < 0.9 * halved["iteration_seconds"]
+    with pytest.raises(ValueError, match="below gpu_fp16_tflops"):
+        MachineCreate(**RTX_3090 | {"name": "lab-3090-bad", "gpu_fp16_acc16_tflops": 35.5})
+    with transaction() as cur:
+        cur.execute("DELETE FROM machine_types WHERE registered_at IS NOT NULL")
+
+
 LAYER_LIST = (
     b'{"image_size": 32, "layers": [{"in_channels": 3, "out_channels": 8, "input_size": 32, "kernel": 3,'
     b' "padding": 1}, {"in_channels": 8, "out_channels": 8, "input_size": 32, "kernel": 3, "padding": 1,'

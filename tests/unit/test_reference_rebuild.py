@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from prediction.reference import fit, wholestep
+from prediction.reference import fit
 from prediction.reference.model import MODEL_JSON, ReferenceModel
 
 
@@ -31,9 +31,13 @@ def test_refitting_the_whole_step_constants_gives_the_committed_ones() -> None:
     gpus = fit.gpu_table()
     step = dict(fit.STEP_DEFAULTS)
     step.update(fit.fit_memory_ops(gpus))
-    model = ReferenceModel({**params, "step": step})
-    step.update(wholestep.calibrate(model, gpus, []))
+    model = ReferenceModel({**params, "step": step, "step_families": {}})
+    shared, families = fit.fit_steps(model, gpus)
+    step.update(shared)
     rounded = fit._round(step)
     for name, value in params["step"].items():
         assert rounded[name] == pytest.approx(value, rel=1e-4), name
     assert set(rounded) == set(params["step"])
+    assert set(families) == set(params["step_families"]) == {"H100"}  # the family of our own steps
+    for family, constants in fit._round(families).items():
+        assert constants == pytest.approx(params["step_families"][family], rel=1e-4), family
