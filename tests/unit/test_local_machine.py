@@ -53,6 +53,16 @@ def test_names_match_whatever_their_case_spaces_or_underscores() -> None:
     assert local_machine.gpu_row("NVIDIA H100 80GB HBM3 MIG 1g.10gb") is None
 
 
+def test_a_geforce_board_brings_its_fp16_accumulate_rate() -> None:
+    """An RTX 3090 under the local agent carries both FP16 tensor figures, so the reference costs it at full rate."""
+    described = local_machine.gpu(
+        device="cuda:0", cuda_name="NVIDIA GeForce RTX 3090", memory_bytes=24 * 2**30, sm_count=82,
+        compute_capability="8.6",
+    )  # fmt: skip
+    assert described.gpu == "RTX-3090"
+    assert (described.gpu_fp16_tflops, described.gpu_fp16_acc16_tflops) == (71, 142)
+
+
 def test_an_unknown_gpu_keeps_only_what_cuda_reports() -> None:
     """No figures are made up: throughput, bandwidth, L2, power and bf16 stay empty."""
     described = local_machine.gpu(
