@@ -140,6 +140,7 @@ def accuracy(gpus: dict[str, GpuSpecs], matrix: layerfit.LayerMatrix, params: di
             f"whole_step_{key}_step_only": steps.get("headline_step_only", {}).get(key)
             for key in ("mape", "log_ratio_p10", "log_ratio_p90", "rows")
         },
+        "whole_step_bands": steps.get("step_only_bands", {}),
         "layer_logo_mape": {p: v["mape"] for p, v in layers["mean_over_gpus"].items()},
         "layer_logo_roofline_mape": {p: v["roofline_mape"] for p, v in layers["mean_over_gpus"].items()},
         "evaluated_on": (

@@ -267,8 +267,11 @@ class ReferenceModel:
     def conv_paths(
         self, convs: Sequence[tuple[Mapping[str, Any], int]], batch_sizes: Sequence[int], gpu: GpuSpecs, precision: str
     ) -> np.ndarray:
-        """Uncalibrated conv time of one step (B, 3 phases, 3 paths: dense on tensor cores, dense on CUDA cores,
-        grouped or depthwise), ms."""
+        """Uncalibrated conv time of one step (B, 3 phases, 3 paths: on tensor cores, on CUDA cores, depthwise), ms.
+
+        Grouped convs that are not depthwise (ResNeXt's, RegNet's) take the path their channels per group allow: the
+        depthwise path's multipliers are learnt on depthwise convs only (MobileNet-like nets), whose cost per FLOP
+        is of another kind."""
         out = np.zeros((len(batch_sizes), 3, 3))
         if not convs:
             return out
@@ -276,10 +279,10 @@ class ReferenceModel:
         weighted = per_layer * np.array([float(n) for _, n in convs])[:, None, None]
         # the first conv reads the images, which need no gradient: autograd skips its data gradient
         weighted[0, :, 1] -= per_layer[0, :, 1]
-        grouped = np.array([int(s.get("groups", 1)) > 1 for s, _ in convs])[:, None, None]
-        out[..., 0] = np.where(tensor & ~grouped, weighted, 0.0).sum(axis=0)
-        out[..., 1] = np.where(~tensor & ~grouped, weighted, 0.0).sum(axis=0)
-        out[..., 2] = np.where(grouped, weighted, 0.0).sum(axis=0)
+        depthwise = np.array([1 < int(s.get("groups", 1)) == int(s["in_channels"]) for s, _ in convs])[:, None, None]
+        out[..., 0] = np.where(tensor & ~depthwise, weighted, 0.0).sum(axis=0)
+        out[..., 1] = np.where(~tensor & ~depthwise, weighted, 0.0).sum(axis=0)
+        out[..., 2] = np.where(depthwise, weighted, 0.0).sum(axis=0)
         return out
 
     def predict_steps(
@@ -369,8 +372,11 @@ def held_out_on_h100(accuracy: Mapping[str, Any], precision: str) -> float | Non
 def point_errors(accuracy: Mapping[str, Any], *, precision: str, launch_bound: np.ndarray, gpu: str) -> PointErrors:
     """Per point, the held-out figures of its kind: precision group and regime (host- or device-bound) on our H100
     steps, left out one CNN at a time; on a GPU of another family, no better than the public steps of GPUs the
-    model never saw (leave-one-GPU-out), so the larger error and the wider band of the two."""
+    model never saw in its precision (leave-one-GPU-out), so the larger error and the wider band of the two."""
     public = (accuracy["whole_step_mape"], accuracy["whole_step_log_ratio_p10"], accuracy["whole_step_log_ratio_p90"])
+    held = accuracy.get("whole_step_bands", {}).get("fp32" if precision_group(precision) == "fp32" else "amp")
+    if held is not None:  # the step-only public rows of its precision, GPU held out (wholestep.bands)
+        public = (held["mape"], held["band_low"], held["band_high"])
     own = accuracy.get("h100", {})
     kinds = own.get("by_group_regime", {}).get(precision_group(precision), {})
     figures = {}

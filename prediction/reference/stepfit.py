@@ -17,10 +17,10 @@ from scipy.optimize import least_squares
 from prediction.reference.steps import DEVICE_PARTS, PRECISION_GROUPS, StepParts, overlap
 
 # channels_last multipliers are learnt from one GPU's steps (data/reference/h100/steps_settings.jsonl), for the parts
-# NHWC changes most: tensor-core convs (no NCHW<->NHWC transposes around cuDNN's kernels), grouped and depthwise
+# NHWC changes most: tensor-core convs (no NCHW<->NHWC transposes around cuDNN's kernels), depthwise
 # convs and the memory-bound operators (NHWC kernels). The rest (linear layers, CUDA-core convs, the per-call
 # floor) keep NCHW's cost: with 8 CNNs, more multipliers fitted noise (held out: 2 variants tried, this one kept).
-NHWC_FITTED = ("conv_tensor", "conv_grouped", "other")
+NHWC_FITTED = ("conv_tensor", "conv_depthwise", "other")
 # Priors (the starting point, and where the ridge pulls): device parts at 1x, a conv call's fixed device time,
 # host costs per launched kernel (forward and its backward), per autocast cast, per optimizer tensor, per step.
 PRIORS: dict[str, float] = {

@@ -22,9 +22,9 @@ MEMORY_KINDS = ("batch_norm", "activation", "pooling", "elementwise", "concat", 
 # the H100 steps show it), so each is a group of its own; plain fp16 weights are costed as autocast fp16.
 PRECISION_GROUPS = ("fp32", "bf16", "fp16")
 # Device work, uncalibrated, each with a multiplier per precision group: dense convs on tensor cores, dense
-# convs on CUDA cores, grouped and depthwise convs, memory-bound operators, linear layers, and a fixed time per
+# convs on CUDA cores, depthwise convs, memory-bound operators, linear layers, and a fixed time per
 # conv call (cuDNN's kernels at small batches, and autocast's NCHW layout conversions around each conv).
-DEVICE_PARTS = ("conv_tensor", "conv_simt", "conv_grouped", "other", "linear", "conv_calls")
+DEVICE_PARTS = ("conv_tensor", "conv_simt", "conv_depthwise", "other", "linear", "conv_calls")
 OPTIMIZER_KINDS = ("sgd", "sgd+momentum", "adam")
 # Foreach passes over the parameter list one step dispatches (PyTorch's _multi_tensor_sgd and _multi_tensor_adam):
 # SGD one add; momentum a mul and an add to the buffer, then the add; Adam the step count, lerp, mul, addcmul, sqrt,
@@ -188,7 +188,7 @@ def step_parts(
     conv: np.ndarray, workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, config: TrainConfig,
     c: Mapping[str, float], autotuned: bool = True,
 ) -> StepParts:  # fmt: skip
-    """Parts from the conv paths conv (B, 3 phases, 3 paths: tensor, CUDA cores, grouped) and the workload."""
+    """Parts from the conv paths conv (B, 3 phases, 3 paths: tensor, CUDA cores, depthwise) and the workload."""
     precision = config.precision
     convs = float(workload.get("ops", {})["conv"]["count"]) if "conv" in workload.get("ops", {}) else 0.0
     device = np.column_stack(
@@ -213,7 +213,7 @@ def device_scales(p: Mapping[str, float], group: str, autotuned: bool, nhwc: boo
     """The multipliers of DEVICE_PARTS for a precision group (1 where model.json has none), the convs' changed
     where cuDNN chooses its algorithms by timing them (cudnn.benchmark) instead of by its heuristics, and the parts'
     where activations are NHWC (channels_last: tensor-core convs lose the NCHW<->NHWC transposes cuDNN's kernels
-    need, grouped and depthwise convs and batch norm get NHWC kernels; stepfit.NHWC_FITTED says which have one)."""
+    need, depthwise convs and batch norm get NHWC kernels; stepfit.NHWC_FITTED says which have one)."""
     scales = np.array([p.get(f"dev_{part}_{group}", 1.0) for part in DEVICE_PARTS])
     if autotuned:
         scales[:3] *= p.get(f"dev_conv_autotuned_{group}", p.get("dev_conv_autotuned", 1.0))

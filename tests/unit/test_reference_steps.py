@@ -143,6 +143,15 @@ def test_each_point_quotes_its_kind_and_other_gpus_no_better_than_the_public_fig
     assert on_t4.high.tolist() == [0.5, 0.5]
     unmeasured_group = point_errors(ACCURACY, precision="fp32", launch_bound=bound, gpu="H100-SXM5-80GB")
     assert unmeasured_group.mape.tolist() == [20.0, 20.0]
+    # With held-out bands per precision, another GPU's autocast point quotes the autocast band, fp32 the fp32 one.
+    bands = {"fp32": {"mape": 8.0, "band_low": -0.1, "band_high": 0.12},
+             "amp": {"mape": 14.0, "band_low": -0.2, "band_high": 0.25}}  # fmt: skip
+    with_bands = {**ACCURACY, "whole_step_bands": bands}
+    amp = point_errors(with_bands, precision="amp_bf16", launch_bound=bound, gpu="T4")
+    assert amp.mape.tolist() == [14.0, 14.0] and amp.low.tolist() == [-0.2, -0.2]
+    assert amp.high.tolist() == [0.3, 0.25]  # the H100's host-bound band is wider on the high side
+    fp32 = point_errors(with_bands, precision="fp32", launch_bound=bound, gpu="T4")
+    assert fp32.mape.tolist() == [8.0, 8.0] and fp32.high.tolist() == [0.12, 0.12]
 
 
 def test_the_committed_model_was_scored_on_the_h100_steps_per_configuration() -> None:

@@ -3,6 +3,7 @@ shared constants that no single well-measured GPU sets alone, and our own GPU's 
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from prediction.reference import load, sanity
@@ -69,3 +70,30 @@ def test_an_rtx_3090_by_its_datasheet_is_near_lambdas_resnet50(precision: str, l
     measured = row.batch / row.step_ms * 1e3
     predicted = sanity.as_lambda(load(), "RTX-3090", precision, row.batch)  # type: ignore[arg-type]
     assert abs(predicted / measured - 1) <= bound, f"{predicted:.0f} images/s against Lambda's {measured:.0f}"
+
+
+def test_only_depthwise_convs_take_the_depthwise_path() -> None:
+    """The depthwise multipliers were learnt on MobileNet-like nets; ResNeXt's grouped convs (4 channels per group)
+    are costed on the path their channels allow, not at a depthwise conv's cost per FLOP."""
+    model, gpu = load(), GpuSpecs.from_row(sanity.gpu_rows()["A100-SXM4-80GB"])
+    resnext, _ = network("resnext50_32x4d", 224)
+    mobilenet, _ = network("mobilenet_v2", 224)
+    assert any(int(s.get("groups", 1)) > 1 for s, _ in resnext)
+    assert model.conv_paths(resnext, [64], gpu, "amp_fp16")[..., 2].sum() == 0.0
+    assert model.conv_paths(mobilenet, [64], gpu, "amp_fp16")[..., 2].sum() > 0.0
+
+
+def test_points_on_unmeasured_gpus_quote_their_precisions_held_out_band() -> None:
+    """model.json holds, per precision, the band of GPUs held out of the fit; a T4 point quotes at least it, and the
+    band held about 80% of a held-out family's steps."""
+    from prediction.reference import point_errors
+
+    model = load()
+    bands = model.accuracy["whole_step_bands"]
+    assert set(bands) == {"fp32", "amp"}
+    for band in bands.values():
+        assert band["band_low"] < 0 < band["band_high"] and band["rows"] >= 20
+        assert 75 <= band["coverage_pct"] <= 95
+    on_t4 = point_errors(model.accuracy, precision="amp_fp16", launch_bound=np.array([False]), gpu="T4")
+    assert on_t4.low[0] <= bands["amp"]["band_low"] and on_t4.high[0] >= bands["amp"]["band_high"]
+    assert on_t4.mape[0] >= bands["amp"]["mape"]
