@@ -131,11 +131,18 @@ def h100_section(own: dict[str, Any]) -> list[str]:
         f"**{own['band_coverage_pct']:.0f}%** (goal ~80%; with the 10th-90th percentiles: "
         f"{tails.get('0.1', float('nan')):.0f}%).",
         "",
+        "Per held-out CNN: MAPE and, in brackets, the signed mean error (predicted over measured, %: + too slow):",
+        "",
         "| held-out CNN | " + " | ".join(own["by_config"]) + " |",
         "|---|" + "---:|" * len(own["by_config"]),
     ]
+    signed: dict[tuple[str, str], list[float]] = {}
+    for cnn, config, _batch, measured, predicted, *_ in own["points"]:
+        signed.setdefault((cnn, config), []).append((predicted / measured - 1) * 100)
     for cnn, by in own["by_cnn"].items():
-        out.append(f"| {cnn} | " + " | ".join(_pct(by.get(c)) for c in own["by_config"]) + " |")
+        cells = [f"{_pct(by.get(c))} ({sum(signed[cnn, c]) / len(signed[cnn, c]):+.0f})" if (cnn, c) in signed
+                 else _pct(by.get(c)) for c in own["by_config"]]  # fmt: skip
+        out.append(f"| {cnn} | " + " | ".join(cells) + " |")
     out += ["", H100_NOTES]
     if own.get("settings"):
         out += ["", *settings_section(own["settings"])]
