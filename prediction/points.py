@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from shared.jobs.models import PointDict
+from shared.jobs.models import BestDict, ChoiceDict, PointDict
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
 
@@ -161,24 +161,29 @@ def best_of(
     max_batch_size: int | None,
     capacity_gib: float | None = None,
     basis: str | None = None,
-) -> dict[str, Any]:
+) -> BestDict:
     """The fastest and the cheapest batch size (and GPU and node count) of one CNN on one machine type (None when no
     point is usable), among those leaving MIN_HEADROOM_PCT of memory free where any does."""
     # A point that does not fit is never best; one whose fit is unknown may be.
-    usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
+    usable = [
+        p for p in points
+        if p["total_seconds"] is not None and p["cost_usd"] is not None and p["fits_in_memory"] is not False
+    ]  # fmt: skip
     # The memory model errs by a few per cent: a batch that just fits may not, so a choice keeps a margin if it can.
     usable = with_headroom(usable, capacity_gib) or usable
 
-    def pick(key: Callable[[PointDict], Any]) -> dict[str, Any] | None:
+    def pick(key: Callable[[PointDict], Any]) -> ChoiceDict | None:
         if not usable:
             return None
         p = min(usable, key=key)
+        total, cost = p["total_seconds"], p["cost_usd"]  # usable: both given
+        assert total is not None and cost is not None
         return {
             "batch_size": p["batch_size"],
             "gpus": p.get("gpus_used", 1),
             "nodes": p.get("nodes", 1),
-            "total_seconds": p["total_seconds"],
-            "cost_usd": p["cost_usd"],
+            "total_seconds": total,
+            "cost_usd": cost,
             "source": p["source"],
             "memory_headroom_pct": headroom_pct(p, capacity_gib),
         }

@@ -15,7 +15,7 @@ from typing import Any
 
 from prediction import input_pipeline, layouts, memory_model
 from prediction.points import best_of, withhold_unfit
-from shared.jobs.models import PointDict, ResultDict
+from shared.jobs.models import BestDict, ModelSummaryDict, PointDict, ResultDict
 from shared.jobs.request import JobRequest
 from worker import decisions, schedules
 from worker.estimate import estimator
@@ -58,7 +58,7 @@ def result(
     """
     g = gather(request=request, peers=peers, incomplete=incomplete)
     annotated: list[Annotated] = []
-    model_info: dict[str, dict[str, Any]] = {}
+    model_info: dict[str, ModelSummaryDict] = {}
     for machine in g.machines:
         answer = estimator(g, machine)
         model_info[machine.name] = answer.summary(machine)
@@ -84,11 +84,11 @@ def annotate(g: Gathered, machine: Machine, cnn: Cnn, points: list[PointDict]) -
     return Annotated(cnn, machine, points, largest, capacity / GIB if capacity else None)
 
 
-def choose(g: Gathered, annotated: list[Annotated], model_info: dict[str, dict[str, Any]]) -> ResultDict:
+def choose(g: Gathered, annotated: list[Annotated], model_info: dict[str, ModelSummaryDict]) -> ResultDict:
     """Stage 4: the best choices and priced schedules, and the result document with its notes."""
     request = g.request
     predictions: list[PointDict] = []
-    best: list[dict[str, Any]] = []
+    best: list[BestDict] = []
     priced: list[dict[str, Any]] = []
     for a in annotated:
         predictions.extend(a.points)

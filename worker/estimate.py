@@ -8,14 +8,14 @@ Two estimators answer a machine type, behind one interface (`Estimator`), as a `
 """
 
 import contextlib
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from prediction import features, reference
 from prediction.points import blank, blanks, fill_many, significant
 from shared.core.errors import TraincastError
-from shared.jobs.models import PointDict
+from shared.jobs.models import ModelSummaryDict, PointDict
 from shared.measurements import environments, layers, ops
 from shared.measurements.environments import Row
 from shared.training import TrainConfig
@@ -33,7 +33,7 @@ class Estimator(Protocol):
         """Every CNN's one-GPU points on the machine type, their times, cost and energy filled where known."""
         ...
 
-    def summary(self, machine: Machine) -> dict[str, Any]:
+    def summary(self, machine: Machine) -> ModelSummaryDict:
         """What the result's `models` says of the machine type (shared/jobs/models.py ModelSummary)."""
         ...
 
@@ -95,7 +95,7 @@ class Measured:
                 fill_many(usable_points, np.array(ms, dtype=float).reshape(-1, 3), info, g.request)
         return out
 
-    def summary(self, machine: Machine) -> dict[str, Any]:
+    def summary(self, machine: Machine) -> ModelSummaryDict:
         training, model = self.g.training, machine.model
         if model is None:
             return {
@@ -107,7 +107,7 @@ class Measured:
                     f"`{training.calibrate_command(machine.name)}`"
                 ),
             }
-        summary = {
+        summary: ModelSummaryDict = {
             "status": "ok",
             "source": "benchmarked",
             "version": model["version"],
@@ -179,9 +179,11 @@ class Reference:
         fill_many(answered, band, info, g.request)
         return points
 
-    def summary(self, machine: Machine) -> dict[str, Any]:
+    def summary(self, machine: Machine) -> ModelSummaryDict:
         model, training, name = self.model, self.g.training, machine.name
-        mape = model.accuracy["whole_step_mape"]
+        # GPUs it never saw: the held-out error on public steps of this precision (the step-only rows), else all rows
+        held = model.accuracy.get("whole_step_bands", {}).get("fp32" if training.precision == "fp32" else "amp")
+        mape = held["mape"] if held else model.accuracy["whole_step_mape"]
         if machine.other_keys:
             why = (
                 f"has whole-step models for {', '.join(machine.other_keys)} only, none for {training.cost_key()} "
@@ -203,7 +205,8 @@ class Reference:
             "evaluated_on": model.accuracy.get("evaluated_on"),
             "detail": (
                 f"{name} ({machine.info['gpu']}) {why}: reference prediction from public measurements of other GPUs "
-                f"and our own H100 steps: {mape:.1f}% mean error on public whole training steps of GPUs it never saw"
+                f"and our own H100 steps: {mape:.1f}% mean error on public {'fp32' if training.precision == 'fp32' else 'AMP'} "
+                f"training steps of GPUs it never saw"
                 f"{on_h100}; each point's reference_error_pct is its own kind's (precision, host- or device-bound). "
                 f"For {settings(training)}"
             ),

@@ -397,14 +397,55 @@ class Result(BaseModel):
     settings_note: str | None = None
 
 
+class ChoiceDict(TypedDict):
+    """A best choice as prediction/points.py builds it: the plain dict a stored `Choice` is."""
+
+    batch_size: int
+    gpus: int
+    nodes: int
+    total_seconds: float
+    cost_usd: float
+    source: str
+    memory_headroom_pct: float | None
+
+
+class BestDict(TypedDict):
+    """A CNN's best choices on a machine type as prediction/points.py builds them: the plain dict a `Best` is."""
+
+    cnn: str
+    machine: str
+    max_batch_size: int | None
+    memory_gib: float | None
+    memory_basis: str | None
+    min_time: ChoiceDict | None
+    min_cost: ChoiceDict | None
+
+
+class ModelSummaryDict(TypedDict, total=False):
+    """How a machine type was answered, as worker/estimate.py says it: the plain dict a `ModelSummary` is."""
+
+    status: str
+    source: str
+    training: str
+    kind: str | None
+    version: int | str | None
+    detail: str | None
+    loco_mape: float | None
+    interval_coverage: float | None
+    pooled_from: list[str] | None
+    measured_on: str | None
+    whole_step_mape: float | None
+    evaluated_on: Any
+
+
 class ResultDict(TypedDict, total=False):
     """A result document as the worker builds and stores it (worker/assemble.py); `Result` validates it."""
 
     training: dict[str, Any]
     predictions: list[PointDict]
-    best: list[dict[str, Any]]
+    best: list[BestDict]
     decisions: list[dict[str, Any]]
-    models: dict[str, dict[str, Any]]
+    models: dict[str, ModelSummaryDict]
     energy_note: str
     gpu_note: str
     parallel_note: str

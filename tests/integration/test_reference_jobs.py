@@ -46,7 +46,8 @@ def test_gpu_types_with_no_agent_are_answered_at_once_and_labelled(clean_db: Non
     assert len(result["predictions"]) == 2 * 3 * 3
     for point in result["predictions"]:
         assert point["source"] == "reference" and point["measured_on"] == []
-        assert point["reference_error_pct"] == result["models"][point["machine"]]["whole_step_mape"] > 0
+        # a point quotes its kind's held-out error, never below that of public steps on GPUs the model never saw
+        assert point["reference_error_pct"] >= result["models"][point["machine"]]["whole_step_mape"] > 0
         assert 0 < point["iteration_seconds_p10"] <= point["iteration_seconds"] <= point["iteration_seconds_p90"]
         # Memory is modelled for reference points too: these small CNNs fit on every one of these GPUs.
         info = machine_types.get_by_name(name=point["machine"])

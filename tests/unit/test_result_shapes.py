@@ -1,6 +1,17 @@
 """The worker's plain-dict shapes of a result agree with the pydantic models that validate and document it."""
 
-from shared.jobs.models import PointDict, Prediction, Result, ResultDict
+from shared.jobs.models import (
+    Best,
+    BestDict,
+    Choice,
+    ChoiceDict,
+    ModelSummary,
+    ModelSummaryDict,
+    PointDict,
+    Prediction,
+    Result,
+    ResultDict,
+)
 
 
 def test_a_point_dict_has_exactly_the_fields_of_a_prediction() -> None:
@@ -11,3 +22,10 @@ def test_a_point_dict_has_exactly_the_fields_of_a_prediction() -> None:
 def test_a_result_dict_has_exactly_the_fields_of_a_result() -> None:
     """The same for the result document around the points."""
     assert set(ResultDict.__annotations__) == set(Result.model_fields)
+
+
+def test_best_choices_and_model_summaries_have_exactly_their_models_fields() -> None:
+    """The typed entries of `best` and `models` agree with the pydantic models that validate them."""
+    assert set(BestDict.__annotations__) == set(Best.model_fields)
+    assert set(ChoiceDict.__annotations__) == set(Choice.model_fields)
+    assert set(ModelSummaryDict.__annotations__) == set(ModelSummary.model_fields)
