@@ -184,6 +184,7 @@ class Reference:
         # GPUs it never saw: the held-out error on public steps of this precision (the step-only rows), else all rows
         held = model.accuracy.get("whole_step_bands", {}).get("fp32" if training.precision == "fp32" else "amp")
         mape = held["mape"] if held else model.accuracy["whole_step_mape"]
+        kind = "fp32" if training.precision == "fp32" else "AMP"
         if machine.other_keys:
             why = (
                 f"has whole-step models for {', '.join(machine.other_keys)} only, none for {training.cost_key()} "
@@ -205,8 +206,7 @@ class Reference:
             "evaluated_on": model.accuracy.get("evaluated_on"),
             "detail": (
                 f"{name} ({machine.info['gpu']}) {why}: reference prediction from public measurements of other GPUs "
-                f"and our own H100 steps: {mape:.1f}% mean error on public {'fp32' if training.precision == 'fp32' else 'AMP'} "
-                f"training steps of GPUs it never saw"
+                f"and our own H100 steps: {mape:.1f}% mean error on public {kind} training steps of GPUs it never saw"
                 f"{on_h100}; each point's reference_error_pct is its own kind's (precision, host- or device-bound). "
                 f"For {settings(training)}"
             ),
