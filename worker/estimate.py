@@ -181,10 +181,8 @@ class Reference:
 
     def summary(self, machine: Machine) -> ModelSummaryDict:
         model, training, name = self.model, self.g.training, machine.name
-        # GPUs it never saw: the held-out error on public steps of this precision (the step-only rows), else all rows
-        held = model.accuracy.get("whole_step_bands", {}).get("fp32" if training.precision == "fp32" else "amp")
-        mape = held["mape"] if held else model.accuracy["whole_step_mape"]
-        kind = "fp32" if training.precision == "fp32" else "AMP"
+        mape = reference.unseen_gpu_figures(model.accuracy, training.precision)[0]
+        kind = "fp32" if reference.band_group(training.precision) == "fp32" else "AMP"
         if machine.other_keys:
             why = (
                 f"has whole-step models for {', '.join(machine.other_keys)} only, none for {training.cost_key()} "

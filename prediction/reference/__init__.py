@@ -3,9 +3,17 @@
 Torch-free and database-free: numpy, scipy and LightGBM. Fit with `python -m prediction.reference.fit`.
 """
 
-from prediction.reference.model import H100_SETTING, PointErrors, ReferenceModel, held_out_on_h100, load, point_errors
+from prediction.reference.model import (
+    H100_SETTING,
+    PointErrors,
+    ReferenceModel,
+    held_out_on_h100,
+    load,
+    point_errors,
+    unseen_gpu_figures,
+)
 from prediction.reference.specs import GpuSpecs
-from prediction.reference.steps import StepArrays, StepEstimate
+from prediction.reference.steps import StepArrays, StepEstimate, band_group
 
 __all__ = [
     "H100_SETTING",
@@ -17,4 +25,6 @@ __all__ = [
     "StepEstimate",
     "load",
     "point_errors",
+    "band_group",
+    "unseen_gpu_figures",
 ]

@@ -20,6 +20,7 @@ from prediction.reference.steps import (
     StepArrays,
     StepEstimate,
     StepParts,
+    band_group,
     combine,
     kernel_precision,
     precision_group,
@@ -300,8 +301,8 @@ class ReferenceModel:
         training: optimizer, precision, layout and cudnn.benchmark (default SGD without momentum, fp32, NCHW, off).
         """
         return self.step_arrays(
-            convs=convs, workload=workload, batch_sizes=batch_sizes, gpu=gpu, training=training, autotuned=autotuned,
-        ).estimates()  # fmt: skip
+            convs=convs, workload=workload, batch_sizes=batch_sizes, gpu=gpu, training=training, autotuned=autotuned
+        ).estimates()
 
     def step_parts(
         self,
@@ -321,9 +322,8 @@ class ReferenceModel:
         autotuned = autotuned or training.cudnn_benchmark
         gpu = gpu.filled()
         paths = self.conv_paths(convs, batch_sizes, gpu, kernel_precision(training.precision))
-        constants = self.constants(gpu)
         batch = np.asarray(batch_sizes, dtype=float)
-        return step_parts(paths, workload, batch, gpu, training, constants, autotuned)
+        return step_parts(paths, workload, batch, gpu, training, self.constants(gpu), autotuned)
 
     def step_arrays(
         self,
@@ -338,8 +338,8 @@ class ReferenceModel:
         """predict_steps as arrays over the batch sizes (what a large job's assembly reads)."""
         training = training or TrainConfig()
         parts = self.step_parts(
-            convs=convs, workload=workload, batch_sizes=batch_sizes, gpu=gpu, training=training, autotuned=autotuned,
-        )  # fmt: skip
+            convs=convs, workload=workload, batch_sizes=batch_sizes, gpu=gpu, training=training, autotuned=autotuned
+        )
         return combine(parts, np.asarray(batch_sizes, dtype=float), self.constants(gpu))
 
     def constants(self, gpu: GpuSpecs) -> dict[str, float]:
@@ -369,14 +369,20 @@ def held_out_on_h100(accuracy: Mapping[str, Any], precision: str) -> float | Non
     return None
 
 
+def unseen_gpu_figures(accuracy: Mapping[str, Any], precision: str) -> tuple[float, float, float]:
+    """(mean error %, band low, band high) of public steps on GPUs the model never saw, in this precision: the
+    step-only rows with the GPU family held out (wholestep.bands), else every headline row."""
+    held = accuracy.get("whole_step_bands", {}).get(band_group(precision))
+    if held is not None:
+        return held["mape"], held["band_low"], held["band_high"]
+    return accuracy["whole_step_mape"], accuracy["whole_step_log_ratio_p10"], accuracy["whole_step_log_ratio_p90"]
+
+
 def point_errors(accuracy: Mapping[str, Any], *, precision: str, launch_bound: np.ndarray, gpu: str) -> PointErrors:
     """Per point, the held-out figures of its kind: precision group and regime (host- or device-bound) on our H100
     steps, left out one CNN at a time; on a GPU of another family, no better than the public steps of GPUs the
     model never saw in its precision (leave-one-GPU-out), so the larger error and the wider band of the two."""
-    public = (accuracy["whole_step_mape"], accuracy["whole_step_log_ratio_p10"], accuracy["whole_step_log_ratio_p90"])
-    held = accuracy.get("whole_step_bands", {}).get("fp32" if precision_group(precision) == "fp32" else "amp")
-    if held is not None:  # the step-only public rows of its precision, GPU held out (wholestep.bands)
-        public = (held["mape"], held["band_low"], held["band_high"])
+    public = unseen_gpu_figures(accuracy, precision)
     own = accuracy.get("h100", {})
     kinds = own.get("by_group_regime", {}).get(precision_group(precision), {})
     figures = {}

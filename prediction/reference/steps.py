@@ -64,6 +64,11 @@ def precision_group(precision: str) -> str:
     return {"amp_bf16": "bf16", "amp_fp16": "fp16", "fp16": "fp16"}.get(precision, "fp32")
 
 
+def band_group(precision: str) -> str:
+    """fp32 (fp32, tf32) or amp (every 16-bit precision): what the public steps' held-out bands are kept per."""
+    return "fp32" if precision_group(precision) == "fp32" else "amp"
+
+
 def optimizer_kind(config: TrainConfig) -> str:
     """sgd, sgd+momentum or adam (Adam and AdamW dispatch the same foreach kernels)."""
     if config.optimizer == "sgd":

@@ -18,7 +18,7 @@ from prediction.reference.data import ROOT
 from prediction.reference.model import ReferenceModel
 from prediction.reference.specs import GpuSpecs, family_of, simt_tflops, tensor_tflops
 from prediction.reference.step_rows import StepRow
-from prediction.reference.steps import StepParts
+from prediction.reference.steps import StepParts, band_group
 from shared.cnn.workload import WorkloadJson
 from shared.training import LEGACY_SGD_MOMENTUM, Precision, TrainConfig
 
@@ -87,8 +87,8 @@ def predict_row(model: ReferenceModel, row: StepRow, gpu: GpuSpecs) -> float:
     """Predicted ms of one row (the optimizer left out where the measurement leaves it out)."""
     convs, work = network(row.cnn, row.image_size)
     est = model.predict_steps(
-        convs=convs, workload=work, batch_sizes=[row.batch], gpu=gpu, training=row_config(row), autotuned=row.autotuned,
-    )[0]  # fmt: skip
+        convs=convs, workload=work, batch_sizes=[row.batch], gpu=gpu, training=row_config(row), autotuned=row.autotuned
+    )[0]
     return est.step_ms - (0.0 if "opt" in row.includes else est.optimizer_ms)
 
 
@@ -96,8 +96,8 @@ def row_parts(model: ReferenceModel, row: StepRow, gpu: GpuSpecs) -> StepParts:
     """Uncalibrated parts of one row's step (what the whole-step constants are fitted on)."""
     convs, work = network(row.cnn, row.image_size)
     return model.step_parts(
-        convs=convs, workload=work, batch_sizes=[row.batch], gpu=gpu, training=row_config(row), autotuned=row.autotuned,
-    )  # fmt: skip
+        convs=convs, workload=work, batch_sizes=[row.batch], gpu=gpu, training=row_config(row), autotuned=row.autotuned
+    )
 
 
 def steps_only(row: StepRow) -> bool:
@@ -248,7 +248,6 @@ def _entry(items: list[dict[str, Any]]) -> dict[str, Any]:
     return entry
 
 
-BAND_GROUPS = {"fp32": "fp32", "amp_fp16": "amp", "amp_bf16": "amp", "fp16": "amp"}
 # Errors cluster by GPU family as the H100's cluster by CNN: a family held out fell inside the other families'
 # 10th-90th percentiles 71-72% of the time, inside their 5th-95th 82-83% (2026-11-27): the band meant to hold ~80%.
 BAND_TAIL = 0.05
@@ -259,8 +258,8 @@ def bands(items: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     band (BAND_TAIL quantiles of log(measured / predicted)) a point on such a GPU quotes, and how many of a GPU
     family's steps fall inside a band taken from the other families' errors (nested: its worth on a new GPU)."""
     out = {}
-    for group in sorted(set(BAND_GROUPS.values())):
-        mine = [i for i in items if BAND_GROUPS.get(i["row"].precision) == group]
+    for group in ("amp", "fp32"):
+        mine = [i for i in items if band_group(i["row"].precision) == group]
         if len(mine) < 5:
             continue
         lr = np.array([np.log(i["row"].step_ms / i["pred"]) for i in mine])
