@@ -2,14 +2,15 @@
 
 A point's compute is its one-GPU step at the per-GPU batch (measured or reference); each layout adds the part of
 the gradient all-reduce that backward does not hide (prediction/parallel.py, from the machine type's links in
-data/interconnect.csv), and its times, cost and energy are worked out again for the global batch.
+data/interconnect.csv) and DDP's other losses (prediction/ddp_losses.py), and its times, cost and energy are worked
+out again for the global batch.
 """
 
 from dataclasses import replace
 
 import numpy as np
 
-from prediction import parallel
+from prediction import ddp_losses, parallel
 from prediction.points import fill_many, iteration_ms
 from shared import interconnect
 from shared.jobs.models import PointDict
@@ -33,7 +34,9 @@ NOTE = (
     "(exposed_allreduce_ms, modelled from the machine type's links, data/interconnect.csv, with the bus bandwidth its "
     "agent measured within the machine where allreduce_source is 'measured', and between machines at internode_gbps: "
     "the job's figure where it gives one, else the catalog's or the NICs its owner registered, NCCL over TCP "
-    "getting 40% of the line rate where RDMA gets 96%); cost_usd is every node's price for that time"
+    "getting 40% of the line rate where RDMA gets 96%), plus what DDP loses besides (ddp_losses_ms: its bucket "
+    "copies, NCCL's kernels slowing the backward they overlap, and, where images are decoded, the wait for the "
+    "slowest replica); cost_usd is every node's price for that time"
 )
 
 
@@ -79,12 +82,25 @@ def spread(
             )  # fmt: skip
             algorithm = parallel.algorithm_run(gradient, gpus_per_node=gpus, nodes=nodes, links=links_here,
                                                algorithm=request.allreduce, grid_x=request.torus_x)  # fmt: skip
-            for point, late, median in zip(timed, exposed.tolist(), compute[:, 1].tolist(), strict=True):
+            bus, _ = parallel.bus_bandwidth(gpus_per_node=gpus, nodes=nodes, links=links_here)
+            copy_ms, contention, stragglers = ddp_losses.losses_many(
+                compute[:, 1], exposed, allreduce_ms=total, replicas=gpus * nodes, gradient_bytes=gradient,
+                bus_gbs=bus, intra_link=links_here.intra_link, sm_count=info.get("gpu_sm_count"),
+                mem_bandwidth_gbs=info.get("gpu_mem_bandwidth_gbs"),
+                cv=ddp_losses.STRAGGLER_CV["decoded" if request.decodes_input else "memory"],
+            )  # fmt: skip
+            added = exposed + copy_ms + contention + stragglers
+            rows = zip(timed, exposed.tolist(), added.tolist(), contention.tolist(), stragglers.tolist(),
+                       compute[:, 1].tolist(), strict=True)  # fmt: skip
+            for point, late, extra, held, waited, median in rows:
                 point["allreduce_ms"] = round(total, 3)
                 point["allreduce_algorithm"] = algorithm
                 point["exposed_allreduce_ms"] = round(late, 3)
-                point["scaling_efficiency"] = round(median / (median + late), 4)
-            fill_many(timed, compute + exposed[:, None], info, request)
+                if gpus * nodes > 1:
+                    point["ddp_losses_ms"] = {"bucket_copies": round(copy_ms, 3), "contention": round(held, 3),
+                                              "stragglers": round(waited, 3)}  # fmt: skip
+                point["scaling_efficiency"] = round(median / (median + extra), 4)
+            fill_many(timed, compute + added[:, None], info, request)
         out.extend(copies)
     return out
 

@@ -26,8 +26,9 @@ machines' GPUs (the machine's by default: then it is "hierarchical" with the sam
 rings cross each machine's network once, and the Y rings of a machine's GPUs share its NICs. Both cost fewer latency
 steps than one ring over every GPU, and the slowest link of each phase sets its pace.
 
-Not modelled: NCCL's LL/LL128 protocols (they matter below ~1 MB, DDP buckets are larger), NVLink SHARP (NVLS),
-communication slowing the compute it overlaps, stragglers and input pipelines that make replicas wait for each other.
+Not modelled here: NCCL's LL/LL128 protocols (they matter below ~1 MB, DDP buckets are larger) and NVLink SHARP
+(NVLS). DDP's other losses (bucket copies, communication slowing the compute it overlaps, stragglers) are
+prediction/ddp_losses.py's.
 """
 
 import math

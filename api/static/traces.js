@@ -151,8 +151,11 @@ function gpuShare(p, machine) {
   const used = p.gpus_used || 1;
   const nodes = p.nodes > 1 ? ` on each of ${p.nodes} machines${between(p)}` : "";
   const algorithm = p.allreduce_algorithm ? `, all-reduce ${p.allreduce_algorithm}` : "";
+  const l = p.ddp_losses_ms;
+  const losses = l ? `; DDP losses ${sig3(p.exposed_allreduce_ms)} ms exposed all-reduce, ${sig3(l.stragglers)} ms `
+    + `stragglers, ${sig3(l.bucket_copies + l.contention)} ms bucket copies and contention` : "";
   const scaling = used * (p.nodes || 1) > 1 && typeof p.scaling_efficiency === "number"
-    ? `; global batch ${p.global_batch_size}, scaling efficiency ${Math.round(p.scaling_efficiency * 100)}%${algorithm}` : "";
+    ? `; global batch ${p.global_batch_size}, scaling efficiency ${Math.round(p.scaling_efficiency * 100)}%${algorithm}${losses}` : "";
   return `<br>on ${used} of its ${m.gpu_count} GPUs${nodes}; cost per GPU ${money(p.cost_per_gpu_usd)}${scaling}`;
 }
 

@@ -84,6 +84,22 @@ class Progress(BaseModel):
 Source = Literal["benchmarked", "reference"]
 
 
+class DdpLosses(BaseModel):
+    """A data-parallel step's losses besides the exposed all-reduce, ms (prediction/ddp_losses.py)."""
+
+    bucket_copies: float = Field(description="DDP's copies of the gradients into and out of its buckets")
+    contention: float = Field(description="backward slowed by NCCL's kernels holding SMs and memory bandwidth")
+    stragglers: float = Field(description="the wait for the slowest replica (decoded input only)")
+
+
+class DdpLossesDict(TypedDict):
+    """DdpLosses as a point carries it."""
+
+    bucket_copies: float
+    contention: float
+    stragglers: float
+
+
 class Prediction(BaseModel):
     """One point: a CNN on a machine type at a batch size; times, cost and energy with their P10–P90.
 
@@ -111,6 +127,11 @@ class Prediction(BaseModel):
     )
     scaling_efficiency: float | None = Field(
         default=None, description="a GPU's throughput here over one GPU's alone at the same per-GPU batch"
+    )
+    ddp_losses_ms: DdpLosses | None = Field(
+        default=None,
+        description="several GPUs: what the step loses besides the exposed all-reduce, term by term, ms (added to it; "
+        "prediction/ddp_losses.py)",
     )
     allreduce_algorithm: str | None = Field(
         default=None,
@@ -202,6 +223,7 @@ class PointDict(TypedDict, total=False):
     scaling_efficiency: float | None
     allreduce_source: str | None
     allreduce_algorithm: NotRequired[str | None]
+    ddp_losses_ms: NotRequired[DdpLossesDict]
     internode_gbps: float | None
     internode_network: NotRequired[str | None]
     layer_environments: list[int]

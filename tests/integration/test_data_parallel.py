@@ -34,6 +34,11 @@ def test_resnet50_on_p5_uses_all_eight_gpus_and_four_nodes_cost_four_machines(cl
         assert p["global_batch_size"] == batch * 8 * nodes
         assert 0 < p["scaling_efficiency"] <= 1 and p["allreduce_ms"] > 0
         assert 0 <= p["exposed_allreduce_ms"] <= p["allreduce_ms"]
+        losses = p["ddp_losses_ms"]  # images in memory: no replica waits for another's batch
+        assert losses["bucket_copies"] > 0 and losses["contention"] >= 0 and losses["stragglers"] == 0
+        extra = p["exposed_allreduce_ms"] + sum(losses.values())
+        assert p["scaling_efficiency"] == pytest.approx(1 / (1 + extra / (p["iteration_seconds"] * 1000 - extra)),
+                                                        abs=2e-4)  # fmt: skip
         assert p["cost_usd"] == pytest.approx(price * nodes * p["total_seconds"] / 3600, rel=1e-4)
         assert p["energy_kwh"] is not None
     for batch in (32, 256):
@@ -46,6 +51,17 @@ def test_resnet50_on_p5_uses_all_eight_gpus_and_four_nodes_cost_four_machines(cl
     best = job["result"]["best"][0]
     assert (best["min_time"]["gpus"], best["min_time"]["nodes"]) == (8, 4)
     assert "data parallel" in job["result"]["parallel_note"]
+
+
+def test_replicas_decoding_jpegs_wait_for_the_slowest(clean_db: None) -> None:
+    """Decoded input: each multi-GPU step adds the wait for the slowest replica, more on more GPUs; in memory none."""
+    ask = dict(cnns=["resnet50"], machines=[P5], batch_sizes=[128], image_size=224, gpus=[1, 2, 8])
+    decoded = {p["gpus_used"]: p for p in points_of(run(**ask, input={"source": "local_jpeg"}))}
+    memory = {p["gpus_used"]: p for p in points_of(run(**ask))}
+    assert "ddp_losses_ms" not in decoded[1] or decoded[1]["ddp_losses_ms"] is None
+    assert 0 < decoded[2]["ddp_losses_ms"]["stragglers"] < decoded[8]["ddp_losses_ms"]["stragglers"]
+    assert memory[8]["ddp_losses_ms"]["stragglers"] == 0
+    assert decoded[8]["scaling_efficiency"] < memory[8]["scaling_efficiency"] - 0.05
 
 
 def test_gpu_counts_compared_and_one_gpu_as_before(clean_db: None) -> None:
