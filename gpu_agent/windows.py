@@ -87,7 +87,10 @@ def run(
     while queue:
         if stop():
             return [p for w in queue for p in w]
-        outcomes, alone = _window(queue.popleft(), setup, device, policy, limit, stop)
+        window = queue.popleft()
+        # Said before timing starts: a stop from here on finishes this window first (tests wait for the line).
+        log.info("timing window %s", window)
+        outcomes, alone = _window(window, setup, device, policy, limit, stop)
         for point, outcome in outcomes.items():
             save(point, outcome)
         queue.extendleft([p] for p in reversed(alone))

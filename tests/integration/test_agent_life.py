@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -79,8 +78,8 @@ def test_sigterm_stores_the_current_window_and_requeues_the_rest(stack: Stack, c
     """SIGTERM mid-task: the window in progress is finished and stored, the message goes back, a new agent resumes."""
     stack.start("agent")
     send_first_conv()
-    until_agent(lambda: stored(), "a first row", stack)
-    time.sleep(0.3)  # into the second window
+    # The second window under way: SIGTERM from here on lets it finish and store its row.
+    until_agent(lambda: stack.log("agent").count("timing window") >= 2, "the second window", stack)
     before = stored()
     assert stack.stop("agent") == 0
     at_exit = stored()

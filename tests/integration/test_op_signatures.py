@@ -1,7 +1,6 @@
 """Non-conv ops measured by a real agent process: SIGTERM and kill -9 mid-window store each batch size once."""
 
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,8 +48,8 @@ def test_sigterm_and_kill_mid_op_window_leave_no_duplicate(stack: Stack, clean_d
     """SIGTERM finishes the op window and requeues; kill -9 redelivers; every batch size is stored once."""
     stack.start("agent")
     send_first_norm()
-    until_agent(lambda: stored(), "a first op row", stack)
-    time.sleep(0.3)
+    # The second window under way: SIGTERM from here on lets it finish and store its row.
+    until_agent(lambda: stack.log("agent").count("timing window") >= 2, "the second window", stack)
     before = stored()
     assert stack.stop("agent") == 0
     at_exit = stored()
