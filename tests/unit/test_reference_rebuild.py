@@ -9,6 +9,11 @@ import pytest
 from prediction.reference import fit
 from prediction.reference.model import MODEL_JSON, ReferenceModel
 
+# The step fit is a nonlinear least squares that is flat along a few constants: on another CPU (other vector units,
+# so other summation orders in numpy and OpenBLAS) the same data and code land up to 0.07% apart (seen between two
+# x86 machines); 0.2% allows for that.
+REL = 2e-3
+
 
 def committed() -> dict:
     return json.loads(MODEL_JSON.read_text())
@@ -36,8 +41,8 @@ def test_refitting_the_whole_step_constants_gives_the_committed_ones() -> None:
     step.update(shared)
     rounded = fit._round(step)
     for name, value in params["step"].items():
-        assert rounded[name] == pytest.approx(value, rel=1e-4), name
+        assert rounded[name] == pytest.approx(value, rel=REL), name
     assert set(rounded) == set(params["step"])
     assert set(families) == set(params["step_families"]) == {"H100"}  # the family of our own steps
     for family, constants in fit._round(families).items():
-        assert constants == pytest.approx(params["step_families"][family], rel=1e-4), family
+        assert constants == pytest.approx(params["step_families"][family], rel=REL), family
