@@ -97,8 +97,12 @@ def test_four_vcpus_feeding_an_a100_is_input_bound_and_echoing_removes_it(measur
     moved = point["input_ms"] / 3 * rates[A100_4VCPU["name"]] / rates[P4D]
     assert fed[(P4D, 256)]["input_ms"] == pytest.approx(moved, rel=5e-3)
     for key, p in fed.items():
-        assert p["iteration_seconds"] == pytest.approx(max(plain[key]["iteration_seconds"], p["input_ms"] / 1000),
-                                                       rel=1e-4)  # fmt: skip
+        # Decoded on 8 GPUs, replicas also wait for the slowest of them (none of it in memory, none on one GPU).
+        waits = (p.get("ddp_losses_ms") or {}).get("stragglers", 0.0) / 1000
+        assert (waits > 0) == (key[0] == P4D)
+        assert p["iteration_seconds"] == pytest.approx(
+            max(plain[key]["iteration_seconds"] + waits, p["input_ms"] / 1000), rel=1e-4
+        )
         assert (p["echo_factor"] is None) == (not p["input_bound"])
     summary = fed_job["result"]
     assert summary["inputs"][A100_4VCPU["name"]]["source"] == "reference"
