@@ -109,6 +109,14 @@ def result(job: dict[str, Any]) -> str:
     algorithms = sorted({p["allreduce_algorithm"] for p in res["predictions"] if p.get("allreduce_algorithm")})
     if algorithms:
         out.append(f"all-reduce assumed: {', '.join(algorithms)}")
+    losses = [p["ddp_losses_ms"] for p in res["predictions"] if p.get("ddp_losses_ms")]
+    if losses:
+        waits = any(x["stragglers"] > 0 for x in losses)
+        out.append(
+            "scaling also counts DDP's bucket copies and NCCL slowing backward"
+            + (" and the wait for the slowest replica (images decoded)" if waits
+               else "; replicas waiting for the slowest are counted only where images are decoded (--input)")
+        )  # fmt: skip
     given = (job.get("request") or {}).get("internode_gbps")
     networks = {p["machine"]: (p["internode_gbps"], p.get("internode_network"))
                 for p in res["predictions"] if p.get("internode_gbps") is not None}  # fmt: skip

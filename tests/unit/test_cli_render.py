@@ -38,3 +38,16 @@ def test_the_network_between_machines_is_named_with_where_it_comes_from() -> Non
     assert "between machines on g4dn.xlarge: 5 Gbit/s (the catalog's network)" in catalog
     alone = render.result({"result": {"predictions": [one], "best": [], "models": {}}})
     assert "between machines" not in alone
+
+
+def test_ddps_losses_are_said_and_whether_replicas_wait() -> None:
+    """Multi-GPU points: a line says what the scaling counts besides the all-reduce; stragglers only when decoded."""
+    losses = {"bucket_copies": 0.4, "contention": 0.1, "stragglers": 0.0}
+    eight = point(64, fits=True, seconds=0.5) | {"gpus_used": 8, "global_batch_size": 512, "ddp_losses_ms": losses}
+    memory = render.result({"result": {"predictions": [eight], "best": [], "models": {}}})
+    assert "bucket copies" in memory and "counted only where images are decoded (--input)" in memory
+    decoded = eight | {"ddp_losses_ms": losses | {"stragglers": 12.0}}
+    said = render.result({"result": {"predictions": [decoded], "best": [], "models": {}}})
+    assert "wait for the slowest replica (images decoded)" in said and "--input" not in said
+    alone = render.result({"result": {"predictions": [point(64, fits=True, seconds=0.5)], "best": [], "models": {}}})
+    assert "bucket copies" not in alone
