@@ -12,7 +12,6 @@ clusters only (leave one cluster out), and the constant prediction/ddp_losses.py
 """
 
 import argparse
-import csv
 import statistics
 import sys
 from collections import defaultdict
@@ -25,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import scaling, scaling_lambda  # noqa: E402
 from bench.perf_doc import write_section  # noqa: E402
 from prediction import ddp_losses, parallel  # noqa: E402
+from prediction.reference import data  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/ddp_losses.py"
-GPUS_CSV = Path(__file__).resolve().parent.parent / "data" / "gpus.csv"
 # The GPU of each set, as data/gpus.csv names it (its SMs and memory bandwidth).
 GPU = {
     "aws": "T4", "azure": "V100-SXM2-32GB", "dgx": "A100-SXM4-40GB", "dgx-ext": "A100-SXM4-40GB",
@@ -71,8 +70,15 @@ class Case:
 
 def gpu_specs() -> dict[str, tuple[int, float]]:
     """data/gpus.csv: GPU → (SMs, memory GB/s)."""
-    with GPUS_CSV.open(newline="") as f:
-        return {r["gpu"]: (int(r["sm_count"]), float(r["mem_bandwidth_gbs"])) for r in csv.DictReader(f)}
+    return {r["gpu"]: (int(r["sm_count"]), float(r["mem_bandwidth_gbs"])) for r in data.gpu_rows()}
+
+
+def mean_errors(cs: list[Case], cv: float, specs: dict[str, tuple[int, float]]) -> tuple[float, float, float]:
+    """Mean efficiency error (points) of perfect scaling, the tail alone and the tail with every term at cv."""
+    perfect = statistics.fmean(abs(1 - c.compute_ms / c.measured_ms) * 100 for c in cs)
+    tail = statistics.fmean(c.error(0.0) for c in cs)
+    both = statistics.fmean(c.error(c.terms(cv, specs).total_ms) for c in cs)
+    return perfect, tail, both
 
 
 def cases() -> list[Case]:
@@ -124,10 +130,8 @@ def table(all_cases: list[Case], specs: dict[str, tuple[int, float]], held_cv: d
     for name, cs in sorted(groups.items(), key=lambda kv: (kv[0].startswith("lambda"), kv[0])):
         cv = held_cv.get(cs[0].fold, 0.0) if cs[0].decoded else 0.0
         terms = [c.terms(cv, specs) for c in cs]
-        perfect = statistics.fmean(abs(1 - c.compute_ms / c.measured_ms) * 100 for c in cs)
-        tail = statistics.fmean(c.error(0.0) for c in cs)
+        perfect, tail, both = mean_errors(cs, cv, specs)
         alone = [statistics.fmean(c.error(getattr(t, term)) for c, t in zip(cs, terms, strict=True)) for term in TERMS]
-        both = statistics.fmean(c.error(t.total_ms) for c, t in zip(cs, terms, strict=True))
         floor = statistics.fmean(max(0.0, c.compute_ms / c.measured_ms - 1) * 100 for c in cs)
         ms = [statistics.fmean(c.step.exposed_ms for c in cs)] + [
             statistics.fmean(getattr(t, term) for t in terms) for term in TERMS
@@ -148,10 +152,7 @@ def summary(all_cases: list[Case], specs: dict[str, tuple[int, float]], held_cv:
     for c in all_cases:
         folds[c.fold].append(c)
     for fold, cs in sorted(folds.items()):
-        cv = held_cv.get(fold, 0.0)
-        perfect = statistics.fmean(abs(1 - c.compute_ms / c.measured_ms) * 100 for c in cs)
-        tail = statistics.fmean(c.error(0.0) for c in cs)
-        both = statistics.fmean(c.error(c.terms(cv, specs).total_ms) for c in cs)
+        perfect, tail, both = mean_errors(cs, held_cv.get(fold, 0.0), specs)
         lines.append(
             f"- {fold}: {len(cs)} rows, efficiency error perfect scaling {perfect:.1f} pp, tail {tail:.1f}, all terms "
             f"{both:.1f} (ratio to perfect {both / perfect:.2f}; the goal is 0.50 or less)"

@@ -30,9 +30,11 @@ __all__ = [
     "STRAGGLER_CV",
     "bucket_copies_ms",
     "contention_ms",
+    "contention_share",
     "expected_max",
     "losses",
     "losses_many",
+    "straggler_fraction",
     "stragglers_ms",
 ]
 
@@ -74,20 +76,33 @@ def bucket_copies_ms(gradient_bytes: float, mem_bandwidth_gbs: float | None) -> 
     return COPY_PASSES * gradient_bytes / (mem_bandwidth_gbs * 1e6)
 
 
+def contention_share(
+    *, bus_gbs: float, intra_link: str, sm_count: int | None, mem_bandwidth_gbs: float | None
+) -> float:
+    """The share of the GPU NCCL's kernels hold while they run: the larger of its CTAs over the SMs and the ring's
+    memory traffic over the memory bandwidth."""
+    sm_share = NCCL_CHANNELS.get(intra_link, 4) / sm_count if sm_count else 0.0
+    memory_share = RING_MEMORY_PASSES * bus_gbs / mem_bandwidth_gbs if mem_bandwidth_gbs else 0.0
+    return min(1.0, max(sm_share, memory_share))
+
+
 def contention_ms(
     *, overlapped_ms: float, bus_gbs: float, intra_link: str, sm_count: int | None, mem_bandwidth_gbs: float | None
 ) -> float:
     """Backward's slowdown while NCCL's kernels run beside it: the overlapped time x the GPU's share they hold (ms)."""
-    if overlapped_ms <= 0:
-        return 0.0
-    sm_share = NCCL_CHANNELS.get(intra_link, 4) / sm_count if sm_count else 0.0
-    memory_share = RING_MEMORY_PASSES * bus_gbs / mem_bandwidth_gbs if mem_bandwidth_gbs else 0.0
-    return overlapped_ms * min(1.0, max(sm_share, memory_share))
+    share = contention_share(bus_gbs=bus_gbs, intra_link=intra_link, sm_count=sm_count,
+                             mem_bandwidth_gbs=mem_bandwidth_gbs)  # fmt: skip
+    return max(0.0, overlapped_ms) * share
+
+
+def straggler_fraction(replicas: int, cv: float) -> float:
+    """The wait for the slowest of `replicas` steps spread with coefficient of variation cv, per ms of step."""
+    return cv * expected_max(replicas)
 
 
 def stragglers_ms(compute_ms: float, replicas: int, cv: float) -> float:
     """The wait for the slowest of `replicas` steps spread with coefficient of variation cv (ms)."""
-    return compute_ms * cv * expected_max(replicas)
+    return compute_ms * straggler_fraction(replicas, cv)
 
 
 @dataclass(frozen=True)
@@ -109,20 +124,12 @@ def losses(
     intra_link: str, sm_count: int | None, mem_bandwidth_gbs: float | None, cv: float,
 ) -> Losses:  # fmt: skip
     """Each term for one step on `replicas` GPUs (none on one GPU)."""
-    if replicas <= 1:
-        return Losses(0.0, 0.0, 0.0)
-    overlapped = max(0.0, allreduce_ms - exposed_ms)
-    return Losses(
-        bucket_copies_ms(gradient_bytes, mem_bandwidth_gbs),
-        contention_ms(
-            overlapped_ms=overlapped,
-            bus_gbs=bus_gbs,
-            intra_link=intra_link,
-            sm_count=sm_count,
-            mem_bandwidth_gbs=mem_bandwidth_gbs,
-        ),  # fmt: skip
-        stragglers_ms(compute_ms, replicas, cv),
-    )
+    copies, contention, stragglers = losses_many(
+        np.array([compute_ms]), np.array([exposed_ms]), allreduce_ms=allreduce_ms, replicas=replicas,
+        gradient_bytes=gradient_bytes, bus_gbs=bus_gbs, intra_link=intra_link, sm_count=sm_count,
+        mem_bandwidth_gbs=mem_bandwidth_gbs, cv=cv,
+    )  # fmt: skip
+    return Losses(copies, float(contention[0]), float(stragglers[0]))
 
 
 def losses_many(
@@ -130,12 +137,12 @@ def losses_many(
     bus_gbs: float, intra_link: str, sm_count: int | None, mem_bandwidth_gbs: float | None, cv: float,
 ) -> tuple[float, np.ndarray, np.ndarray]:  # fmt: skip
     """The terms for many steps of one CNN and layout at once: (bucket copies, contention per step, stragglers per
-    step), ms."""
+    step), ms; none on one GPU."""
     compute = np.asarray(compute_ms, dtype=float)
     if replicas <= 1:
         return 0.0, np.zeros_like(compute), np.zeros_like(compute)
     overlapped = np.maximum(0.0, allreduce_ms - np.asarray(exposed_ms, dtype=float))
-    share = contention_ms(overlapped_ms=1.0, bus_gbs=bus_gbs, intra_link=intra_link, sm_count=sm_count,
-                          mem_bandwidth_gbs=mem_bandwidth_gbs)  # fmt: skip
-    waits = compute * cv * expected_max(replicas)
-    return bucket_copies_ms(gradient_bytes, mem_bandwidth_gbs), overlapped * share, waits
+    share = contention_share(bus_gbs=bus_gbs, intra_link=intra_link, sm_count=sm_count,
+                             mem_bandwidth_gbs=mem_bandwidth_gbs)  # fmt: skip
+    copies = bucket_copies_ms(gradient_bytes, mem_bandwidth_gbs)
+    return copies, overlapped * share, compute * straggler_fraction(replicas, cv)
