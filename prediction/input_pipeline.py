@@ -11,13 +11,13 @@ makes a step max(upstream / e, downstream).
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 
 from prediction.points import fill_many, iteration_ms
 from shared import machine_cpus
-from shared.jobs.models import PointDict
+from shared.jobs.models import InputSummaryDict, PointDict
 from shared.jobs.request import InputSpec, JobRequest
 from shared.machine_cpus import HostCpu
 from shared.machine_types import MachineTypeInfo
@@ -105,7 +105,7 @@ def sourced(machine_type: str, rates: dict[str, InputRate]) -> Sourced:
     return Sourced(ref, "reference", detail, per_cpu, cpu)
 
 
-def summary(src: Sourced, info: MachineTypeInfo, spec: InputSpec) -> dict[str, Any]:
+def summary(src: Sourced, info: MachineTypeInfo, spec: InputSpec) -> InputSummaryDict:
     """What a result says of a machine type's input pipeline."""
     return {
         "source": src.source,

@@ -11,11 +11,10 @@ Four stages, each a function here with typed values (docs/ARCHITECTURE.md, Assem
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
 
 from prediction import input_pipeline, layouts, memory_model
 from prediction.points import best_of, withhold_unfit
-from shared.jobs.models import BestDict, ModelSummaryDict, PointDict, ResultDict
+from shared.jobs.models import BestDict, ModelSummaryDict, PointDict, PricedScheduleDict, ResultDict
 from shared.jobs.request import JobRequest
 from worker import decisions, schedules
 from worker.estimate import estimator
@@ -89,7 +88,7 @@ def choose(g: Gathered, annotated: list[Annotated], model_info: dict[str, ModelS
     request = g.request
     predictions: list[PointDict] = []
     best: list[BestDict] = []
-    priced: list[dict[str, Any]] = []
+    priced: list[PricedScheduleDict] = []
     for a in annotated:
         predictions.extend(a.points)
         basis = memory_model.usable_fraction(a.machine.info)[1] if a.machine.info["gpu"] else "the machine's RAM"

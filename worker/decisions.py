@@ -9,44 +9,59 @@ winner's: within the model's error they may be as good, and the reasons say so.
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, cast
 
 from prediction.points import MIN_HEADROOM_PCT, headroom_pct, with_headroom
-from shared.jobs.models import PointDict
+from shared.jobs.models import DecisionDict, OptionDict, PointDict
 from shared.jobs.request import JobRequest
 
 QUESTIONS = ("fastest", "cheapest", "cheapest_within_deadline", "fastest_within_budget")
 MAX_RUNNERS_UP = 5
 # A bound question's unbound twin: with no winner within the bound, the reason names that one's nearest option.
 RELAXED = {"cheapest_within_deadline": "fastest", "fastest_within_budget": "cheapest"}
-# (figure ranked, then the tie-breakers): the figure whose band decides a tie.
-RANK: dict[str, tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]] = {
+Figure = Literal["total_seconds", "cost_usd"]
+# (figure ranked, then the tie-breakers): the figure whose band decides a tie. Points and options alike.
+RANK: dict[str, tuple[Figure, Callable[[Any], tuple[Any, ...]]]] = {
     "fastest": ("total_seconds", lambda o: (o["total_seconds"], o["cost_usd"], o["batch_size"])),
     "cheapest": ("cost_usd", lambda o: (o["cost_usd"], o["total_seconds"], o["batch_size"])),
     "cheapest_within_deadline": ("cost_usd", lambda o: (o["cost_usd"], o["total_seconds"], o["batch_size"])),
     "fastest_within_budget": ("total_seconds", lambda o: (o["total_seconds"], o["cost_usd"], o["batch_size"])),
 }
-FIELDS = ("batch_size", "global_batch_size", "allreduce_algorithm", "source", "total_seconds", "total_seconds_p10",
-          "total_seconds_p90", "cost_usd", "cost_usd_p10", "cost_usd_p90", "spot_cost_usd", "input_bound",
-          "input_limit")  # fmt: skip
 
 
-def option(point: PointDict, capacity_gib: float | None) -> dict[str, Any]:
+def option(point: PointDict, capacity_gib: float | None) -> OptionDict:
     """A point as an option: its machine type, layout, times, costs and bands."""
-    p: dict[str, Any] = dict(point)
-    return {"machine": p["machine"], "gpus": p.get("gpus_used", 1), "nodes": p.get("nodes", 1),
-            **{k: p.get(k) for k in FIELDS}, "memory_headroom_pct": headroom_pct(point, capacity_gib)}  # fmt: skip
+    p = point
+    return {
+        "machine": p["machine"],
+        "gpus": p.get("gpus_used", 1),
+        "nodes": p.get("nodes", 1),
+        "batch_size": p["batch_size"],
+        "global_batch_size": p.get("global_batch_size"),
+        "allreduce_algorithm": p.get("allreduce_algorithm"),
+        "source": p["source"],
+        "total_seconds": cast(float, p["total_seconds"]),  # options are made of timed points only
+        "total_seconds_p10": p.get("total_seconds_p10"),
+        "total_seconds_p90": p.get("total_seconds_p90"),
+        "cost_usd": cast(float, p["cost_usd"]),
+        "cost_usd_p10": p.get("cost_usd_p10"),
+        "cost_usd_p90": p.get("cost_usd_p90"),
+        "spot_cost_usd": p.get("spot_cost_usd"),
+        "memory_headroom_pct": headroom_pct(point, capacity_gib),
+        "input_bound": p.get("input_bound"),
+        "input_limit": p.get("input_limit"),
+    }
 
 
-def decide(per_machine: list[tuple[str, list[PointDict], float | None]], request: JobRequest) -> list[dict[str, Any]]:
+def decide(per_machine: list[tuple[str, list[PointDict], float | None]], request: JobRequest) -> list[DecisionDict]:
     """Every question's decision for every CNN: per_machine holds (CNN, its points on one machine type, the memory
     one point may use there)."""
-    out = []
+    out: list[DecisionDict] = []
     for cnn in dict.fromkeys(c for c, _, _ in per_machine):
         mine = [(points, cap) for c, points, cap in per_machine if c == cnn]
         roomy, tight = _layouts(mine)
         # The unbound questions come first: a bound one with no winner names the nearest of theirs.
-        best: dict[str, list[dict[str, Any]]] = {}
+        best: dict[str, list[OptionDict]] = {}
         for question in QUESTIONS:
             limit = _limit(question, request)
             if limit is None and question not in ("fastest", "cheapest"):
@@ -85,7 +100,7 @@ def _layouts(mine: list[tuple[list[PointDict], float | None]]) -> tuple[Layouts,
     return roomy, tight
 
 
-def _best(layouts: Layouts, question: str, limit: float | None) -> list[dict[str, Any]]:
+def _best(layouts: Layouts, question: str, limit: float | None) -> list[OptionDict]:
     """Each layout's best point for the question (within its deadline or budget) as an option: a large job's tens
     of thousands of points become a few hundred options."""
     _figure, key = RANK[question]
@@ -106,11 +121,11 @@ def _within(options: list[Any], question: str, limit: float | None) -> list[Any]
     return options
 
 
-def _decision(cnn: str, question: str, roomy: list[dict[str, Any]], tight: list[dict[str, Any]],
-              limit: float | None, everything: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+def _decision(cnn: str, question: str, roomy: list[OptionDict], tight: list[OptionDict],
+              limit: float | None, everything: list[OptionDict]) -> DecisionDict:  # fmt: skip
     figure, key = RANK[question]
     ranked = sorted(roomy, key=key)
-    decision: dict[str, Any] = {"cnn": cnn, "question": question, "winner": None, "reasons": [], "runners_up": []}
+    decision: DecisionDict = {"cnn": cnn, "question": question, "winner": None, "reasons": [], "runners_up": []}
     if not ranked:
         decision["reasons"].append(_none_within(question, everything, limit))
         return decision
@@ -127,7 +142,7 @@ def _decision(cnn: str, question: str, roomy: list[dict[str, Any]], tight: list[
     if winner.get("input_bound"):
         reasons.append(_input_reason(winner))
     # One runner-up per other layout: its best batch size for the question, when its band reaches the winner's.
-    best_per_layout: dict[tuple[str, int, int], dict[str, Any]] = {}
+    best_per_layout: dict[tuple[str, int, int], OptionDict] = {}
     for o in ranked[1:]:
         best_per_layout.setdefault((o["machine"], o["gpus"], o["nodes"]), o)
     same = (winner["machine"], winner["gpus"], winner["nodes"])
@@ -141,13 +156,21 @@ def _decision(cnn: str, question: str, roomy: list[dict[str, Any]], tight: list[
     return decision
 
 
-def _overlaps(other: dict[str, Any], winner: dict[str, Any], figure: str) -> bool:
+def _overlaps(other: OptionDict, winner: OptionDict, figure: Figure) -> bool:
     """Whether other's P10 reaches below the winner's P90 on the figure (bands unknown: the figures themselves)."""
-    low, high = other.get(f"{figure}_p10"), winner.get(f"{figure}_p90")
-    return bool((other[figure] if low is None else low) <= (winner[figure] if high is None else high))
+    return _band(other, figure)[0] <= _band(winner, figure)[1]
 
 
-def _layout(o: dict[str, Any]) -> str:
+def _band(o: OptionDict, figure: Figure) -> tuple[float, float]:
+    """An option's P10 and P90 of the figure (each the figure itself where unknown)."""
+    if figure == "cost_usd":
+        low, mid, high = o["cost_usd_p10"], o["cost_usd"], o["cost_usd_p90"]
+    else:
+        low, mid, high = o["total_seconds_p10"], o["total_seconds"], o["total_seconds_p90"]
+    return (mid if low is None else low), (mid if high is None else high)
+
+
+def _layout(o: OptionDict) -> str:
     """'8 GPUs x 2 machines of p4d.24xlarge, batch 256 per GPU (4,096 in all)' or 'batch 64 on g4dn.xlarge'."""
     if o["gpus"] == 0:  # a CPU machine type (local without CUDA) trains on its cores
         return f"batch {o['batch_size']} on {o['machine']} (its CPU)"
@@ -160,7 +183,7 @@ def _layout(o: dict[str, Any]) -> str:
             f"{algorithm})")  # fmt: skip
 
 
-def _input_reason(o: dict[str, Any]) -> str:
+def _input_reason(o: OptionDict) -> str:
     """What binds an input-bound winner and what would lift it."""
     if o.get("input_limit") == "network":
         return (
@@ -173,7 +196,7 @@ def _input_reason(o: dict[str, Any]) -> str:
     )
 
 
-def _none_within(question: str, options: list[dict[str, Any]], limit: float | None) -> str:
+def _none_within(question: str, options: list[OptionDict], limit: float | None) -> str:
     """Why a bound question has no winner."""
     if not options:
         return "no batch size fits in memory or has a time on any machine type asked"

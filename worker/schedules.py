@@ -1,8 +1,8 @@
 """Batch-size schedules: a job's phases priced from its own points, beside the best constant batch size."""
 
-from typing import Any, cast
+from typing import cast
 
-from shared.jobs.models import PointDict
+from shared.jobs.models import ConstantChoiceDict, PointDict, PricedPhaseDict, PricedScheduleDict
 from shared.jobs.request import JobRequest
 
 NOTE = (
@@ -21,18 +21,19 @@ def _priced(point: PointDict) -> tuple[float, float]:
     return cast(float, point["epoch_seconds"]), cast(float, point["cost_usd"])
 
 
-def priced(cnn: str, machine_type: str, points: list[PointDict], request: JobRequest) -> dict[str, Any] | None:
+def priced(cnn: str, machine_type: str, points: list[PointDict], request: JobRequest) -> PricedScheduleDict | None:
     """The schedule of the request on one CNN and machine type, or None when the request has none."""
     if not request.schedule or not points:
         return None
     epochs = sum(phase.epochs for phase in request.schedule)
     index = {(p["batch_size"], p["gpus_used"], p["nodes"]): p for p in points}
     most_gpus, most_nodes = max(p["gpus_used"] for p in points), max(request.node_counts())
-    phases, missing = [], []
+    phases: list[PricedPhaseDict] = []
+    missing: list[str] = []
     for i, phase in enumerate(request.schedule):
         gpus, nodes = phase.gpus or most_gpus, phase.nodes or most_nodes
         point = index.get((phase.batch_size, gpus, nodes))
-        row: dict[str, Any] = {"epochs": phase.epochs, "batch_size": phase.batch_size, "gpus": gpus, "nodes": nodes,
+        row: PricedPhaseDict = {"epochs": phase.epochs, "batch_size": phase.batch_size, "gpus": gpus, "nodes": nodes,
                                "epoch_seconds": None, "seconds": None, "cost_usd": None}  # fmt: skip
         if point is not None and _usable(point):
             epoch, cost_usd = _priced(point)
@@ -45,13 +46,13 @@ def priced(cnn: str, machine_type: str, points: list[PointDict], request: JobReq
         phases.append(row)
     usable = [p for p in points if _usable(p)]
     best = min(usable, key=lambda p: (p["epoch_seconds"], p["batch_size"])) if usable else None
-    constant = None
+    constant: ConstantChoiceDict | None = None
     if best is not None:
         epoch, cost_usd = _priced(best)
         constant = {"batch_size": best["batch_size"], "gpus": best["gpus_used"], "nodes": best["nodes"],
                     "total_seconds": epoch * epochs, "cost_usd": cost_usd / request.epochs * epochs}  # fmt: skip
-    total = None if missing else sum(r["seconds"] for r in phases)
-    cost = None if missing else sum(r["cost_usd"] for r in phases)
+    total = None if missing else sum(r["seconds"] or 0.0 for r in phases)  # without missing, every phase is priced
+    cost = None if missing else sum(r["cost_usd"] or 0.0 for r in phases)
     return {
         "cnn": cnn,
         "machine": machine_type,

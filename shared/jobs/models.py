@@ -460,20 +460,102 @@ class ModelSummaryDict(TypedDict, total=False):
     evaluated_on: Any
 
 
+class OptionDict(TypedDict):
+    """One way to train as worker/decisions.py builds it: the plain dict an `Option` is."""
+
+    machine: str
+    gpus: int
+    nodes: int
+    batch_size: int
+    global_batch_size: int | None
+    allreduce_algorithm: str | None
+    source: str
+    total_seconds: float
+    total_seconds_p10: float | None
+    total_seconds_p90: float | None
+    cost_usd: float
+    cost_usd_p10: float | None
+    cost_usd_p90: float | None
+    spot_cost_usd: float | None
+    memory_headroom_pct: float | None
+    input_bound: bool | None
+    input_limit: str | None
+
+
+class DecisionDict(TypedDict):
+    """A question answered for a CNN as worker/decisions.py builds it: the plain dict a `Decision` is."""
+
+    cnn: str
+    question: str
+    winner: OptionDict | None
+    reasons: list[str]
+    runners_up: list[OptionDict]
+
+
+class PricedPhaseDict(TypedDict):
+    """A schedule's phase as worker/schedules.py prices it: the plain dict a `PricedPhase` is."""
+
+    epochs: int
+    batch_size: int
+    gpus: int
+    nodes: int
+    epoch_seconds: float | None
+    seconds: float | None
+    cost_usd: float | None
+
+
+class ConstantChoiceDict(TypedDict):
+    """The best constant batch size beside a schedule: the plain dict a `ConstantChoice` is."""
+
+    batch_size: int
+    gpus: int
+    nodes: int
+    total_seconds: float
+    cost_usd: float
+
+
+class PricedScheduleDict(TypedDict):
+    """A priced schedule as worker/schedules.py builds it: the plain dict a `PricedSchedule` is."""
+
+    cnn: str
+    machine: str
+    epochs: int
+    phases: list[PricedPhaseDict]
+    total_seconds: float | None
+    cost_usd: float | None
+    missing: str | None
+    best_constant: ConstantChoiceDict | None
+    time_vs_best_constant: float | None
+
+
+class InputSummaryDict(TypedDict):
+    """A machine type's input pipeline as prediction/input_pipeline.py says it: the plain dict an `InputSummary` is."""
+
+    source: str
+    detail: str
+    images_per_s_per_cpu: float | None
+    vcpus: int | None
+    environment_id: int | None
+    pipeline: str
+    input: str
+    cpu: str | None
+    cpu_source: str | None
+
+
 class ResultDict(TypedDict, total=False):
     """A result document as the worker builds and stores it (worker/assemble.py); `Result` validates it."""
 
     training: dict[str, Any]
     predictions: list[PointDict]
     best: list[BestDict]
-    decisions: list[dict[str, Any]]
+    decisions: list[DecisionDict]
     models: dict[str, ModelSummaryDict]
     energy_note: str
     gpu_note: str
     parallel_note: str
-    schedules: list[dict[str, Any]]
+    schedules: list[PricedScheduleDict]
     schedule_note: str
-    inputs: dict[str, dict[str, Any]]
+    inputs: dict[str, InputSummaryDict]
     input_note: str
     spot_note: str
     channels_last_note: str

@@ -5,10 +5,22 @@ from shared.jobs.models import (
     BestDict,
     Choice,
     ChoiceDict,
+    ConstantChoice,
+    ConstantChoiceDict,
+    Decision,
+    DecisionDict,
+    InputSummary,
+    InputSummaryDict,
     ModelSummary,
     ModelSummaryDict,
+    Option,
+    OptionDict,
     PointDict,
     Prediction,
+    PricedPhase,
+    PricedPhaseDict,
+    PricedSchedule,
+    PricedScheduleDict,
     Result,
     ResultDict,
 )
@@ -29,3 +41,17 @@ def test_best_choices_and_model_summaries_have_exactly_their_models_fields() -> 
     assert set(BestDict.__annotations__) == set(Best.model_fields)
     assert set(ChoiceDict.__annotations__) == set(Choice.model_fields)
     assert set(ModelSummaryDict.__annotations__) == set(ModelSummary.model_fields)
+
+
+def test_decisions_schedules_and_inputs_have_exactly_their_models_fields() -> None:
+    """The typed entries of `decisions`, `schedules` and `inputs` agree with the pydantic models that validate them."""
+    pairs = [
+        (DecisionDict, Decision),
+        (OptionDict, Option),
+        (PricedScheduleDict, PricedSchedule),
+        (PricedPhaseDict, PricedPhase),
+        (ConstantChoiceDict, ConstantChoice),
+        (InputSummaryDict, InputSummary),
+    ]
+    for typed, model in pairs:
+        assert set(typed.__annotations__) == set(model.model_fields), typed.__name__
