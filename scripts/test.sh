@@ -4,6 +4,9 @@
 # the machine's where they answer (or TEST_DATABASE_URL / TEST_REDIS_URL), else the embedded ones from the pip
 # wheels, started by tests/support/preflight.py with their data in .run/ (make down stops them).
 # Arguments go to both pytest runs (e.g. -x, -k name); --durations shows where each run's time goes.
+# The unit tests run in TEST_WORKERS pytest-xdist workers (default 2; 0 runs them in pytest's own process). The
+# integration tests run in one: they keep both cores busy already (their stacks, agents timing operations, PostgreSQL),
+# and two workers took as long (13-14 min against 14) with agents timing each other's load as noise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh
@@ -12,6 +15,6 @@ VENV=${VENV:-.venv}
 scripts/lint.sh
 # Port 1 and Redis db 0 of port 1: nothing listens there, so a unit test that reaches a service fails at once.
 DATABASE_URL=postgresql://127.0.0.1:1/nowhere REDIS_URL=redis://127.0.0.1:1/0 \
-    "$VENV/bin/pytest" --durations=25 tests/unit "$@"
+    "$VENV/bin/pytest" -n "${TEST_WORKERS:-2}" --durations=25 tests/unit "$@"
 "$VENV/bin/python" -m tests.support.preflight
 exec "$VENV/bin/pytest" --durations=25 tests/integration "$@"

@@ -4,7 +4,6 @@ keeping what was measured, redeliveries measuring only what is missing; and the 
 import json
 import math
 import signal
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from shared.measurements import layers, ops
 from shared.training import TrainConfig
 from tests.support.agentkit import measured, rows, until_agent
 from tests.support.jobflow import message_body
-from tests.support.stack import Stack, broker, queued_tasks
+from tests.support.stack import Stack, broker, queued_tasks, settled
 
 Setter = Callable[..., None]
 
@@ -219,7 +218,7 @@ def test_sigterm_writes_the_rows_a_real_agent_kept_and_hands_back_the_rest(stack
     first_log = len(stack.log("agent"))
     stack.start("agent")
     until_agent(lambda: len(rows("SELECT id FROM layer_benchmarks")) == wanted, "all rows", stack, timeout=120)
-    time.sleep(0.5)
+    until_agent(lambda: settled("local"), "the task acknowledged (nothing left to write)", stack)
     final = rows("SELECT id, signature_id, batch_size, measured_at FROM layer_benchmarks ORDER BY id")
     assert final[: len(at_exit)] == at_exit and len(final) == wanted
     assert measured(stack.log("agent")[first_log:]) == wanted - len(at_exit)

@@ -1,7 +1,6 @@
 """End to end: the real controller process against moto's EC2 server launches an instance for a job's
 machine type; a real local agent stands in for that instance; the job completes; the idle instance goes."""
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from tests.support.stack import Stack, free_port, http
+from tests.support.wait import wait_until
 
 AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -28,13 +28,11 @@ def moto_url() -> Iterator[str]:
 
 def wait_for(what: str, check: Callable[[], Any], stack: Stack, timeout: float = 240) -> Any:
     """Poll until check() returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if got := check():
-            return got
-        time.sleep(0.5)
-    logs = "\n".join(f"--- {n}\n{stack.log(n)[-3000:]}" for n in ("fleet", "worker", "agent") if n in stack.procs)
-    raise AssertionError(f"timed out waiting for {what}\n{logs}")
+
+    def logs() -> str:
+        return "\n".join(f"--- {n}\n{stack.log(n)[-3000:]}" for n in ("fleet", "worker", "agent") if n in stack.procs)
+
+    return wait_until(check, timeout, what, interval=0.5, log=logs)
 
 
 def test_fleet_launches_an_agent_the_job_completes_and_the_idle_instance_goes(
@@ -115,8 +113,7 @@ def test_fleet_launches_an_agent_the_job_completes_and_the_idle_instance_goes(
         assert actions["launched"]["instance_id"] == inst["InstanceId"]
         assert "idle" in actions["terminated"]["detail"] and status["instances"] == []
     finally:
-        for name in list(stack.procs):
-            stack.stop(name)
+        stack.stop_all()
 
 
 def test_api_reads_its_database_url_from_ssm(clean_db: None, service_env: dict[str, str], moto_url: str,

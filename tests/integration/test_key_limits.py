@@ -40,8 +40,7 @@ def limits_stack(service_env: dict[str, str], tmp_path_factory: pytest.TempPathF
     stack.start("api")
     stack.wait_ready()
     yield stack
-    for name in list(stack.procs):
-        stack.stop(name)
+    stack.stop_all()
 
 
 def new_key(scope: str = "submit", **limits: Any) -> str:

@@ -26,8 +26,7 @@ def limits_api(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFac
     stack.start("api")
     stack.wait_ready()
     yield stack
-    for name in list(stack.procs):
-        stack.stop(name)
+    stack.stop_all()
 
 
 def counts() -> tuple[int, int, int]:

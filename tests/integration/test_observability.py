@@ -3,7 +3,6 @@
 import json
 import re
 import secrets
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shared import keys
 from tests.support.stack import Stack, bearer, broker, http
+from tests.support.wait import job_finished
 
 TOKEN = secrets.token_hex(16)
 JOB = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [1, 2], "image_size": 32, "epochs": 1}
@@ -35,15 +35,12 @@ def ran(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
         posted = http.post(f"{stack.url}/v1/jobs", json=JOB)
         assert posted.status_code == 202, posted.text
         job_id = posted.json()["id"]
-        deadline = time.monotonic() + 300
-        while (job := http.get(f"{stack.url}/v1/jobs/{job_id}").json())["status"] not in ("succeeded", "failed"):
-            assert time.monotonic() < deadline, f"job did not finish: {job}\n{stack.log('worker')[-3000:]}"
-            time.sleep(0.5)
+        job = job_finished(lambda: http.get(f"{stack.url}/v1/jobs/{job_id}").json(), job_id, 300,
+                           lambda: stack.log("worker"), interval=0.5)  # fmt: skip
         assert job["status"] == "succeeded", job
         yield stack, job_id
     finally:
-        for name in list(stack.procs):
-            stack.stop(name)
+        stack.stop_all()
 
 
 def scrape(stack: Stack, headers: dict[str, str]) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

@@ -24,8 +24,7 @@ def slow_api(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFacto
     stack.start("api")
     stack.wait_ready()
     yield stack
-    for name in list(stack.procs):
-        stack.stop(name)
+    stack.stop_all()
 
 
 def until_closed(sock: socket.socket) -> tuple[bytes, float]:

@@ -1,6 +1,5 @@
 """A request is validated once, at the door: the worker loads a stored one under whatever limits hold now."""
 
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +12,7 @@ from shared.core import tasks
 from shared.core.settings import get_settings
 from shared.jobs.request import JobRequest, points_limit
 from tests.support.stack import Stack
+from tests.support.wait import wait_until
 
 # Accepted under the default limits (MAX_BATCH_SIZE 4096, MAX_BATCH_SIZES 1000).
 BODY: dict[str, Any] = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [2048, 8, 8], "image_size": 64}
@@ -72,8 +72,7 @@ def lowered_worker(service_env: dict[str, str], tmp_path_factory: pytest.TempPat
     stack.start("api")
     stack.wait_ready()
     yield stack
-    for name in list(stack.procs):
-        stack.stop(name)
+    stack.stop_all()
 
 
 def test_queued_job_plans_after_the_limit_is_lowered(lowered_worker: Stack) -> None:
@@ -83,9 +82,8 @@ def test_queued_job_plans_after_the_limit_is_lowered(lowered_worker: Stack) -> N
     job, created = jobs.create(request=request)
     assert created and job["request"]["batch_sizes"] == [8, 2048]
     tasks.send(tasks.PLAN_JOB, args=[str(job["id"])])
-    deadline = time.monotonic() + 120
-    while (current := jobs.get(job_id=job["id"]))["status"] == "queued" and time.monotonic() < deadline:
-        time.sleep(0.2)
+    current = wait_until(lambda: (j := jobs.get(job_id=job["id"]))["status"] != "queued" and j, 120, "planning",
+                         interval=0.2, log=lambda: lowered_worker.log("worker"))  # fmt: skip
     try:
         seen = (current["status"], current["error"], lowered_worker.log("worker")[-2000:])
         assert current["status"] == "running", seen
@@ -98,10 +96,9 @@ def test_size_the_door_did_not_know_fails_the_job_with_the_reason(lowered_worker
     """A CNN that cannot run at the size, stored without the door's check, fails at planning within seconds."""
     request = JobRequest.model_validate({**BODY, "cnns": ["vit_b_16"], "image_size": 256})
     job, _created = jobs.create(request=request)
-    started = time.monotonic()
     tasks.send(tasks.PLAN_JOB, args=[str(job["id"])])
-    while (current := jobs.get(job_id=job["id"]))["status"] == "queued" and time.monotonic() - started < 120:
-        time.sleep(0.2)
+    current = wait_until(lambda: (j := jobs.get(job_id=job["id"]))["status"] != "queued" and j, 120, "planning",
+                         interval=0.2, log=lambda: lowered_worker.log("worker"))  # fmt: skip
     assert current["status"] == "failed", (current["status"], lowered_worker.log("worker")[-2000:])
     assert current["error"].startswith("vit_b_16 cannot run on 256x256 images")
     assert current["finished_at"] is not None

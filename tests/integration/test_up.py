@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from shared.core.db import transaction
 from tests.support.stack import ROOT, bearer, free_port
+from tests.support.wait import wait_until
 
 NAMES = ("api", "worker", "beat", "agent")
 # Answered by the reference predictor (no agent for it): a job the worker alone finishes.
@@ -21,12 +21,7 @@ JOB = {"cnns": ["resnet18"], "machines": ["g4dn.xlarge"], "batch_sizes": [32], "
 
 def until(what: str, check: Callable[[], bool], timeout: float) -> None:
     """Poll `check()` until it is true, else fail naming `what`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    pytest.fail(f"timed out waiting for {what}")
+    wait_until(check, timeout, what, interval=0.3)
 
 
 def alive(pid: int) -> bool:

@@ -163,8 +163,7 @@ def main() -> int:
             finally:
                 driver.quit()
         finally:
-            for name in list(stack.procs):
-                stack.stop(name)
+            stack.stop_all()
     print(f"saved {args.out} ({'x'.join(map(str, png_size(args.out)))})")
     return 0
 
