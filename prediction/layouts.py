@@ -60,10 +60,11 @@ def spread(
     if request.internode_gbps is not None:
         links = replace(links, network_gbps=request.internode_gbps, network_kind="the job's internode_gbps", rdma=None)
     out: list[PointDict] = []
-    for gpus, nodes in layouts:
+    for i, (gpus, nodes) in enumerate(layouts):
         timing = (measured or {}).get(gpus)
         links_here = parallel.with_measured(links, timing)
-        copies = [_copy(p) for p in points]
+        # The last layout takes the points themselves: every earlier one has copied them by then.
+        copies = points if i == len(layouts) - 1 else [_copy(p) for p in points]
         for point in copies:
             point["gpus_used"], point["nodes"] = gpus, nodes
             point["global_batch_size"] = point["batch_size"] * gpus * nodes

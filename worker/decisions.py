@@ -60,6 +60,8 @@ def decide(per_machine: list[tuple[str, list[PointDict], float | None]], request
     for cnn in dict.fromkeys(c for c, _, _ in per_machine):
         mine = [(points, cap) for c, points, cap in per_machine if c == cnn]
         roomy, tight = _layouts(mine)
+        if [id(group) for group, _ in roomy] == [id(group) for group, _ in tight]:
+            tight = roomy  # every usable point leaves the headroom: one search answers both
         # The unbound questions come first: a bound one with no winner names the nearest of theirs.
         best: dict[str, list[OptionDict]] = {}
         for question in QUESTIONS:
@@ -67,8 +69,9 @@ def decide(per_machine: list[tuple[str, list[PointDict], float | None]], request
             if limit is None and question not in ("fastest", "cheapest"):
                 continue
             best[question] = _best(roomy, question, limit)
+            closest = best[question] if tight is roomy else _best(tight, question, limit)
             unbound = best[question] if limit is None else best[RELAXED[question]]
-            out.append(_decision(cnn, question, best[question], _best(tight, question, limit), limit, unbound))
+            out.append(_decision(cnn, question, best[question], closest, limit, unbound))
     return out
 
 
@@ -92,12 +95,19 @@ def _layouts(mine: list[tuple[list[PointDict], float | None]]) -> tuple[Layouts,
     for points, cap in mine:
         usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
         spacious = with_headroom(usable, cap)
-        for found, chosen in ((roomy, spacious or usable), (tight, usable)):
-            by_layout: dict[tuple[int, int], list[Any]] = {}
-            for p in chosen:
-                by_layout.setdefault((p.get("gpus_used", 1), p.get("nodes", 1)), []).append(p)
-            found += [(group, cap) for group in by_layout.values()]
+        groups = _by_layout(usable)
+        tight += [(group, cap) for group in groups]
+        # Where every usable point leaves the headroom, the roomy groups are the tight ones themselves.
+        roomy += [(group, cap) for group in (groups if len(spacious) in (0, len(usable)) else _by_layout(spacious))]
     return roomy, tight
+
+
+def _by_layout(points: list[Any]) -> list[list[Any]]:
+    """The points grouped by (GPUs, nodes), in the order each layout first appears."""
+    by_layout: dict[tuple[int, int], list[Any]] = {}
+    for p in points:
+        by_layout.setdefault((p.get("gpus_used", 1), p.get("nodes", 1)), []).append(p)
+    return list(by_layout.values())
 
 
 def _best(layouts: Layouts, question: str, limit: float | None) -> list[OptionDict]:
