@@ -31,25 +31,24 @@ RANK: dict[str, tuple[Figure, Callable[[Any], tuple[Any, ...]]]] = {
 
 def option(point: PointDict, capacity_gib: float | None) -> OptionDict:
     """A point as an option: its machine type, layout, times, costs and bands."""
-    p = point
     return {
-        "machine": p["machine"],
-        "gpus": p.get("gpus_used", 1),
-        "nodes": p.get("nodes", 1),
-        "batch_size": p["batch_size"],
-        "global_batch_size": p.get("global_batch_size"),
-        "allreduce_algorithm": p.get("allreduce_algorithm"),
-        "source": p["source"],
-        "total_seconds": cast(float, p["total_seconds"]),  # options are made of timed points only
-        "total_seconds_p10": p.get("total_seconds_p10"),
-        "total_seconds_p90": p.get("total_seconds_p90"),
-        "cost_usd": cast(float, p["cost_usd"]),
-        "cost_usd_p10": p.get("cost_usd_p10"),
-        "cost_usd_p90": p.get("cost_usd_p90"),
-        "spot_cost_usd": p.get("spot_cost_usd"),
+        "machine": point["machine"],
+        "gpus": point.get("gpus_used", 1),
+        "nodes": point.get("nodes", 1),
+        "batch_size": point["batch_size"],
+        "global_batch_size": point.get("global_batch_size"),
+        "allreduce_algorithm": point.get("allreduce_algorithm"),
+        "source": point["source"],
+        "total_seconds": cast(float, point["total_seconds"]),  # options are made of timed points only
+        "total_seconds_p10": point.get("total_seconds_p10"),
+        "total_seconds_p90": point.get("total_seconds_p90"),
+        "cost_usd": cast(float, point["cost_usd"]),
+        "cost_usd_p10": point.get("cost_usd_p10"),
+        "cost_usd_p90": point.get("cost_usd_p90"),
+        "spot_cost_usd": point.get("spot_cost_usd"),
         "memory_headroom_pct": headroom_pct(point, capacity_gib),
-        "input_bound": p.get("input_bound"),
-        "input_limit": p.get("input_limit"),
+        "input_bound": point.get("input_bound"),
+        "input_limit": point.get("input_limit"),
     }
 
 
@@ -60,8 +59,6 @@ def decide(per_machine: list[tuple[str, list[PointDict], float | None]], request
     for cnn in dict.fromkeys(c for c, _, _ in per_machine):
         mine = [(points, cap) for c, points, cap in per_machine if c == cnn]
         roomy, tight = _layouts(mine)
-        if [id(group) for group, _ in roomy] == [id(group) for group, _ in tight]:
-            tight = roomy  # every usable point leaves the headroom: one search answers both
         # The unbound questions come first: a bound one with no winner names the nearest of theirs.
         best: dict[str, list[OptionDict]] = {}
         for question in QUESTIONS:
@@ -89,17 +86,22 @@ Layouts = list[tuple[list[Any], float | None]]  # each layout's usable points, a
 
 def _layouts(mine: list[tuple[list[PointDict], float | None]]) -> tuple[Layouts, Layouts]:
     """Every (machine type, GPUs, nodes) layout's usable points, twice: those leaving the headroom (where a machine
-    type has any; roomy), and all (tight). Each point's headroom is worked out once."""
+    type has any; roomy), and all (tight). Each point's headroom is worked out once. Where both hold the same
+    points, tight is roomy itself (one search answers both)."""
     roomy: Layouts = []
     tight: Layouts = []
+    alike = True
     for points, cap in mine:
         usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
         spacious = with_headroom(usable, cap)
-        groups = _by_layout(usable)
-        tight += [(group, cap) for group in groups]
-        # Where every usable point leaves the headroom, the roomy groups are the tight ones themselves.
-        roomy += [(group, cap) for group in (groups if len(spacious) in (0, len(usable)) else _by_layout(spacious))]
-    return roomy, tight
+        groups = [(group, cap) for group in _by_layout(usable)]
+        tight += groups
+        if len(spacious) in (0, len(usable)):
+            roomy += groups
+        else:
+            roomy += [(group, cap) for group in _by_layout(spacious)]
+            alike = False
+    return roomy, (roomy if alike else tight)
 
 
 def _by_layout(points: list[Any]) -> list[list[Any]]:

@@ -75,6 +75,12 @@ def lowered_worker(service_env: dict[str, str], tmp_path_factory: pytest.TempPat
     stack.stop_all()
 
 
+def planned(job_id: Any, stack: Stack) -> dict[str, Any]:
+    """The job once the worker has taken it out of `queued`."""
+    return wait_until(lambda: (j := jobs.get(job_id=job_id))["status"] != "queued" and j, 120, "planning",
+                      interval=0.2, log=lambda: stack.log("worker"))  # fmt: skip
+
+
 def test_queued_job_plans_after_the_limit_is_lowered(lowered_worker: Stack) -> None:
     """A job stored under MAX_BATCH_SIZE 4096 is planned by a worker running under 64, not failed."""
     get_settings.cache_clear()
@@ -82,8 +88,7 @@ def test_queued_job_plans_after_the_limit_is_lowered(lowered_worker: Stack) -> N
     job, created = jobs.create(request=request)
     assert created and job["request"]["batch_sizes"] == [8, 2048]
     tasks.send(tasks.PLAN_JOB, args=[str(job["id"])])
-    current = wait_until(lambda: (j := jobs.get(job_id=job["id"]))["status"] != "queued" and j, 120, "planning",
-                         interval=0.2, log=lambda: lowered_worker.log("worker"))  # fmt: skip
+    current = planned(job["id"], lowered_worker)
     try:
         seen = (current["status"], current["error"], lowered_worker.log("worker")[-2000:])
         assert current["status"] == "running", seen
@@ -97,8 +102,7 @@ def test_size_the_door_did_not_know_fails_the_job_with_the_reason(lowered_worker
     request = JobRequest.model_validate({**BODY, "cnns": ["vit_b_16"], "image_size": 256})
     job, _created = jobs.create(request=request)
     tasks.send(tasks.PLAN_JOB, args=[str(job["id"])])
-    current = wait_until(lambda: (j := jobs.get(job_id=job["id"]))["status"] != "queued" and j, 120, "planning",
-                         interval=0.2, log=lambda: lowered_worker.log("worker"))  # fmt: skip
+    current = planned(job["id"], lowered_worker)
     assert current["status"] == "failed", (current["status"], lowered_worker.log("worker")[-2000:])
     assert current["error"].startswith("vit_b_16 cannot run on 256x256 images")
     assert current["finished_at"] is not None

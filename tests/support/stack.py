@@ -127,11 +127,7 @@ class Stack:
         """Stop one process and return its exit code."""
         proc = self.procs.pop(name)
         proc.send_signal(sig)
-        try:
-            return proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return proc.wait()
+        return _reaped(proc, time.monotonic() + timeout)
 
     def stop_all(self, timeout: float = 60) -> None:
         """Stop every process: all told at once, so their shutdowns overlap instead of queueing."""
@@ -140,11 +136,7 @@ class Stack:
             proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for proc in procs:
-            try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _reaped(proc, deadline)
 
     def wait_ready(self, timeout: float = 60) -> None:
         """Wait until the API answers /readyz."""
@@ -161,6 +153,15 @@ class Stack:
     def log(self, name: str) -> str:
         """What a process has printed so far."""
         return (self.logs / f"{name}.log").read_text(errors="replace")
+
+
+def _reaped(proc: subprocess.Popen[bytes], deadline: float) -> int:
+    """A signalled process's exit code once it has gone; killed if still there at the deadline."""
+    try:
+        return proc.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 def running(
