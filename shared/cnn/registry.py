@@ -2,8 +2,6 @@
 
 import json
 import re
-import subprocess
-import sys
 import threading
 from collections import Counter
 from datetime import datetime
@@ -21,6 +19,7 @@ from shared import jobs
 from shared.cnn import builtins as cnn_registry
 from shared.cnn import layer_list, onnx_reader
 from shared.cnn import zoo as cnn_zoo
+from shared.cnn.describer import Describer
 from shared.cnn.zoo import ConvLayers
 from shared.core.db import Cursor, Json, transaction
 from shared.core.errors import (
@@ -30,7 +29,6 @@ from shared.core.errors import (
     InvalidRequest,
     NotFound,
     ServiceUnavailable,
-    TraincastError,
 )
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -242,32 +240,27 @@ def _builtin(name: str) -> CnnListed:
     return CnnListed(name=name, source="torchvision", parameters=known.parameters)
 
 
-# One child at a time: each loads torch (0.8 GB peak RSS for resnet18) for a few seconds. A request that finds it
-# busy waits at most _CHILD_WAIT_S, then gets a 503 with Retry-After: waiting requests must not pile up in the API's
-# thread pool, where any read key asking for new sizes could otherwise starve every other request.
+# One description at a time: each traces in a fork of the warm child (shared/cnn/describer.py), up to 0.8 GB for a
+# large CNN. A request that finds it busy waits at most _CHILD_WAIT_S, then gets a 503 with Retry-After: waiting
+# requests must not pile up in the API's thread pool, where any read key asking for new sizes could otherwise starve
+# every other request.
 _CHILD = threading.BoundedSemaphore(1)
 _CHILD_WAIT_S = 2.0
 _CHILD_TIMEOUT_S = 60
+DESCRIBER = Describer()
 
 
-@lru_cache(maxsize=512)  # errors too: asking again for a size a CNN cannot take starts no child
+@lru_cache(maxsize=512)  # errors too: asking again for a size a CNN cannot take traces nothing
 def _builtin_view(name: str, image_size: int, num_classes: int) -> dict[str, Any]:
-    """A built-in CNN's view or {error, status}, traced in a child process (shared/cnn/zoo.py main), never here."""
-    command = [sys.executable, "-m", "shared.cnn.zoo", name, str(image_size), str(num_classes)]
+    """A built-in CNN's view or {error, status}, traced in the describing child, never here."""
     if not _CHILD.acquire(timeout=_CHILD_WAIT_S):
         raise ServiceUnavailable(
             f"busy describing another CNN at a size not seen before; retry {name} at {image_size} px shortly", cnn=name
         )
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S, check=False)
+        return DESCRIBER.describe(name, image_size, num_classes, timeout_s=_CHILD_TIMEOUT_S)
     finally:
         _CHILD.release()
-    lines = done.stdout.strip().splitlines()
-    if not lines:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise TraincastError(f"reading {name} at {image_size} px failed: {last[:500]}", cnn=name)
-    out: dict[str, Any] = json.loads(lines[-1])
-    return out
 
 
 def _custom(name: str, owner: str | None = None) -> CustomCnn:

@@ -282,7 +282,7 @@ def _pair(v: Any) -> tuple[int, int]:
 def main(argv: list[str]) -> int:
     """`python -m shared.cnn.zoo NAME IMAGE_SIZE NUM_CLASSES`: the CNN's view as JSON, or its error (exit 1).
 
-    The API runs this in a child process to describe a built-in CNN, so torch is never imported by the API.
+    The API asks shared/cnn/describer.py's warm child instead, which answers the same JSON; torch is never in the API.
     """
     name, size, classes = argv[0], int(argv[1]), int(argv[2])
     try:
