@@ -12,7 +12,6 @@ from typing import Any
 
 from cli import render
 from cli.client import CliError
-from shared.measurements import transfer
 
 
 def add_parser(sub: Any) -> None:
@@ -33,6 +32,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Carry out a `measurements` subcommand."""
+    from shared.measurements import transfer  # onnx and numpy come with it: only for this command, not every CLI start
+
     if args.measurements_command == "export":
         to_stdout = args.output == "-"
         with sys.stdout.buffer if to_stdout else open(args.output, "wb") as out:  # noqa: SIM115
