@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: lint and type-check, then the unit tests (tests/unit) with DATABASE_URL and REDIS_URL pointing
+# The test command: lint and type-check beside the unit tests (tests/unit) with DATABASE_URL and REDIS_URL pointing
 # nowhere (they need no service), then the integration tests (tests/integration) against real PostgreSQL and Redis:
 # the machine's where they answer (or TEST_DATABASE_URL / TEST_REDIS_URL), else the embedded ones from the pip
 # wheels, started by tests/support/preflight.py with their data in .run/ (make down stops them).
@@ -12,9 +12,20 @@ cd "$(dirname "$0")/.."
 scripts/venv.sh
 scripts/browser.sh  # Debian's Chromium for tests/integration/test_web.py; skipped when already installed
 VENV=${VENV:-.venv}
-scripts/lint.sh
+# Lint (~45 s, one core, mostly mypy) runs beside the unit tests; its output is shown, and its failure counted, after.
+lint_log=$(mktemp)
+trap 'rm -f "$lint_log"' EXIT
+scripts/lint.sh >"$lint_log" 2>&1 &
+lint=$!
 # Port 1 and Redis db 0 of port 1: nothing listens there, so a unit test that reaches a service fails at once.
+unit=0
 DATABASE_URL=postgresql://127.0.0.1:1/nowhere REDIS_URL=redis://127.0.0.1:1/0 \
-    "$VENV/bin/pytest" -n "${TEST_WORKERS:-2}" --durations=25 tests/unit "$@"
+    "$VENV/bin/pytest" -n "${TEST_WORKERS:-2}" --durations=25 tests/unit "$@" || unit=$?
+linted=0
+wait "$lint" || linted=$?
+cat "$lint_log"
+rm -f "$lint_log"
+[ "$linted" = 0 ] || { echo "lint failed (above)" >&2; exit "$linted"; }
+[ "$unit" = 0 ] || exit "$unit"
 "$VENV/bin/python" -m tests.support.preflight
 exec "$VENV/bin/pytest" --durations=25 tests/integration "$@"
