@@ -1,13 +1,16 @@
 """What a measurement ran on, stored once and referenced by every row it produced."""
 
+import ast
+import importlib.util
 import os
 import platform
+import sys
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import torch
-import torchvision
 
 from gpu_agent import __version__
 from shared import local_machine
@@ -29,6 +32,24 @@ def configure() -> None:
     torch.backends.cudnn.benchmark = True
 
 
+@cache
+def torchvision_version() -> str:
+    """torchvision's __version__ (local part included, as stored environments have it), read from its version.py
+    without importing the package: its import pulls torch._dynamo (~1.3 s of every agent's start)."""
+    if "torchvision" in sys.modules:
+        return str(sys.modules["torchvision"].__version__)
+    spec = importlib.util.find_spec("torchvision")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        source = Path(folder, "version.py")
+        if source.is_file():
+            for node in ast.parse(source.read_text()).body:
+                if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__version__"]:
+                    return str(ast.literal_eval(node.value))
+    import torchvision  # a layout without version.py: import it after all
+
+    return str(torchvision.__version__)
+
+
 def device() -> torch.device:
     """The device this agent measures on: the setting, else CUDA if present, else CPU."""
     configure()
@@ -45,7 +66,7 @@ def describe(dev: torch.device) -> dict[str, Any]:
         "agent_version": __version__,
         "timing_method": TIMING_METHOD,
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": torchvision_version(),
         "python": platform.python_version(),
         "device_type": dev.type,
         "cpu": cpu_model(),

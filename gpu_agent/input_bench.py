@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image
-from torchvision import transforms
 
 from gpu_agent import environment
 from shared.measurements.inputs import PIPELINE, InputRate
@@ -47,6 +46,8 @@ def make_jpegs(n: int = IMAGES, seed: int = 0) -> list[bytes]:
 
 
 def _augment() -> Callable[[Image.Image], torch.Tensor]:
+    from torchvision import transforms  # here, not at the agent's start (torchvision pulls torch._dynamo, ~1.3 s)
+
     return transforms.Compose([  # type: ignore[no-any-return]
         transforms.RandomResizedCrop(CROP), transforms.RandomHorizontalFlip(), transforms.ToTensor(),
         transforms.Normalize(MEAN, STD),

@@ -13,7 +13,6 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-import torchvision
 
 from gpu_agent import memory, windows
 from gpu_agent.timing import Policy, sync
@@ -114,6 +113,8 @@ def check_autocast(config: TrainConfig, device: torch.device) -> None:
 
 def build(cnn: str, config: TrainConfig, device: torch.device) -> tuple[torch.nn.Module, Any]:
     """A freshly initialised CNN in training mode on the device (fp32 master weights), with its optimizer."""
+    import torchvision  # here, not at the agent's start: its import pulls torch._dynamo (~1.3 s), steps alone need it
+
     check_autocast(config, device)
     kwargs: dict[str, Any] = {"weights": None}
     if cnn in ("googlenet", "inception_v3"):
