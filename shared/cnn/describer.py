@@ -3,8 +3,8 @@
 Importing torch and torchvision takes ~3 s and the trace itself 0.04-0.7 s, so a fresh interpreter per size spent
 nearly all its time importing. The child (`python -m shared.cnn.describer`) imports them once, then for each request
 line forks: the fork traces and exits, so its memory goes with it and a crash or a kill loses only that request. The
-child leaves after WARM_S without a request (torch's ~0.4 GB is not held by an idle API), and is started again on the
-next one. The API itself never imports torch.
+child leaves after API_DESCRIBE_WARM_S without a request (torch's ~0.4 GB is not held by an idle API), and is started
+again on the next one. The API itself never imports torch.
 
 Protocol: one JSON line in, `[name, image_size, num_classes]`; one JSON line out, the view or `{error, status}` as
 shared/cnn/zoo.py's main prints it, or `{crashed: why}` when the fork died without answering.
@@ -22,15 +22,14 @@ import time
 from typing import IO, Any
 
 from shared.core.errors import TraincastError
-
-WARM_S = 60.0
+from shared.core.settings import get_settings
 
 
 class Describer:
     """The API's handle on the warm child; one request at a time (the caller holds the lock that says so)."""
 
-    def __init__(self, warm_s: float = WARM_S) -> None:
-        self.warm_s = warm_s
+    def __init__(self, warm_s: float | None = None) -> None:
+        self.warm_s = warm_s  # None: the setting, read at each request
         self._proc: subprocess.Popen[bytes] | None = None
         self._guard = threading.Lock()
         self._timer: threading.Timer | None = None
@@ -51,13 +50,14 @@ class Describer:
                 self._close()
                 why = "timed out" if isinstance(exc, TimeoutError) else "stopped"
                 raise TraincastError(f"reading {name} at {image_size} px failed: the describing process {why}") from exc
-            self._timer = threading.Timer(self.warm_s, self.close_if_idle)
+            warm_s = get_settings().api_describe_warm_s if self.warm_s is None else self.warm_s
+            if warm_s <= 0:
+                self._close()
+                return _answered(line, name, image_size)
+            self._timer = threading.Timer(warm_s, self.close_if_idle)
             self._timer.daemon = True
             self._timer.start()
-        out: dict[str, Any] = json.loads(line)
-        if "crashed" in out:
-            raise TraincastError(f"reading {name} at {image_size} px failed: {out['crashed']}", cnn=name)
-        return out
+        return _answered(line, name, image_size)
 
     def close_if_idle(self) -> None:
         """Stop the child unless a request holds it."""
@@ -92,6 +92,14 @@ class Describer:
         for pipe in (proc.stdin, proc.stdout):
             if pipe is not None:
                 pipe.close()
+
+
+def _answered(line: bytes, name: str, image_size: int) -> dict[str, Any]:
+    """The child's answer: the view or {error, status}; TraincastError when the trace died."""
+    out: dict[str, Any] = json.loads(line)
+    if "crashed" in out:
+        raise TraincastError(f"reading {name} at {image_size} px failed: {out['crashed']}", cnn=name)
+    return out
 
 
 def _read_line(stream: IO[bytes], timeout_s: float) -> bytes:

@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     # How long a thread holding the GIL keeps it while another waits (CPython's default is 5 ms): the event loop,
     # which answers /healthz, waits this long per wake-up behind busy route threads.
     api_gil_switch_ms: float = Field(default=1.0, ge=0.1, le=100)
+    # How long the child that describes built-in CNNs at new sizes (shared/cnn/describer.py) stays after its last
+    # request, holding torch (~0.4 GB); 0 stops it after each description (each then pays torch's import, ~3-5 s).
+    api_describe_warm_s: float = Field(default=60.0, ge=0, le=86400)
     # The Celery worker's niceness (0: as started): batch work below the API on a shared host. Never the agent's,
     # whose CPU timings are measurements.
     worker_nice: int = Field(default=10, ge=0, le=19)

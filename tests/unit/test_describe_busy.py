@@ -65,3 +65,20 @@ def test_a_late_child_is_killed_and_an_idle_one_leaves() -> None:
     assert proc is not None
     proc.wait(timeout=10)  # the idle timer stops it
     assert not describer.running
+
+
+def test_with_no_warm_time_the_child_leaves_after_each_description(monkeypatch: pytest.MonkeyPatch) -> None:
+    """API_DESCRIBE_WARM_S=0: every description starts a child and none is left running after it."""
+    from shared.core.settings import get_settings
+
+    monkeypatch.setenv("API_DESCRIBE_WARM_S", "0")
+    get_settings.cache_clear()
+    try:
+        describer = Describer()
+        first = describer.describe("resnet18", 64, 10, timeout_s=60)
+        assert first["conv_count"] == 20 and not describer.running
+        assert describer.describe("resnet18", 96, 10, timeout_s=60)["conv_count"] == 20
+        assert describer.started == 2 and not describer.running
+    finally:
+        monkeypatch.delenv("API_DESCRIBE_WARM_S")
+        get_settings.cache_clear()
