@@ -4,7 +4,6 @@ import ast
 import importlib.util
 import os
 import platform
-import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -36,8 +35,6 @@ def configure() -> None:
 def torchvision_version() -> str:
     """torchvision's __version__ (local part included, as stored environments have it), read from its version.py
     without importing the package: its import pulls torch._dynamo (~1.3 s of every agent's start)."""
-    if "torchvision" in sys.modules:
-        return str(sys.modules["torchvision"].__version__)
     spec = importlib.util.find_spec("torchvision")
     for folder in (spec.submodule_search_locations or []) if spec else []:
         source = Path(folder, "version.py")

@@ -26,7 +26,8 @@ from shared.core.settings import get_settings
 
 
 class Describer:
-    """The API's handle on the warm child; one request at a time (the caller holds the lock that says so)."""
+    """The API's handle on the warm child; one request at a time (its own lock, which the idle timer also takes;
+    shared/cnn/registry.py's semaphore turns a wait for it into a 503)."""
 
     def __init__(self, warm_s: float | None = None) -> None:
         self.warm_s = warm_s  # None: the setting, read at each request
@@ -51,12 +52,12 @@ class Describer:
                 why = "timed out" if isinstance(exc, TimeoutError) else "stopped"
                 raise TraincastError(f"reading {name} at {image_size} px failed: the describing process {why}") from exc
             warm_s = get_settings().api_describe_warm_s if self.warm_s is None else self.warm_s
-            if warm_s <= 0:
+            if warm_s > 0:
+                self._timer = threading.Timer(warm_s, self.close_if_idle)
+                self._timer.daemon = True
+                self._timer.start()
+            else:
                 self._close()
-                return _answered(line, name, image_size)
-            self._timer = threading.Timer(warm_s, self.close_if_idle)
-            self._timer.daemon = True
-            self._timer.start()
         return _answered(line, name, image_size)
 
     def close_if_idle(self) -> None:
