@@ -239,12 +239,14 @@ SPLITS = (
 
 def evaluation(ev: dict[str, Any]) -> str:
     """Held-out error of the model beside its baselines per split, its interval's coverage, per held-out CNN."""
-    names = ("model", "lightgbm", "base_only", "conv_scale", "flops_scale")
+    names = ("model", "lightgbm", "base_only", "base_shrunk", "conv_scale", "flops_scale")
     lines = []
     for split, label in SPLITS:
         if not ev.get(split):
             continue
-        parts = [f"{n} {ev[split][n]['mape']:.1f}%" for n in names if ev[split][n]["mape"] is not None]
+        # A model stored before a baseline existed has no figure for it.
+        scores = ev[split]
+        parts = [f"{n} {scores[n]['mape']:.1f}%" for n in names if n in scores and scores[n]["mape"] is not None]
         coverage = ev[split]["model"]["coverage"]
         inside = f"; P10-P90 holds {coverage:.0%} of steps" if coverage is not None else ""
         lines.append(f"{label} MAPE: " + ", ".join(parts) + inside)

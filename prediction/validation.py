@@ -41,9 +41,19 @@ def _base_only(points: list[Point]) -> dict[str, Any]:
     return {"base": step_model.fit_base(points), "boosters": {}}
 
 
-# What a stored model may be: the base alone, or LightGBM on the base's ratio when the boosters earn their
-# place on the inner folds (the simpler one first: it wins a tie).
-CANDIDATES: dict[str, ParamsFit] = {"base_only": _base_only, "lightgbm": step_model.fit_lgbm}
+def _base_shrunk(points: list[Point]) -> dict[str, Any]:
+    strength = step_model.shrink_strength(points)
+    return {"base": step_model.fit_base_shrunk(points, strength), "boosters": {}, "shrink": strength}
+
+
+# What a stored model may be: the base alone, the base pulled toward the plain sum of the measured parts (by a
+# strength chosen inside its own training points), or LightGBM on the base's ratio, each when it earns its place on
+# the inner folds (the simpler one first: it wins a tie).
+CANDIDATES: dict[str, ParamsFit] = {
+    "base_only": _base_only,
+    "base_shrunk": _base_shrunk,
+    "lightgbm": step_model.fit_lgbm,
+}
 
 
 def batch_of(p: Point) -> int:
@@ -312,6 +322,7 @@ def score(folds: list[Fold], fit: Fit) -> dict[str, Any]:
 BASELINES: dict[str, Callable[[list[Point]], step_model.Predictor]] = {
     "lightgbm": step_model.lgbm_predictor,  # always LightGBM, no choice: what the choice is measured against
     "base_only": step_model.base_predictor,
+    "base_shrunk": step_model.shrunk_predictor,
     "conv_scale": lambda pts: step_model.fit_scale(pts, lambda p: p.conv_ms),
     "flops_scale": lambda pts: step_model.fit_scale(pts, lambda p: p.flops),
 }
