@@ -119,12 +119,22 @@ SHRINK_STRENGTHS = (0.0, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 
 def fit_base_shrunk(points: list[Point], strength: float) -> list[float]:
     """fit_base with each coefficient pulled toward BASE_PRIOR, weighted by its term's mean share of a step."""
-    a = np.array([[t / p.step_ms for t in base_terms(p.x, p.conv_ms)] for p in points])
+    terms, steps = _terms(points)
+    return [float(c) for c in _shrunk(terms / steps[:, None], strength)]
+
+
+def _terms(points: list[Point]) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's base terms (points × BASE_TERMS) and its measured step in ms."""
+    return np.array([base_terms(p.x, p.conv_ms) for p in points]), np.array([p.step_ms for p in points])
+
+
+def _shrunk(a: np.ndarray, strength: float) -> np.ndarray:
+    """NNLS of a (terms over steps) toward 1, each coefficient pulled toward BASE_PRIOR by strength × its share."""
     share = np.maximum(a.mean(axis=0), 1e-12)  # a term absent from every point is left free (and stays 0)
     rows = np.vstack([a, math.sqrt(strength) * np.diag(share)])
-    target = np.concatenate([np.ones(len(points)), math.sqrt(strength) * share * np.array(BASE_PRIOR)])
+    target = np.concatenate([np.ones(len(a)), math.sqrt(strength) * share * np.array(BASE_PRIOR)])
     coef, _residual = nnls(rows, target)
-    return [float(c) for c in coef]
+    return coef
 
 
 def shrink_strength(points: list[Point]) -> float:
@@ -133,16 +143,27 @@ def shrink_strength(points: list[Point]) -> float:
     cnns = sorted({p.cnn for p in points})
     if len(cnns) < 2:
         return 0.0
+    # The terms once: every strength refits each fold from the same rows.
+    terms, steps = _terms(points)
+    held = [np.array([p.cnn == cnn for p in points]) for cnn in cnns]
     best, best_error = 0.0, math.inf
     for strength in SHRINK_STRENGTHS:
-        errors = []
-        for cnn in cnns:
-            coef = fit_base_shrunk([p for p in points if p.cnn != cnn], strength)
-            errors += [abs(math.log(p.step_ms / base_ms(coef, p.x, p.conv_ms))) for p in points if p.cnn == cnn]
+        errors: list[float] = []
+        for out in held:
+            coef = _shrunk(terms[~out] / steps[~out, None], strength)
+            # As base_ms predicts: never below 1 µs.
+            predicted = np.maximum(1e-3, terms[out] @ coef)
+            errors += np.abs(np.log(steps[out] / predicted)).tolist()
         error = statistics.fmean(errors)
         if error < best_error - 1e-12:  # the weaker pull wins a tie
             best, best_error = strength, error
     return best
+
+
+def fit_shrunk(points: list[Point]) -> tuple[list[float], float]:
+    """The shrunk base's coefficients at the strength shrink_strength chooses for these points, and that strength."""
+    strength = shrink_strength(points)
+    return fit_base_shrunk(points, strength), strength
 
 
 def base_ms(coef: list[float], x: list[float], conv_ms: float) -> float:
@@ -312,5 +333,5 @@ def base_predictor(points: list[Point]) -> Predictor:
 
 def shrunk_predictor(points: list[Point]) -> Predictor:
     """The base pulled toward the summed measured parts, its strength chosen leaving each CNN out (a baseline)."""
-    coef = fit_base_shrunk(points, shrink_strength(points))
+    coef, _strength = fit_shrunk(points)
     return lambda p: base_ms(coef, p.x, p.conv_ms)

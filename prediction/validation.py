@@ -42,8 +42,8 @@ def _base_only(points: list[Point]) -> dict[str, Any]:
 
 
 def _base_shrunk(points: list[Point]) -> dict[str, Any]:
-    strength = step_model.shrink_strength(points)
-    return {"base": step_model.fit_base_shrunk(points, strength), "boosters": {}, "shrink": strength}
+    coef, strength = step_model.fit_shrunk(points)
+    return {"base": coef, "boosters": {}, "shrink": strength}
 
 
 # What a stored model may be: the base alone, the base pulled toward the plain sum of the measured parts (by a
