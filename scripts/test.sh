@@ -4,9 +4,10 @@
 # the machine's where they answer (or TEST_DATABASE_URL / TEST_REDIS_URL), else the embedded ones from the pip
 # wheels, started by tests/support/preflight.py with their data in .run/ (make down stops them).
 # Arguments go to both pytest runs (e.g. -x, -k name); --durations shows where each run's time goes.
-# The unit tests run in TEST_WORKERS pytest-xdist workers (default 2; 0 runs them in pytest's own process). The
-# integration tests run in one: they keep both cores busy already (their stacks, agents timing operations, PostgreSQL),
-# and two workers took as long (13-14 min against 14) with agents timing each other's load as noise.
+# The unit tests run in TEST_WORKERS pytest-xdist workers (default 2; 0 runs them in pytest's own process), the
+# integration tests in TEST_INTEGRATION_WORKERS (default 2), a test file to a worker (--dist loadfile): a file's
+# module-scoped stack starts once, and each worker has a database and Redis db of its own (integration/conftest.py).
+# Alone, one worker left the cores idle half the time (waiting on processes starting and answering): 8:22 against 11:26.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh
@@ -29,4 +30,4 @@ rm -f "$lint_log"
 [ "$linted" = 0 ] || { echo "lint failed (above)" >&2; exit "$linted"; }
 [ "$unit" = 0 ] || exit "$unit"
 "$VENV/bin/python" -m tests.support.preflight
-exec "$VENV/bin/pytest" --durations=25 tests/integration "$@"
+exec "$VENV/bin/pytest" -n "${TEST_INTEGRATION_WORKERS:-2}" --dist loadfile --durations=25 tests/integration "$@"

@@ -4,12 +4,26 @@
 # line) in the venv's pip.calls; as python it makes a venv of stand-ins (recording how in made-by), answers venv.sh's
 # checks, and runs scripts/requirements.py with the real python3.
 # FAKE_NO_TORCH=1: torch does not import. FAKE_PYTHON_VERSION: the version it claims (default 3.11).
+# FAKE_UV=1: pip installing uv puts a stand-in uv (logging in uv.calls) into the venv; FAKE_UV=fail: that uv fails.
+# FAKE_PIP_CONFIG: what `pip config list` prints.
 set -euo pipefail
 venv=$(cd "$(dirname "$0")/.." && pwd)
-if [ "$(basename "$0")" = pip ]; then
-  (IFS=$'\t'; echo "$*") >>"$venv/pip.calls"
-  exit 0
-fi
+case "$(basename "$0")" in
+  pip)
+    (IFS=$'\t'; echo "$*") >>"$venv/pip.calls"
+    if [ "${1:-}" = config ]; then
+      printf '%s' "${FAKE_PIP_CONFIG:-}"
+    elif [ -n "${FAKE_UV:-}" ] && [[ " $* " == *" uv=="* ]]; then
+      ln -sf "$(readlink -f "$0")" "$venv/bin/uv"
+    fi
+    exit 0
+    ;;
+  uv)
+    (IFS=$'\t'; echo "$*") >>"$venv/uv.calls"
+    [ "${FAKE_UV:-}" != fail ]
+    exit
+    ;;
+esac
 version=${FAKE_PYTHON_VERSION:-3.11}
 case "${1:-}" in
   -m)

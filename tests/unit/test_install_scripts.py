@@ -1,4 +1,4 @@
-"""Installing on GPU hosts: scripts/venv.sh's system-torch and wheelhouse switches, scripts/wheelhouse.sh's pip command.
+"""Installing: scripts/venv.sh with uv or pip, its system-torch and wheelhouse switches, scripts/wheelhouse.sh's pip command.
 
 venv.sh runs for real against a stand-in Python and pip (tests/support/fake_python.sh: they log their arguments and
 install nothing), so no wheel is downloaded here.
@@ -39,10 +39,51 @@ def fake_venv(path: Path, *, system_site: bool) -> None:
     (path / "pyvenv.cfg").write_text(f"include-system-site-packages = {str(system_site).lower()}\n")
 
 
-def pip_calls(venv: Path) -> list[list[str]]:
-    """The arguments of each pip call the stand-in logged."""
-    log = venv / "pip.calls"
+def pip_calls(venv: Path, tool: str = "pip") -> list[list[str]]:
+    """The arguments of each pip (or uv) call the stand-in logged."""
+    log = venv / f"{tool}.calls"
     return [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
+
+
+PIP_CONFIG = """global.extra-index-url='file:///a/simple file:///b/simple'
+global.constraint='/etc/caps.txt'
+global.cert='/etc/ssl/ca.crt'
+:env:.find-links='/opt/wheels'
+"""
+
+
+def test_the_default_install_is_uv_with_pips_sources_and_pip_where_uv_fails(tmp_path: Path) -> None:
+    """uv, pinned, put in by pip, gets pip's indexes, links and constraints; a failing uv leaves it to pip."""
+    venv = tmp_path / "venv"
+    fake_venv(venv, system_site=False)
+    env = {"VENV": str(venv), "FAKE_UV": "1", "FAKE_PIP_CONFIG": PIP_CONFIG}
+    run = script("venv.sh", env=env)
+    assert run.returncode == 0, run.stderr
+    put_in, config = pip_calls(venv)
+    assert put_in[0] == "install" and put_in[-1].startswith("uv==") and config == ["config", "list"]
+    [uv] = pip_calls(venv, "uv")
+    assert uv[:4] == ["pip", "install", "--python", str(venv / "bin/python")] and uv[-2:] == PROJECT
+    pairs = list(zip(uv[4:-2:2], uv[5:-2:2], strict=True))
+    assert pairs == [
+        ("--index-strategy", "unsafe-best-match"),
+        ("--extra-index-url", "file:///a/simple"),
+        ("--extra-index-url", "file:///b/simple"),
+        ("--constraint", "/etc/caps.txt"),
+        ("--find-links", "/opt/wheels"),
+    ]
+    assert list(venv.glob(".installed-*"))
+    failing = tmp_path / "failing"
+    fake_venv(failing, system_site=False)
+    run = script("venv.sh", env={**env, "VENV": str(failing), "FAKE_UV": "fail"})
+    assert run.returncode == 0, run.stderr
+    assert len(pip_calls(failing, "uv")) == 1 and pip_calls(failing)[-1] == ["install", "--disable-pip-version-check",
+                                                                             *PROJECT]  # fmt: skip
+    offline = tmp_path / "offline"
+    fake_venv(offline, system_site=False)
+    (tmp_path / "wheels").mkdir()
+    run = script("venv.sh", env={**env, "VENV": str(offline), "TRAINCAST_WHEELHOUSE": str(tmp_path / "wheels")})
+    assert run.returncode == 0, run.stderr
+    assert not pip_calls(offline, "uv") and [c[-2:] for c in pip_calls(offline)] == [PROJECT]
 
 
 def test_requirements_leave_out_exactly_what_is_asked() -> None:
