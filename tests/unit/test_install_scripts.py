@@ -1,4 +1,4 @@
-"""Installing: scripts/venv.sh with uv or pip, its system-torch and wheelhouse switches, scripts/wheelhouse.sh's pip command.
+"""Installing: scripts/venv.sh with uv or pip, its system-torch and wheelhouse switches, wheelhouse.sh's pip command.
 
 venv.sh runs for real against a stand-in Python and pip (tests/support/fake_python.sh: they log their arguments and
 install nothing), so no wheel is downloaded here.
