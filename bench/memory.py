@@ -1,4 +1,4 @@
-"""Memory error of the training-step peak model (shared/cnn/memory.py) against measured peaks.
+"""Memory error of the training-step peak model (shared/cnn/step_memory.py) against measured peaks.
 
 Two sets of measured peaks:
   cpu   whole training steps of eight torchvision CNNs on this CPU, each point in a fresh process
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.memory_public import ape, gpu_report, lambda_report, old_guard, workload  # noqa: E402
 from bench.perf_doc import write_section  # noqa: E402
-from shared.cnn import memory  # noqa: E402
+from shared.cnn import step_memory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CNNS = (
@@ -72,8 +72,8 @@ def predict(r: dict[str, Any], saved_scale: float, amp_scale: float, *, fallback
     work = workload(r["cnn"], r["image_size"])
     if fallback:  # as a CNN read without autograd (ONNX, layer list) is modelled
         work = work | {"saved_bytes": None}
-    memory.SAVED_SCALE, memory.AMP_ACTIVATION_SCALE = saved_scale, amp_scale
-    peak = memory.step_peak(work, r["batch_size"], optimizer=r["optimizer"], precision=r["precision"], gpu=False)
+    step_memory.SAVED_SCALE, step_memory.AMP_ACTIVATION_SCALE = saved_scale, amp_scale
+    peak = step_memory.step_peak(work, r["batch_size"], optimizer=r["optimizer"], precision=r["precision"], gpu=False)
     assert peak is not None
     return peak.total
 
@@ -109,7 +109,7 @@ def cpu_report(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, float]]
             workload(r["cnn"], r["image_size"])["saved_bytes"] / workload(r["cnn"], r["image_size"])["activation_bytes"]
             for r in train
         )
-        memory.SAVED_PER_OUTPUT = ratio
+        step_memory.SAVED_PER_OUTPUT = ratio
         e = {
             "model": [ape(predict(r, saved, amp), r["peak_bytes"]) for r in held],
             "fallback": [ape(predict(r, saved, amp, fallback=True), r["peak_bytes"]) for r in held],
@@ -134,8 +134,8 @@ def cpu_report(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, float]]
         "max_ape": max(errs["model"]),
         "mape": statistics.fmean(errs["model"]),
     }
-    memory.SAVED_SCALE, memory.AMP_ACTIVATION_SCALE = saved, amp  # what the GPU part builds on
-    memory.SAVED_PER_OUTPUT = constants["SAVED_PER_OUTPUT"]
+    step_memory.SAVED_SCALE, step_memory.AMP_ACTIVATION_SCALE = saved, amp  # what the GPU part builds on
+    step_memory.SAVED_PER_OUTPUT = constants["SAVED_PER_OUTPUT"]
     return lines, constants
 
 
@@ -185,14 +185,14 @@ section's run filled). The agent stores each whole step's peak with its timing (
 gpu_agent/step_bench.py): the allocator's peak of an untimed step with the optimizer's state in place,
 counting the weights, optimizer state and its own batch (`torch.cuda.max_memory_allocated` after
 `reset_peak_memory_stats` on a GPU; on a CPU torch.profiler's allocation records, as `bench/memory_probe.py`
-reads them). The model (`shared/cnn/memory.py`, its `tensors_only` peak) was fitted on other measurements (the
+reads them). The model (`shared/cnn/step_memory.py`, its `tensors_only` peak) was fitted on other measurements (the
 section above) and is not refitted here.
 
 {chr(10).join(lines)}
 
 Over all {summary["steps"]} stored peaks: MAPE **{summary["mape"]:.1f}%**, largest error {summary["max"]:.1f}%
 (the model's largest held-out error on the probe's points, `CPU_HELD_OUT_MAX_ERROR`:
-{memory.CPU_HELD_OUT_MAX_ERROR:.1%}).
+{step_memory.CPU_HELD_OUT_MAX_ERROR:.1%}).
 The agent runs its configured threads; some CPU kernels keep a buffer per thread, which the model does not count.
 """,
     )
@@ -210,7 +210,7 @@ def _doc(
     settings = ", ".join(f"{s} px batch {b} {o} {p}" for s, b, o, p in POINTS)
     return f"""
 `.venv/bin/python bench/memory.py` ({took}, torch {rows[0]["torch"]}, torchvision
-{rows[0]["torchvision"]}). The peak-memory model is `shared/cnn/memory.py`; the figures below are its error
+{rows[0]["torchvision"]}). The peak-memory model is `shared/cnn/step_memory.py`; the figures below are its error
 against measured peaks.
 
 **On this CPU:** {len(rows)} whole training steps ({len({r["cnn"] for r in rows})} torchvision CNNs × {settings}),
@@ -229,7 +229,7 @@ memory guard used before (`(2 + states) × parameters + 4 × every conv's input 
 
 Fitted on all {len(rows)} points: `SAVED_SCALE` {cpu["SAVED_SCALE"]:.2f}, `AMP_ACTIVATION_SCALE`
 {cpu["AMP_ACTIVATION_SCALE"]:.2f}, `SAVED_PER_OUTPUT` {cpu["SAVED_PER_OUTPUT"]:.2f} (the values in
-`shared/cnn/memory.py`). Largest held-out error of the model: {cpu["max_ape"]:.1f}%. The optimizer's share is
+`shared/cnn/step_memory.py`). Largest held-out error of the model: {cpu["max_ape"]:.1f}%. The optimizer's share is
 exact by construction and checked here: PyTorch on a CPU runs the per-tensor optimizer (two temporaries the
 size of the largest tensor for Adam, e.g. AlexNet's 151 MB classifier weight), on a GPU the foreach one (a
 temporary as large as all parameters).

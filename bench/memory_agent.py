@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from bench.memory_public import ape, workload
-from shared.cnn import memory
+from shared.cnn import step_memory
 from shared.cnn import zoo as cnn_zoo
 from shared.core.db import transaction
 from shared.training import TrainConfig
@@ -35,7 +35,7 @@ def stored_peaks(database_url: str | None = None) -> list[dict[str, Any]]:
 
 def modelled(r: dict[str, Any]) -> float:
     """The model's allocator peak for a stored step."""
-    peak = memory.step_peak(
+    peak = step_memory.step_peak(
         workload(r["cnn_name"], r["image_size"]), r["batch_size"], optimizer=r["optimizer"], momentum=r["momentum"],
         weight_decay=r["weight_decay"], precision=r["precision"], gpu=str(r["device"]).startswith("cuda"),
         tensors_only=True,

@@ -5,7 +5,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from shared.cnn import memory
+from shared.cnn import step_memory
 from shared.cnn import zoo as cnn_zoo
 
 PUBLIC = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "public"
@@ -63,7 +63,7 @@ def gpu_report() -> tuple[list[str], dict[str, float]]:
     data = cdecatapult()
     tensors = {
         name: [
-            memory.step_peak(vgg, bs, optimizer=name, gpu=True, tensors_only=True).total  # type: ignore[union-attr]
+            step_memory.step_peak(vgg, bs, optimizer=name, gpu=True, tensors_only=True).total  # type: ignore[union-attr]
             for bs, _ in data[name]
         ]
         for name in data
@@ -113,6 +113,8 @@ def lambda_report() -> list[str]:
             rows = {r["name_gpu"]: int(r["resnet50"]) for r in csv.DictReader(f)}
         for gpu, gb in LAMBDA_GPUS.items():
             if gpu in rows:
-                largest = memory.max_batch_size(work, gb * 1e9, cap=4096, optimizer="sgd_momentum", precision=label)
+                largest = step_memory.max_batch_size(
+                    work, gb * 1e9, cap=4096, optimizer="sgd_momentum", precision=label
+                )
                 lines.append(f"| {gpu} | {gb} GB | {label} | {rows[gpu]} | {largest} |")
     return lines

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from shared.cnn import memory as step_model
+from shared.cnn import step_memory
 from shared.cnn.signatures import ConvSignature
 from shared.cnn.workload import WorkloadJson
 from shared.core.settings import get_settings
@@ -78,10 +78,10 @@ def step_bytes(
     config: TrainConfig,
     gpu: bool,
 ) -> int:
-    """Estimated peak of a window of whole steps: the modelled step (shared/cnn/memory.py) at its largest batch size,
-    and every batch size's input, which the window keeps prepared."""
+    """Estimated peak of a window of whole steps: the modelled step (shared/cnn/step_memory.py) at its largest batch
+    size, and every batch size's input, which the window keeps prepared."""
     sizes = list(batch_sizes)
-    peak = step_model.step_peak(
+    peak = step_memory.step_peak(
         workload,
         max(sizes, default=1),
         optimizer=config.optimizer,

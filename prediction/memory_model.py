@@ -1,4 +1,4 @@
-"""Memory of a job's points: the modelled peak (shared/cnn/memory.py), whether it fits, the largest batch that fits.
+"""Memory of a job's points: the modelled peak (shared/cnn/step_memory.py), whether it fits, the largest that fits.
 
 A GPU point is checked against one GPU's memory (a point trains on one GPU of the machine); a CPU
 machine type against its RAM from the catalog, or for `local` (no RAM in the catalog) the RAM of this
@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from shared.cnn import memory
+from shared.cnn import step_memory
 from shared.cnn.workload import WorkloadJson
 from shared.core.settings import get_settings
 from shared.jobs.models import PointDict
@@ -61,9 +61,9 @@ def capacity_bytes(info: MachineTypeInfo) -> float | None:
     if info["gpu"]:
         total, count = info["gpu_memory_gib"], info["gpu_count"] or 1
         # the catalog stores all GPUs' memory, as their datasheets give it
-        return float(total) / count * usable_fraction(info)[0] * memory.GIB if total else None
+        return float(total) / count * usable_fraction(info)[0] * step_memory.GIB if total else None
     if ram := info["memory_gib"]:
-        return float(ram) * memory.GIB
+        return float(ram) * step_memory.GIB
     return host_ram_bytes() if info["provider"] == "local" else None
 
 
@@ -113,7 +113,7 @@ def annotate(
     for point in points:
         key = (point["batch_size"], gpu)
         if key not in memo:
-            peak = memory.step_peak(work, point["batch_size"], gpu=gpu, **how)
+            peak = step_memory.step_peak(work, point["batch_size"], gpu=gpu, **how)
             # (GiB shown, bytes compared): each summed once per batch size, not once per point.
             memo[key] = (round(peak.gib, 3), peak.total) if peak is not None else (None, None)
         shown, total = memo[key]
@@ -147,5 +147,5 @@ def max_batch_size(
     if largest is None:
         largest = {}
     if (capacity, cap, gpu) not in largest:
-        largest[capacity, cap, gpu] = memory.max_batch_size(work, capacity, cap=cap, gpu=gpu, **training(request))
+        largest[capacity, cap, gpu] = step_memory.max_batch_size(work, capacity, cap=cap, gpu=gpu, **training(request))
     return largest[capacity, cap, gpu]

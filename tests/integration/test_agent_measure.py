@@ -13,7 +13,7 @@ from celery.exceptions import Reject
 
 from gpu_agent import app as agent
 from gpu_agent import environment, layer_bench, lifecycle, memory, store
-from shared.cnn import memory as memory_model
+from shared.cnn import step_memory
 from shared.cnn import zoo as cnn_zoo
 from shared.cnn.signatures import ConvSignature
 from shared.core.db import transaction
@@ -176,14 +176,14 @@ def test_a_measured_step_stores_its_peak_memory_which_the_probe_and_the_model_ag
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         probed = json.loads(probe.stdout.strip().splitlines()[-1])["peak_bytes"]
-        modelled = memory_model.step_peak(
+        modelled = step_memory.step_peak(
             work, batch, optimizer=optimizer, weight_decay=config.weight_decay, precision="fp32", gpu=False
         )
         assert modelled is not None
         peak = row["peak_memory_bytes"]
         # The same quantity measured two ways: apart by no more than a tensor of this step's input batch.
         assert abs(peak - probed) <= batch * 3 * size * size * 4, (batch, peak, probed)
-        assert abs(modelled.total - peak) / peak <= memory_model.CPU_HELD_OUT_MAX_ERROR, (batch, peak, modelled)
+        assert abs(modelled.total - peak) / peak <= step_memory.CPU_HELD_OUT_MAX_ERROR, (batch, peak, modelled)
     assert stored[8]["peak_memory_bytes"] > stored[4]["peak_memory_bytes"]
 
 

@@ -1,16 +1,16 @@
-"""The training-step memory model (shared/cnn/memory.py) and how a job's points use it (prediction/memory_model.py)."""
+"""The training-step memory model (shared/cnn/step_memory.py) and how a job's points use it (memory_model.py)."""
 
 from typing import Any
 
 import pytest
 
 from prediction import memory_model as point_memory
-from shared.cnn import memory
+from shared.cnn import step_memory
 from shared.cnn import zoo as cnn_zoo
 from shared.jobs.request import JobRequest
 from worker import step_cache
 
-T4 = 16 * memory.GIB
+T4 = 16 * step_memory.GIB
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def resnet50() -> dict[str, Any]:
 
 
 def peak(work: dict[str, Any], bs: int, **kw: Any) -> float:
-    p = memory.step_peak(work, bs, **kw)
+    p = step_memory.step_peak(work, bs, **kw)
     assert p is not None
     return p.total
 
@@ -35,7 +35,7 @@ def test_optimizer_state_orders_the_peaks(resnet50: dict[str, Any]) -> None:
     sgd, momentum = peak(resnet50, 8), peak(resnet50, 8, optimizer="sgd", momentum=0.9)
     adam, adamw = peak(resnet50, 8, optimizer="adam"), peak(resnet50, 8, optimizer="adamw")
     params = resnet50["parameters"] * 4
-    assert momentum - sgd == pytest.approx(params * memory.GPU_SCALE)
+    assert momentum - sgd == pytest.approx(params * step_memory.GPU_SCALE)
     assert adam > momentum and adamw == adam
     # Weight decay costs Adam a temporary copy of the gradients (foreach); AdamW decays in place.
     assert peak(resnet50, 1, optimizer="adam", weight_decay=1e-4) > peak(resnet50, 1, optimizer="adam")
@@ -43,14 +43,14 @@ def test_optimizer_state_orders_the_peaks(resnet50: dict[str, Any]) -> None:
 
 
 def test_amp_halves_activations_but_keeps_fp32_master_weights(resnet50: dict[str, Any]) -> None:
-    fp32 = memory.step_peak(resnet50, 64)
-    amp = memory.step_peak(resnet50, 64, precision="amp_fp16")
+    fp32 = step_memory.step_peak(resnet50, 64)
+    amp = step_memory.step_peak(resnet50, 64, precision="amp_fp16")
     assert fp32 is not None and amp is not None
     assert amp.activations < 0.6 * fp32.activations and amp.total < fp32.total
     assert amp.weights == fp32.weights and amp.gradients == fp32.gradients
     assert peak(resnet50, 64, precision="tf32") == fp32.total  # TF32 changes the math, not the storage
     with pytest.raises(ValueError):
-        memory.step_peak(resnet50, 64, precision="fp8")
+        step_memory.step_peak(resnet50, 64, precision="fp8")
 
 
 def test_peak_grows_with_the_batch_and_the_gpu_adds_its_own(resnet50: dict[str, Any]) -> None:
@@ -62,30 +62,30 @@ def test_peak_grows_with_the_batch_and_the_gpu_adds_its_own(resnet50: dict[str, 
 
 @pytest.mark.parametrize(("optimizer", "precision"), [("sgd", "fp32"), ("adam", "fp32"), ("sgd", "amp_fp16")])
 def test_max_batch_size_is_the_boundary(resnet50: dict[str, Any], optimizer: str, precision: str) -> None:
-    largest = memory.max_batch_size(resnet50, T4, cap=4096, optimizer=optimizer, precision=precision)
+    largest = step_memory.max_batch_size(resnet50, T4, cap=4096, optimizer=optimizer, precision=precision)
     assert largest is not None and 1 < largest < 4096
     assert peak(resnet50, largest, optimizer=optimizer, precision=precision) <= T4
     assert peak(resnet50, largest + 1, optimizer=optimizer, precision=precision) > T4
 
 
 def test_max_batch_size_at_its_bounds(resnet50: dict[str, Any]) -> None:
-    assert memory.max_batch_size(resnet50, 1e15, cap=300) == 300
-    assert memory.max_batch_size(resnet50, peak(resnet50, 1) - 1, cap=300) == 0
-    assert memory.max_batch_size({"parameters": 10}, T4, cap=300) is None  # nothing known of its activations
+    assert step_memory.max_batch_size(resnet50, 1e15, cap=300) == 300
+    assert step_memory.max_batch_size(resnet50, peak(resnet50, 1) - 1, cap=300) == 0
+    assert step_memory.max_batch_size({"parameters": 10}, T4, cap=300) is None  # nothing known of its activations
 
 
 def test_a_cnn_read_without_autograd_is_estimated_from_its_op_outputs() -> None:
     work = {"parameters": 1_000_000, "activation_bytes": 5e6, "saved_bytes": None}
-    assert memory.saved_per_sample(work) == pytest.approx(5e6 * memory.SAVED_PER_OUTPUT)
-    assert memory.step_peak({"parameters": 1_000_000, "activation_bytes": None}, 8) is None
+    assert step_memory.saved_per_sample(work) == pytest.approx(5e6 * step_memory.SAVED_PER_OUTPUT)
+    assert step_memory.step_peak({"parameters": 1_000_000, "activation_bytes": None}, 8) is None
 
 
 def test_capacity_is_one_gpu_or_the_ram() -> None:
     eight = {"gpu": "A100", "gpu_count": 8, "gpu_memory_gib": 320, "memory_gib": 1152, "provider": "aws"}
-    assert point_memory.capacity_bytes(eight) == 40 * memory.GIB
-    assert point_memory.capacity_bytes({"gpu": None, "memory_gib": 8, "provider": "own"}) == 8 * memory.GIB
+    assert point_memory.capacity_bytes(eight) == 40 * step_memory.GIB
+    assert point_memory.capacity_bytes({"gpu": None, "memory_gib": 8, "provider": "own"}) == 8 * step_memory.GIB
     local = point_memory.capacity_bytes({"gpu": None, "memory_gib": None, "provider": "local"})
-    assert local is not None and local > memory.GIB
+    assert local is not None and local > step_memory.GIB
     assert point_memory.capacity_bytes({"gpu": None, "memory_gib": None, "provider": "own"}) is None
 
 
