@@ -26,6 +26,7 @@ from tests.integration.test_api_cnns import LAYERS, register
 from tests.integration.test_reference_jobs import OWN_GPU
 from tests.support.agent_role import AGENT_LOGIN, agent_url, as_user, login_role
 from tests.support.stack import Stack, http
+from tests.support.wait import job_finished
 
 # A login of the agent's role mapped to `local` only (AGENT_LOGIN is mapped to every type the tests use).
 LOCAL_ONLY = "traincast_agent_local_only"
@@ -318,9 +319,9 @@ def _as_agent(sql: str, params: dict[str, Any]) -> None:
 
 
 def _finished(api: Stack, job_id: str, stacks: dict[str, Stack], timeout: float = 240) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while (job := http.get(f"{api.url}/v1/jobs/{job_id}").json())["status"] not in ("succeeded", "failed"):
-        logs = {k: s.log(k)[-2000:] for k, s in stacks.items() if (s.logs / f"{k}.log").exists()}
-        assert time.monotonic() < deadline, f"job {job_id} did not finish: {job}\n{logs}"
-        time.sleep(0.3)
-    return job
+    """The job once it has ended, polled over HTTP; on a timeout, the end of each process's log."""
+
+    def logs() -> str:
+        return "\n".join(f"{k}: {s.log(k)[-2000:]}" for k, s in stacks.items() if (s.logs / f"{k}.log").exists())
+
+    return job_finished(lambda: http.get(f"{api.url}/v1/jobs/{job_id}").json(), job_id, timeout, logs)
