@@ -87,7 +87,8 @@ uv_sources() {
   done
 }
 with_uv() {
-  "${pip[@]}" "uv==$UV_VERSION" && [ -x "$VENV/bin/uv" ] || return 1
+  # uv only saves time: where PyPI does not answer soon, pip goes on without it.
+  "${pip[@]}" --retries 1 --timeout 10 "uv==$UV_VERSION" && [ -x "$VENV/bin/uv" ] || return 1
   local sources
   mapfile -t sources < <(uv_sources)
   # Like pip, the best version from any index, not the first index that has the package.
