@@ -288,7 +288,10 @@ def _fixed_size(definition: Any, source: str) -> int | None:
     """The one input size a registered CNN takes, if its definition fixes it."""
     definition = definition if isinstance(definition, dict) else json.loads(definition)
     if source == "json":
-        return int(definition["image_size"])
+        # The API stores every JSON CNN with its size; a row written otherwise (the column defaults to {}) is listed
+        # without one rather than failing the whole listing.
+        size = definition.get("image_size")
+        return int(size) if size is not None else None
     h, w = definition.get("input_size", [None, None])
     return int(h) if h is not None and h == w else None
 

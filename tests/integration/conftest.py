@@ -52,6 +52,12 @@ def clean() -> None:
     broker().flushdb()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def fresh_tables(service_env: dict[str, str]) -> None:
+    """Each test file starts from empty data tables and queues, whichever file its pytest-xdist worker ran before."""
+    clean()
+
+
 @pytest.fixture
 def clean_db() -> Iterator[None]:
     """A test that starts from empty data tables and queues."""

@@ -37,7 +37,9 @@ COLUMN_GRANTS = """
 SELECT DISTINCT table_name FROM information_schema.column_privileges
 WHERE grantee = 'traincast_agent' AND table_schema = 'public'"""
 NEW_SIGNATURE = "INSERT INTO conv_signatures (hash, spec) VALUES (%s, %s) RETURNING id"
-NEW_CNN = "INSERT INTO cnns (name, source) VALUES ('role-test-cnn', 'json') ON CONFLICT DO NOTHING"
+NEW_CNN = """
+INSERT INTO cnns (name, source, definition) VALUES ('role-test-cnn', 'json', '{"image_size": 32}')
+ON CONFLICT DO NOTHING"""
 AGENT_ROW = "SELECT * FROM agents WHERE id = %s"
 # Each must fail as the agent: secrets and other tables unreadable, nothing it stored rewritable.
 DENIED = [

@@ -71,6 +71,23 @@ def test_register_json_layer_list(api_only: Stack) -> None:
     assert job.status_code == 422 and "described at 32 px" in job.json()["detail"]
 
 
+def test_a_json_cnn_row_without_its_size_is_listed_without_one(api_only: Stack) -> None:
+    """A JSON CNN row written outside the API with the column's default definition ({}) does not fail the listing."""
+    from shared.core.db import transaction
+
+    name = unique("sizeless")
+    with transaction() as cur:
+        cur.execute("INSERT INTO cnns (name, source) VALUES (%s, 'json')", (name,))
+    try:
+        listed = http.get(f"{api_only.url}/v1/cnns")
+        assert listed.status_code == 200, listed.text
+        [row] = [c for c in listed.json()["cnns"] if c["name"] == name]
+        assert row["source"] == "json" and "image_size" not in row
+    finally:
+        with transaction() as cur:
+            cur.execute("DELETE FROM cnns WHERE name = %s", (name,))
+
+
 def test_builtin_details_and_num_classes(api_only: Stack) -> None:
     """A built-in CNN is described at its usual size; num_classes reaches SqueezeNet's last conv."""
     resnet = http.get(f"{api_only.url}/v1/cnns/resnet50").json()

@@ -38,7 +38,9 @@ NEW_OP = "INSERT INTO op_signatures (hash, op, spec) VALUES (%s, 'relu', %s) RET
 OWNER_OP = """
 INSERT INTO op_benchmarks (op_signature_id, machine_type, batch_size, variant, environment_id, oom)
 VALUES (%s, %s, 16, 'fp32', %s, true)"""
-NEW_CNN = "INSERT INTO cnns (name, source) VALUES ('lp-test-cnn', 'json') ON CONFLICT DO NOTHING"
+NEW_CNN = """
+INSERT INTO cnns (name, source, definition) VALUES ('lp-test-cnn', 'json', '{"image_size": 32}')
+ON CONFLICT DO NOTHING"""
 OWNER_LAYER = """
 INSERT INTO layer_benchmarks (signature_id, machine_type, batch_size, precision, environment_id, oom)
 VALUES (%s, %s, 16, 'fp32', %s, true)"""
