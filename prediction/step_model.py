@@ -140,11 +140,14 @@ def _shrunk(a: np.ndarray, strength: float) -> np.ndarray:
 def shrink_strength(points: list[Point]) -> float:
     """The SHRINK_STRENGTHS value with the least mean |log error| leaving each CNN of these points out in turn
     (nested: only these points are looked at); 0 where fewer than two CNNs leave nothing to hold out."""
+    return _strength(points, *_terms(points))
+
+
+def _strength(points: list[Point], terms: np.ndarray, steps: np.ndarray) -> float:
+    """shrink_strength from the points' terms and steps, computed once: every strength refits each fold from them."""
     cnns = sorted({p.cnn for p in points})
     if len(cnns) < 2:
         return 0.0
-    # The terms once: every strength refits each fold from the same rows.
-    terms, steps = _terms(points)
     held = [np.array([p.cnn == cnn for p in points]) for cnn in cnns]
     best, best_error = 0.0, math.inf
     for strength in SHRINK_STRENGTHS:
@@ -162,8 +165,9 @@ def shrink_strength(points: list[Point]) -> float:
 
 def fit_shrunk(points: list[Point]) -> tuple[list[float], float]:
     """The shrunk base's coefficients at the strength shrink_strength chooses for these points, and that strength."""
-    strength = shrink_strength(points)
-    return fit_base_shrunk(points, strength), strength
+    terms, steps = _terms(points)
+    strength = _strength(points, terms, steps)
+    return [float(c) for c in _shrunk(terms / steps[:, None], strength)], strength
 
 
 def base_ms(coef: list[float], x: list[float], conv_ms: float) -> float:

@@ -7,7 +7,8 @@
 # The unit tests run in TEST_WORKERS pytest-xdist workers (default 2; 0 runs them in pytest's own process), the
 # integration tests in TEST_INTEGRATION_WORKERS (default 2), a test file to a worker (--dist loadfile): a file's
 # module-scoped stack starts once, and each worker has a database and Redis db of its own (integration/conftest.py).
-# Alone, one worker left the cores idle half the time (waiting on processes starting and answering): 8:22 against 11:26.
+# One worker left the cores idle much of the time, waiting on processes to start and answer (docs/PERFORMANCE.md,
+# make test on a fresh clone: 12:42-13:50 in all against 18:45).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from shared.cnn import zoo as cnn_zoo
+from shared.core.db import transaction
 from tests.support.onnx_models import export, tutorial_export
 from tests.support.stack import Stack, http
 
@@ -73,8 +74,6 @@ def test_register_json_layer_list(api_only: Stack) -> None:
 
 def test_a_json_cnn_row_without_its_size_is_listed_without_one(api_only: Stack) -> None:
     """A JSON CNN row written outside the API with the column's default definition ({}) does not fail the listing."""
-    from shared.core.db import transaction
-
     name = unique("sizeless")
     with transaction() as cur:
         cur.execute("INSERT INTO cnns (name, source) VALUES (%s, 'json')", (name,))

@@ -46,7 +46,7 @@ def test_importing_the_app_imports_no_torch(service_env: dict[str, str]) -> None
     assert forbidden(modules) == []
 
 
-def test_serving_jobs_and_cnns_imports_no_torch(service_env: dict[str, str], clean_db: None) -> None:
+def test_serving_jobs_and_cnns_imports_no_torch(service_env: dict[str, str]) -> None:
     """After GET /v1/cnns, a job, a refused job and a described built-in CNN, still no torch in the process."""
     out = run_python(EXERCISE % {"job": repr(JOB)})
     assert out["statuses"] == {"list": 200, "job": 202, "too_small": 422, "described": 200}
