@@ -54,11 +54,18 @@ def load_services() -> None:
 
 
 def predict(
-    cnns: list[str], image_size: int, batch_sizes: list[int], config: Any, *, wait: bool = False
+    cnns: list[str],
+    image_size: int,
+    batch_sizes: list[int],
+    config: Any,
+    *,
+    wait: bool = False,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     """Submit a job per CNN for `local` (all at once), follow each to its end; the jobs as the API answered them.
 
-    wait: have each job wait for the agent's benchmarks even where the reference could answer (a GPU `local`)."""
+    wait: have each job wait for the agent's benchmarks even where the reference could answer (a GPU `local`).
+    deadline: a time.monotonic() after which the jobs still running are cancelled (and answered as cancelled)."""
     from cli.client import Api
     from cli.main import follow
 
@@ -69,9 +76,23 @@ def predict(
     ids = {cnn: api.call("POST", "/v1/jobs", json=body | {"cnns": [cnn]})["id"] for cnn in cnns}
     jobs = {}
     for cnn, job_id in ids.items():
-        jobs[cnn] = follow(api, job_id, show=False)
+        jobs[cnn] = follow(api, job_id, show=False) if deadline is None else _follow_until(api, job_id, deadline)
         print(f"{cnn}: job {job_id} {jobs[cnn]['status']} {jobs[cnn].get('error') or ''}", file=sys.stderr)
     return jobs
+
+
+def _follow_until(api: Any, job_id: str, deadline: float) -> dict[str, Any]:
+    """Poll a job until it ends or the deadline passes, then cancel it; the job as last answered."""
+    from shared.jobs.models import JobStatus
+
+    while True:
+        job: dict[str, Any] = api.call("GET", f"/v1/jobs/{job_id}", params={"wait": min(10.0, max(deadline -
+                                       time.monotonic(), 0.5))})  # fmt: skip
+        if JobStatus(job["status"]).terminal:
+            return job
+        if time.monotonic() >= deadline:
+            api.call("POST", f"/v1/jobs/{job_id}/cancel")
+            return dict(api.call("GET", f"/v1/jobs/{job_id}"))
 
 
 def summed(cnn: str, image_size: int, batch_sizes: list[int], config: Any) -> dict[int, float | None]:

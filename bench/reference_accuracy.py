@@ -38,7 +38,9 @@ same figures; no untouched final test set exists); the layer model's features we
 leave-one-GPU-out. Before these two changes (model a4ee04911f8782ba, every constant fitted with our H100 steps at
 full weight, GeForce at the halved rate): step-only rows 16.3% (RTX 3090 56%, RTX 4090 58%, RTX 2080 Ti 41%
 held out), headline 19.4%; our H100 held out by CNN 10.3 / 11.2 / 13.2%. The headline's loader-concurrent rows
-(Pollux, Sia) got worse (their input stalls had been absorbed by device constants that were too slow)."""
+(Pollux, Sia) got worse (their input stalls had been absorbed by device constants that were too slow). Whole steps
+our agent measured and committed as bundles (data/measured/: an H200's) fit only their own GPU's constants, never
+the shared ones or our H100's; bench/measured_gpus.py scores them held out."""
 
 
 def _pct(v: float | None) -> str:

@@ -23,7 +23,7 @@ import hashlib
 import json
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,17 +105,36 @@ def fit_params(
 
 
 def fit_steps(
-    model: ReferenceModel, gpus: dict[str, GpuSpecs], exclude: Sequence[str] = ()
+    model: ReferenceModel,
+    gpus: dict[str, GpuSpecs],
+    exclude: Sequence[str] = (),
+    leave_out: Callable[[step_rows.StepRow], bool] = lambda _: False,
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """The whole-step constants every GPU gets (device multipliers with each GPU family weighing at most the median
-    family, host costs from the full fit), and for each family with steps of our own, its own (all rows at full
-    weight): model.json "step" and "step_families"."""
-    from prediction.reference import wholestep
+    family, host costs from the full fit), and for each GPU model with steps of our own, its own (the public rows and
+    its steps at full weight): model.json "step" and "step_families". leave_out: rows kept out of every fit.
 
-    full = wholestep.calibrate(model, gpus, list(exclude))
-    families = {family: {**model.params["step"], **full} for family in wholestep.own_families(list(exclude))}
+    A bundle's steps (data/measured/) teach their own GPU's constants, not yet the shared ones: bf16's device costs
+    are learnt from Hopper steps alone, and our H200's moved every Ampere GPU's bf16 answer by 9% (the L4's below its
+    fp32), so one chip's machines must not set them until a second chip's bf16 steps are measured."""
+    from prediction.reference import measured, wholestep
+
+    skip = list(exclude)
+
+    def shared_out(r: step_rows.StepRow) -> bool:
+        return leave_out(r) or r.set.startswith(measured.SET_PREFIX)
+
+    full = wholestep.calibrate(model, gpus, skip, shared_out)
+    families = {}
+    for family in wholestep.own_families(skip, leave_out):
+        another = wholestep.of_another_gpu(family)
+
+        def kept_out(r: step_rows.StepRow, another: Callable[[step_rows.StepRow], bool] = another) -> bool:
+            return leave_out(r) or another(r)
+
+        families[family] = {**model.params["step"], **wholestep.calibrate(model, gpus, skip, kept_out)}
     # The host's costs come from our own steps alone (public sets time large batches): the full fit's.
-    return wholestep.calibrate(model, gpus, list(exclude), balance=True, held=full), families
+    return wholestep.calibrate(model, gpus, skip, shared_out, balance=True, held=full), families
 
 
 def _layer_predict(fitted: dict[str, Any], x: np.ndarray, roof: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from prediction.reference.model import ReferenceModel
-from prediction.reference.specs import GpuSpecs, family_of
+from prediction.reference.specs import GpuSpecs
 from prediction.reference.step_rows import (
     CONFIGS,
     ENVIRONMENT,
@@ -24,7 +24,7 @@ from prediction.reference.step_rows import (
     load_h100,
 )
 from prediction.reference.steps import precision_group
-from prediction.reference.wholestep import calibrate, flops_baseline, network, setting_pairs
+from prediction.reference.wholestep import calibrate, flops_baseline, network, of_another_gpu, setting_pairs
 
 # A point's band: these quantiles of the held-out errors of its kind. The 10th and 90th held 71% of a held-out
 # CNN's steps (errors cluster by CNN), the 5th and 95th 82% (nested, 2026-11-25): the band meant to hold ~80%.
@@ -55,7 +55,8 @@ def evaluate(model: ReferenceModel, gpus: dict[str, GpuSpecs]) -> dict[str, Any]
     on public rows only (what the reference knew before our H100 steps)."""
     rows = [r for r in load_h100() if r.gpu in gpus]
     gpu = gpus[GPU]
-    public = calibrate(model, gpus, [], leave_out=lambda r: r.set.startswith(SET))
+    public = calibrate(model, gpus, [], leave_out=lambda r: r.training is not None)  # none of our own steps
+    another = of_another_gpu(FAMILY)
     baseline = ReferenceModel(
         {**model.params, "step": {**model.params["step"], **public}, "step_families": {}}, "public rows only"
     )
@@ -64,7 +65,8 @@ def evaluate(model: ReferenceModel, gpus: dict[str, GpuSpecs]) -> dict[str, Any]
     for cnn in sorted({r.cnn for r in rows}):
 
         def held_out(r: StepRow, cnn: str = cnn) -> bool:
-            return r.cnn == cnn and family_of(r.gpu) == FAMILY
+            # As the H100's own constants are fitted (never another GPU's steps), less the CNN on every GPU.
+            return (r.cnn == cnn and r.training is not None) or another(r)
 
         step = calibrate(model, gpus, [], leave_out=held_out)
         fitted = ReferenceModel(

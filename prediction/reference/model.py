@@ -15,7 +15,7 @@ import lightgbm as lgb
 import numpy as np
 
 from prediction.reference import convs
-from prediction.reference.specs import GpuSpecs, family_of
+from prediction.reference.specs import GpuSpecs, family_of, gpu_family
 from prediction.reference.steps import (
     StepArrays,
     StepEstimate,
@@ -343,8 +343,8 @@ class ReferenceModel:
         return combine(parts, np.asarray(batch_sizes, dtype=float), self.constants(gpu))
 
     def constants(self, gpu: GpuSpecs) -> dict[str, float]:
-        """The whole-step constants of a GPU: its family's own where our steps of that family were fitted."""
-        return self._families.get(family_of(gpu.name), self._step)
+        """The whole-step constants of a GPU: its own where our steps of that GPU model were fitted."""
+        return self._families.get(gpu_family(gpu.name), self._step)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from prediction.features import family as cnn_family
 from prediction.reference import layerfit, measured, step_rows, stepfit
 from prediction.reference.data import ROOT
 from prediction.reference.model import ReferenceModel
-from prediction.reference.specs import GpuSpecs, family_of, simt_tflops, tensor_tflops
+from prediction.reference.specs import GpuSpecs, family_of, gpu_family, simt_tflops, tensor_tflops
 from prediction.reference.step_rows import StepRow
 from prediction.reference.steps import StepParts, band_group
 from shared.cnn.workload import WorkloadJson
@@ -139,11 +139,25 @@ def balanced(rows: list[StepRow], weights: list[float]) -> list[float]:
     return [w * min(1.0, cap / totals[family_of(r.gpu)]) for r, w in zip(rows, weights, strict=True)]
 
 
-def own_families(exclude: list[str]) -> list[str]:
-    """GPU families with whole steps of our own (not excluded): each gets constants fitted with its steps at full
-    weight (model.json "step_families"), where every other GPU gets the balanced ones."""
+def own_families(exclude: list[str], leave_out: Callable[[StepRow], bool] = lambda _: False) -> list[str]:
+    """GPU models with whole steps of our own (board variants together; not excluded by family, not all left out):
+    each gets constants fitted with its steps at full weight (model.json "step_families", ReferenceModel.step_of),
+    where every other GPU gets the balanced ones."""
     rows = [*step_rows.load_h100(), *measured.load_rows()]
-    return sorted({family_of(r.gpu) for r in rows if r.training is not None} - set(exclude))
+    return sorted(
+        {
+            gpu_family(r.gpu)
+            for r in rows
+            if r.training is not None and not leave_out(r) and family_of(r.gpu) not in exclude
+        }
+    )
+
+
+def of_another_gpu(own: str) -> Callable[[StepRow], bool]:
+    """Whether a row is our own step on another GPU model than `own`: a GPU's own constants are fitted on the public
+    rows and its own steps, never another GPU's, not even one of the same chip (each machine has its own host, which
+    sets small-batch steps: our H200's ran up to twice as fast as our H100's at batch 16)."""
+    return lambda r: r.training is not None and gpu_family(r.gpu) != own
 
 
 def calibrate(

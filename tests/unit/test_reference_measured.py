@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from prediction.reference import fit, measured, wholestep
+from prediction.reference import fit, measured, step_rows, wholestep
 from shared.measurements import bundle, environments
 
 H100_STEPS = Path(__file__).resolve().parents[2] / "data" / "reference" / "h100" / "steps.jsonl"
@@ -14,11 +14,13 @@ GPU_ENV = {"device_type": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11
 CPU_ENV = {"device_type": "cpu", "cpu": "x86", "torch": "2.14.1"}
 
 
-def write_bundle(path: Path, steps: list[dict[str, object]]) -> None:
+def write_bundle(
+    path: Path, steps: list[dict[str, object]], envs: tuple[dict[str, object], ...] = (GPU_ENV, CPU_ENV)
+) -> None:
     """A bundle of whole steps as an export writes it (two environments: a GPU's and a CPU's)."""
     lines = [{"kind": "header", "format": bundle.FORMAT, "version": bundle.VERSION, "source": "h100-host",
               "exported_at": "2026-11-27T09:00:00+00:00", "machine_types": []}]  # fmt: skip
-    body = [{"kind": "environment", "hash": environments.digest(d), "details": d} for d in (GPU_ENV, CPU_ENV)]
+    body = [{"kind": "environment", "hash": environments.digest(d), "details": d} for d in envs]
     body += steps
     lines += [*body, {"kind": "end", "lines": len(body)}]
     path.write_bytes(gzip.compress(b"".join(json.dumps(x).encode() + b"\n" for x in lines)))
@@ -56,3 +58,20 @@ def test_no_bundle_committed_changes_nothing(tmp_path: Path, monkeypatch: pytest
     """With data/measured/ empty, the fit reads no bundle."""
     monkeypatch.setattr(measured, "MEASURED", tmp_path)
     assert measured.load_rows() == [] and measured.files() == []
+
+
+def test_a_family_s_own_constants_never_learn_another_gpu_s_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each GPU with steps of its own is a family of its own, fitted on the public rows and its own steps alone."""
+    gpu_env = {**GPU_ENV, "gpu": "NVIDIA H200"}
+    write_bundle(tmp_path / "lab-h200.jsonl.gz", [step("resnet50", 64, 30.0, gpu_env)], envs=(gpu_env,))
+    monkeypatch.setattr(measured, "MEASURED", tmp_path)
+    [h200] = measured.load_rows()
+    h100 = next(r for r in step_rows.load_h100() if r.training is not None)
+    public = next(r for r in wholestep.load_rows())
+    assert h200.gpu == "H200-SXM-141GB" and h100.gpu == "H100-SXM5-80GB"
+    assert wholestep.own_families([]) == ["H100", "H200"]
+    assert wholestep.own_families([], leave_out=lambda r: r.set.startswith(measured.SET_PREFIX)) == ["H100"]
+    another = wholestep.of_another_gpu("H100")
+    assert another(h200) and not another(h100) and not another(public)
