@@ -279,7 +279,12 @@ whole steps. The GPU calibration is bounded by that search, not by the timing. T
 batch 16-64, where the host's dispatch sets the step (efficientnet_b0 and googlenet answered 18-48% slow) and small
 where the device sets it (batch 256: 3.6-12.5%). The same whole steps timed in two runs on two machines of the same
 kind (googlenet and efficientnet_b0, fp32) agree within 0.2% at batch 256 and within 3-20% at batch 16-64 (googlenet
-at 16: 22.0 and 17.9 ms): host-bound steps move with the host."""
+at 16: 22.0 and 17.9 ms): host-bound steps move with the host. In the calibration's leave-one-CNN-out (read from the
+model after importing the bundle elsewhere: same model, same 12.2%), shufflenet_v2_x1_0 is the outlier, answered
+47-66% slow at 224 px, where its steps take 16-22 ms at every batch (host-bound; no other CNN of the set is); without
+it the mean is about 9%. densenet121's 224 px batch-32 step (59 ms, between 40 ms at batch 8 and 86 ms at 128, where
+the second machine timed 37 ms at batch 16 and 49 ms at 64) looks like a disturbed measurement that the agent's
+stability rule let through."""
 
 
 def report(summary: dict[str, Any], name: str) -> str:
@@ -362,6 +367,7 @@ def main() -> int:
                 f"{command} formats what `scripts/gpu_run.sh` wrote on GPU hosts (summary.json, "
                 "committed beside each run's bundle in data/measured/).",
                 *runs,
+                REPORT_NOTES,
             ]
         )
         print(text)
