@@ -115,6 +115,9 @@ def test_shufflenet_channel_shuffle_copies_a_permuted_view(monkeypatch: pytest.M
     """Each channel shuffle copies a transposed view, rebuilt with its strides; chunk's backward concatenates."""
     from torchvision.models import shufflenetv2
 
+    # Extraction first: where no earlier test of this process has extracted the CNN, it traces the model, and a trace
+    # under the recording stand-in below would record every shuffle twice.
+    copies = extracted("shufflenet_v2_x1_0", "copy")
     shuffled: list[torch.Tensor] = []
     real = shufflenetv2.channel_shuffle
 
@@ -125,7 +128,6 @@ def test_shufflenet_channel_shuffle_copies_a_permuted_view(monkeypatch: pytest.M
 
     monkeypatch.setattr(shufflenetv2, "channel_shuffle", recording)
     model("shufflenet_v2_x1_0")(torch.randn(2, 3, SIZE, SIZE))
-    copies = extracted("shufflenet_v2_x1_0", "copy")
     assert sum(copies.values()) == len(shuffled) and all("grad" not in s.arguments for s in copies)  # a backward
     make = op_bench._Make(2, torch.float32, CPU, False, True)
     assert {(tuple(x.shape), x.stride()) for x in shuffled} == {
