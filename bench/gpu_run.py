@@ -345,7 +345,7 @@ def report(summary: dict[str, Any], name: str) -> str:
 def main() -> int:
     """Run the stages against the stack scripts/gpu_run.sh started; 1 when a stage failed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--out", type=Path, help="where the figures and the bundle go (all but --report)")
     parser.add_argument("--dry-run", action="store_true", help="the CPU's small spread (also where CUDA is absent)")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--calibration-timeout-s", type=float, default=240, help="per configuration")
@@ -356,7 +356,7 @@ def main() -> int:
     parser.add_argument("--steps-batches", default="16,64,256", help="batch sizes of --whole-steps")
     parser.add_argument("--report", metavar="SUMMARY", nargs="+", type=Path,
                         help="format these runs' summary.json files into docs/PERFORMANCE.md and stop")  # fmt: skip
-    args = parser.parse_args() if "--report" not in sys.argv else parser.parse_args(["--out", ".", *sys.argv[1:]])
+    args = parser.parse_args()
     if args.report:
         from bench.perf_doc import write_section
 
@@ -373,6 +373,8 @@ def main() -> int:
         print(text)
         write_section(REPORT_TITLE, text)
         return 0
+    if args.out is None:
+        parser.error("--out is required (or --report)")
     outside.load_services()
     import torch
 

@@ -17,6 +17,7 @@ op_bench) and prints their sum against the whole step, a sanity check with no mo
 """
 
 import argparse
+import math
 import os
 import shlex
 import statistics
@@ -68,6 +69,7 @@ def predict(
     deadline: a time.monotonic() after which the jobs still running are cancelled (and answered as cancelled)."""
     from cli.client import Api
     from cli.main import follow
+    from shared.jobs.models import JobStatus
 
     port = os.environ.get("API_PORT", "8000")
     api = Api(os.environ.get("TRAINCAST_API_URL", f"http://127.0.0.1:{port}"), timeout=60)
@@ -76,23 +78,12 @@ def predict(
     ids = {cnn: api.call("POST", "/v1/jobs", json=body | {"cnns": [cnn]})["id"] for cnn in cnns}
     jobs = {}
     for cnn, job_id in ids.items():
-        jobs[cnn] = follow(api, job_id, show=False) if deadline is None else _follow_until(api, job_id, deadline)
+        jobs[cnn] = follow(api, job_id, show=False, deadline=math.inf if deadline is None else deadline)
+        if not JobStatus(jobs[cnn]["status"]).terminal:  # the deadline passed: its work is not wanted any more
+            api.call("POST", f"/v1/jobs/{job_id}/cancel")
+            jobs[cnn] = api.call("GET", f"/v1/jobs/{job_id}")
         print(f"{cnn}: job {job_id} {jobs[cnn]['status']} {jobs[cnn].get('error') or ''}", file=sys.stderr)
     return jobs
-
-
-def _follow_until(api: Any, job_id: str, deadline: float) -> dict[str, Any]:
-    """Poll a job until it ends or the deadline passes, then cancel it; the job as last answered."""
-    from shared.jobs.models import JobStatus
-
-    while True:
-        job: dict[str, Any] = api.call("GET", f"/v1/jobs/{job_id}", params={"wait": min(10.0, max(deadline -
-                                       time.monotonic(), 0.5))})  # fmt: skip
-        if JobStatus(job["status"]).terminal:
-            return job
-        if time.monotonic() >= deadline:
-            api.call("POST", f"/v1/jobs/{job_id}/cancel")
-            return dict(api.call("GET", f"/v1/jobs/{job_id}"))
 
 
 def summed(cnn: str, image_size: int, batch_sizes: list[int], config: Any) -> dict[int, float | None]:

@@ -1,6 +1,7 @@
 """`traincast`: submit and follow prediction jobs (over HTTP), calibrate and train (admin, direct)."""
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -143,14 +144,15 @@ def cmd_cnns(api: Api, args: argparse.Namespace) -> int:
     return 0
 
 
-def follow(api: Api, job_id: str, *, show: bool, poll_s: float = 0.5) -> dict[str, Any]:
-    """Poll a job until it finishes (each request held by the API until then, or a while), drawing a progress bar."""
+def follow(api: Api, job_id: str, *, show: bool, poll_s: float = 0.5, deadline: float = math.inf) -> dict[str, Any]:
+    """Poll a job until it finishes (each request held by the API until then, or a while), drawing a progress bar;
+    past deadline (a time.monotonic()), the job as it stands, unfinished."""
     last = ""
     # Shown: the bar moves each second; not shown: fewer requests. The answer comes as soon as the job ends.
     wait = 1.0 if show else 10.0
     while True:
         asked = time.monotonic()
-        job = api.call("GET", f"/v1/jobs/{job_id}", params={"wait": wait})
+        job = api.call("GET", f"/v1/jobs/{job_id}", params={"wait": max(min(wait, deadline - asked), 0.5)})
         if show:
             line = _bar(job)
             if line != last:
@@ -160,6 +162,8 @@ def follow(api: Api, job_id: str, *, show: bool, poll_s: float = 0.5) -> dict[st
         if JobStatus(job["status"]).terminal:
             if show and sys.stderr.isatty():
                 print(file=sys.stderr)
+            return job
+        if time.monotonic() >= deadline:
             return job
         if time.monotonic() - asked < wait / 2:  # an API that does not hold answers: poll at our own pace
             time.sleep(poll_s)

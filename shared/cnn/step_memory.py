@@ -18,7 +18,7 @@ A step holds, at its peak:
 The constants are fitted by bench/memory.py on measured peaks (docs/PERFORMANCE.md, "Memory").
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shared.cnn.workload import WorkloadJson
 
@@ -132,16 +132,7 @@ def step_peak(
     )
     if not gpu or tensors_only:
         return peak
-    tensors = peak.total
-    return Peak(
-        weights=peak.weights,
-        gradients=peak.gradients,
-        optimizer_state=peak.optimizer_state,
-        activations=peak.activations,
-        optimizer_step=peak.optimizer_step,
-        workspace=GPU_WORKSPACE,
-        overhead=(GPU_SCALE - 1.0) * tensors + CUDA_CONTEXT,
-    )
+    return replace(peak, workspace=GPU_WORKSPACE, overhead=(GPU_SCALE - 1.0) * peak.total + CUDA_CONTEXT)
 
 
 def max_batch_size(

@@ -55,9 +55,6 @@ def test_the_dry_run_writes_the_bundle_and_every_figure(tmp_path: Path) -> None:
 
 def test_a_calibration_cut_short_leaves_no_work_waiting() -> None:
     """What a timed-out calibration left queued for the agent is dropped (counted), so later stages do not wait."""
-    import sys
-
-    sys.path.insert(0, str(ROOT))
     from bench import gpu_run
     from shared.core import tasks
 
