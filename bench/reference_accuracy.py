@@ -94,7 +94,8 @@ def h100_section(own: dict[str, Any]) -> list[str]:
         "### Our H100 steps, CNN held out",
         "",
         f"{own['environment']}; batch 16-256 at 224 px, every figure predicted by whole-step constants fitted "
-        "without that CNN's H100 rows (public rows and the other CNNs kept).",
+        "without that CNN's H100 rows (public rows and the other CNNs kept), and conv models without any layer our "
+        "agent timed (data/measured/) of that CNN's layer shapes, at any input size.",
         "",
         "| configuration | steps | model MAPE | public-only fit | FLOPs at peak | predicted too fast "
         "| P10 / P90 log(meas/pred) |",

@@ -9,8 +9,10 @@ Where each whole-step constant comes from:
   tensors (~25 us, event timing included: informational; whole steps use the back-to-back floor below);
 - linear_efficiency: fitted here on NeuSight linear (cuBLAS, PyTorch 2.1);
 - kernel_floor_ms 0.004: a small kernel back to back in one stream (launch latency 2-5 us, NVIDIA's
-  CUDA best-practices guide); backward_bytes_ratio 2: backward reads the saved input and the output
-  gradient and writes the input gradient (the brief's rule);
+  CUDA best-practices guide); passes_<kind>[_bf16]: each memory-bound kind's forward + backward passes over
+  its counted bytes, timed by our agent (prediction/reference/op_passes.py, data/measured/ bundles);
+  backward_bytes_ratio 2, for a kind never timed: backward reads the saved input and the output gradient and
+  writes the input gradient;
 - dev_*, host_*, smooth_max_q: device multipliers per part and precision group, host dispatch costs and the
   overlap of host and device, fitted by prediction/reference/stepfit.py on the step-only public whole-network rows
   (Lambda) and our own H100 steps (data/reference/h100/), ridge toward their priors (stepfit.PRIORS: PyTorch
@@ -29,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from prediction.reference import data, layerfit, step_rows, stepfit
+from prediction.reference import data, layerfit, measured, op_passes, step_rows, stepfit
 from prediction.reference.convs import FEATURES
 from prediction.reference.model import MODEL_JSON, ReferenceModel, from_json_text
 from prediction.reference.specs import GpuSpecs
@@ -85,6 +87,15 @@ def fit_memory_ops(gpus: dict[str, GpuSpecs], exclude: Sequence[str] = ()) -> di
     }
 
 
+def base_step(gpus: dict[str, GpuSpecs], exclude: Sequence[str] = ()) -> dict[str, float]:
+    """The whole-step constants measured apart from whole steps: the defaults, the public ReLU/add/linear
+    efficiencies and each operator kind's passes over memory (from the bundles' operators, op_passes.py)."""
+    step = dict(STEP_DEFAULTS)
+    step.update(fit_memory_ops(gpus, exclude))
+    step.update(op_passes.from_bundles(measured.files()))
+    return step
+
+
 def fit_params(
     gpus: dict[str, GpuSpecs],
     matrix: layerfit.LayerMatrix,
@@ -93,8 +104,7 @@ def fit_params(
     calibrate: bool = True,
 ) -> dict[str, Any]:
     """Every fitted parameter except accuracy, optionally without some rows / GPU families."""
-    step = dict(STEP_DEFAULTS)
-    step.update(fit_memory_ops(gpus, exclude))
+    step = base_step(gpus, exclude)
     params: dict[str, Any] = {
         "format": 1, "features": list(FEATURES), "conv": layerfit.fit_conv(matrix, rows), "step": step,
     }  # fmt: skip
@@ -137,6 +147,20 @@ def fit_steps(
     return wholestep.calibrate(model, gpus, skip, shared_out, balance=True, held=full), families
 
 
+def conv_without(matrix: layerfit.LayerMatrix, conv: dict[str, Any]) -> Callable[[str], dict[str, Any]]:
+    """cnn → conv models fitted without any layer our agent timed that has one of the CNN's layer shapes (at any
+    input size), so a CNN held out from the whole-step fit is held out from the conv fit too; `conv` where no such
+    layer was timed."""
+    from prediction.reference import wholestep
+
+    def conv_of(cnn: str) -> dict[str, Any]:
+        layers, _ = wholestep.network(cnn, 224)
+        drop = matrix.ours_shaped_as({layerfit.layer_shape(spec) for spec, _ in layers})
+        return layerfit.fit_conv(matrix, ~drop) if drop.any() else conv
+
+    return conv_of
+
+
 def _layer_predict(fitted: dict[str, Any], x: np.ndarray, roof: np.ndarray) -> np.ndarray:
     return ReferenceModel({"conv": fitted, "step": STEP_DEFAULTS}).conv_from_features(x, roof)
 
@@ -148,7 +172,7 @@ def accuracy(gpus: dict[str, GpuSpecs], matrix: layerfit.LayerMatrix, params: di
 
     layers = layerfit.logo_layers(matrix, _layer_predict)
     steps = wholestep.evaluate(gpus, matrix, fit_params)
-    own = h100.evaluate(ReferenceModel(params), gpus)
+    own = h100.evaluate(ReferenceModel(params), gpus, conv_without(matrix, params["conv"]))
     head = steps["headline"]
     return {
         "whole_step_mape": head["mape"],

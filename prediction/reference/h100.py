@@ -1,11 +1,13 @@
 """Our own whole training steps on an H100 (data/reference/h100/): rows for the fit, and their held-out scores.
 
-Every CNN's rows are predicted by whole-step constants fitted without that CNN's H100 rows (leave-one-CNN-out),
+Every CNN's rows are predicted by whole-step constants fitted without that CNN's H100 rows (leave-one-CNN-out), and
+conv models fitted without our agent's layers of its shapes where evaluate is given them (fit.conv_without),
 and the errors are kept per precision group and regime (host-bound or device-bound, as the model itself says):
 each reference point quotes the figure of its own kind, and its P10-P90 band is those errors' quantiles.
 """
 
 from collections import defaultdict
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -50,9 +52,12 @@ def _coverage(lr: np.ndarray, cnn: np.ndarray, kind: np.ndarray, tail: float = 0
     return float(np.mean(inside) * 100) if inside else float("nan")
 
 
-def evaluate(model: ReferenceModel, gpus: dict[str, GpuSpecs]) -> dict[str, Any]:
+def evaluate(
+    model: ReferenceModel, gpus: dict[str, GpuSpecs], conv_of: Callable[[str], dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """Leave-one-CNN-out on the H100 steps: figures per configuration, regime and CNN, beside the baseline fitted
-    on public rows only (what the reference knew before our H100 steps)."""
+    on public rows only (what the reference knew before our H100 steps). conv_of(cnn): the conv models to predict
+    that CNN with (fitted without the layers our agent timed of its shapes: fit.conv_without); model's otherwise."""
     rows = [r for r in load_h100() if r.gpu in gpus]
     gpu = gpus[GPU]
     public = calibrate(model, gpus, [], leave_out=lambda r: r.training is not None)  # none of our own steps
@@ -68,9 +73,10 @@ def evaluate(model: ReferenceModel, gpus: dict[str, GpuSpecs]) -> dict[str, Any]
             # As the H100's own constants are fitted (never another GPU's steps), less the CNN on every GPU.
             return (r.cnn == cnn and r.training is not None) or another(r)
 
-        step = calibrate(model, gpus, [], leave_out=held_out)
+        base = model if conv_of is None else ReferenceModel({**model.params, "conv": conv_of(cnn)})
+        step = calibrate(base, gpus, [], leave_out=held_out)
         fitted = ReferenceModel(
-            {**model.params, "step": {**model.params["step"], **step}, "step_families": {}}, f"without {cnn}"
+            {**base.params, "step": {**base.params["step"], **step}, "step_families": {}}, f"without {cnn}"
         )
         for r in (r for r in rows if r.cnn == cnn):
             convs, work = network(r.cnn, r.image_size)

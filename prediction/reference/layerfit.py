@@ -1,8 +1,9 @@
 """Fitting the conv part: the measured layer table → features and targets → LightGBM boosters.
 
-Forward: log(measured / roofline) from every forward measurement (NeuSight, Benanza, DeepBench).
+Forward: log(measured / roofline) from every public forward measurement (NeuSight, Benanza, DeepBench).
 Backward: log(backward / forward) - log(roofline ratio) from DeepBench, the only public source that
 times both backward passes of the same layers; a backward time is the predicted forward times that.
+A GPU family our agent timed layers of (data/measured/) gets a correction of its own learnt from them.
 """
 
 from collections import defaultdict
@@ -14,11 +15,12 @@ import numpy as np
 
 from prediction.reference import convs
 from prediction.reference.data import LayerTable
-from prediction.reference.specs import GpuSpecs, gpu_family
+from prediction.reference.specs import GpuSpecs, family_of, gpu_family
 
 # Source weights: NeuSight is PyTorch 2.1 / cuDNN 8.9 (closest to what users run); Benanza is cuDNN 7
 # inference kernels but the only real-CNN layers (depthwise, grouped, strided) on 8 GPUs, so it counts
-# less per row; DeepBench has few rows but real layers, so each row counts more.
+# less per row; DeepBench has few rows but real layers, so each row counts more. Our agent's rows
+# ("measured", data/measured/) are not among them: they correct their own GPU family (_fit_families).
 SOURCE_WEIGHT = {"neusight": 1.0, "benanza": 0.3, "deepbench": 3.0}
 FORWARD_PARAMS: dict[str, Any] = {
     "objective": "huber", "alpha": 0.5, "learning_rate": 0.1, "num_leaves": 15, "min_data_in_leaf": 40,
@@ -41,6 +43,18 @@ class LayerMatrix:
     gpu: np.ndarray
     source: np.ndarray
     precision: np.ndarray
+    shape: np.ndarray  # layer_shape of each row's spec
+
+    def ours_shaped_as(self, shapes: set[str]) -> np.ndarray:
+        """Rows our agent measured (source "measured") of a layer shape among these."""
+        return (self.source == "measured") & np.isin(self.shape, sorted(shapes))
+
+
+def layer_shape(spec: dict[str, Any]) -> str:
+    """A conv's channels, kernel, stride and groups, whatever its input size: a layer a CNN has at any size."""
+    kh, kw = spec["kernel"]
+    sh, sw = spec["stride"]
+    return f"{spec['in_channels']}x{spec['out_channels']} k{kh}x{kw} s{sh}x{sw} g{spec['groups']}"
 
 
 def layer_matrix(table: LayerTable, gpus: dict[str, GpuSpecs]) -> LayerMatrix:
@@ -60,7 +74,10 @@ def layer_matrix(table: LayerTable, gpus: dict[str, GpuSpecs]) -> LayerMatrix:
         f, r, _ = convs.features(specs, [table.batch[i] for i in idx], gpus[gpu], precision, tensor, paired=True)
         x[:, idx] = f[:, :, 0]
         roof[:, idx] = r[:, :, 0]
-    return LayerMatrix(x, roof, table.array(), np.array(table.gpu), np.array(table.source), np.array(table.precision))
+    shapes = np.array([layer_shape(s) for s in table.specs])
+    return LayerMatrix(
+        x, roof, table.array(), np.array(table.gpu), np.array(table.source), np.array(table.precision), shapes
+    )
 
 
 def _train(params: dict[str, Any], x: np.ndarray, y: np.ndarray, w: np.ndarray, rounds: int) -> lgb.Booster:
@@ -69,9 +86,40 @@ def _train(params: dict[str, Any], x: np.ndarray, y: np.ndarray, w: np.ndarray, 
 
 
 def fit_conv(m: LayerMatrix, rows: np.ndarray | None = None) -> dict[str, Any]:
-    """Boosters (LightGBM model text) and their output clips, fitted on the given rows (all by default)."""
+    """Boosters (LightGBM model text) and their output clips, fitted on the given rows (all by default): the public
+    rows for every GPU, and per GPU family our agent measured layers of, a correction learnt from them ("families")."""
     keep = np.ones(len(m.gpu), dtype=bool) if rows is None else rows
-    w = np.array([SOURCE_WEIGHT[s] for s in m.source])
+    out = _fit_public(m, keep & (m.source != "measured"))
+    out["families"] = _fit_families(m, keep & (m.source == "measured"), out)
+    return out
+
+
+def _fit_families(m: LayerMatrix, ours: np.ndarray, public: dict[str, Any]) -> dict[str, Any]:
+    """Per GPU family (same chip together), boosters of log(measured / public model's prediction) per phase, on our
+    agent's layers of it: a GPU family we measured is answered from its own layers, and no other GPU's answer moves
+    (with our H200's layers in the public model's fit, other GPUs' held-out layers and steps got worse)."""
+    from prediction.reference.model import ReferenceModel
+
+    if not ours.any():
+        return {}
+    base = ReferenceModel({"conv": public, "step": {}})
+    family = np.array([family_of(g) for g in m.gpu])
+    out: dict[str, Any] = {}
+    for name in sorted(set(family[ours])):
+        ix = ours & (family == name)
+        predicted = base.log_multipliers(m.x[:, ix]) + np.log(m.roof[:, ix])
+        entry: dict[str, Any] = {"clip": {}}
+        for p, phase in enumerate(convs.PHASES):
+            ok = np.isfinite(m.ms[ix, p]) & (m.ms[ix, p] > 0)
+            y = np.log(m.ms[ix, p][ok]) - predicted[p][ok]
+            entry["clip"][phase] = _clip(y)
+            entry[phase] = _train(RATIO_PARAMS, m.x[p, ix][ok], y, np.ones(len(y)), RATIO_ROUNDS).model_to_string()
+        out[name] = entry
+    return out
+
+
+def _fit_public(m: LayerMatrix, keep: np.ndarray) -> dict[str, Any]:
+    w = np.array([SOURCE_WEIGHT.get(s, 0.0) for s in m.source])  # our rows are kept out by `keep`
     fwd_ok = keep & np.isfinite(m.ms[:, 0]) & (m.ms[:, 0] > 0)
     y_fwd = np.log(m.ms[fwd_ok, 0] / m.roof[0, fwd_ok])
     out: dict[str, Any] = {"clip": {"forward": _clip(y_fwd)}}

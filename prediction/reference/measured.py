@@ -1,4 +1,4 @@
-"""Whole steps from measurement bundles committed under data/measured/: rows for the reference's fit.
+"""Measurement bundles committed under data/measured/: whole steps and conv layers for the reference's fit.
 
 A bundle (docs/BUNDLES.md) is what an agent measured on a real GPU, exported with its environment. Each whole step
 that ran on a CUDA device data/gpus.csv knows (by CUDA's name for it) joins the fit as a set of its own (one per
@@ -6,13 +6,16 @@ bundle file), so every GPU anyone measured teaches the answers for the GPUs nobo
 GPU without figures, or that ran out of memory carry nothing the fit can use and are left out.
 """
 
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from prediction.reference.data import ROOT
 from prediction.reference.step_rows import StepRow
 from shared.local_machine import gpu_row
 from shared.measurements import transfer
+from shared.measurements.bundle import Bundle
 from shared.training import TrainConfig
 
 MEASURED = ROOT / "data" / "measured"
@@ -34,17 +37,56 @@ def _stamp(path: Path) -> tuple[int, int]:
     return stat.st_mtime_ns, stat.st_size
 
 
+def bundle(path: Path) -> Bundle:
+    """A committed bundle, read once per version of the file (a refit reads them for every nested fit)."""
+    return _read(path, *_stamp(path))
+
+
+@cache
+def _read(path: Path, _mtime_ns: int, _size: int) -> Bundle:
+    with path.open("rb") as raw:
+        return transfer.read(raw)
+
+
+def known_gpu(details: Mapping[str, Any]) -> str | None:
+    """The data/gpus.csv name of the CUDA GPU an environment ran on, None for a CPU or a GPU without figures."""
+    known = gpu_row(str(details.get("gpu", ""))) if details.get("device_type") == "cuda" else None
+    return None if known is None else str(known["gpu"])
+
+
+def layer_rows() -> list[tuple[str, str, dict[str, Any], int, tuple[float, float, float]]]:
+    """Every NCHW conv layer the bundles timed on a GPU data/gpus.csv knows: (GPU, 'fp32' or 'amp_fp16', spec,
+    batch size, forward / backward-data / backward-weight ms), for the conv model's fit beside the public layers."""
+    out = []
+    for path in files():
+        read = bundle(path)
+        gpus = {e.hash: known_gpu(e.details) for e in read.environments}
+        specs = {c.hash: c.spec for c in read.conv_signatures}
+        for r in read.rows["layer"]:
+            gpu = gpus[r.environment]
+            if (
+                gpu is None
+                or r.oom
+                or r.channels_last
+                or None in (r.forward_ms, r.backward_data_ms, r.backward_weight_ms)
+            ):
+                continue
+            precision = "fp32" if r.precision in ("fp32", "tf32") else "amp_fp16"
+            out.append((gpu, precision, specs[r.signature], r.batch_size,
+                        (r.forward_ms, r.backward_data_ms, r.backward_weight_ms)))  # fmt: skip
+    return out
+
+
 @cache
 def _rows_of(path: Path, _mtime_ns: int, _size: int) -> tuple[StepRow, ...]:
-    """One bundle's usable steps, read once per version of the file (a refit reads them for every nested fit)."""
-    with path.open("rb") as raw:
-        bundle = transfer.read(raw)
-    details = {e.hash: e.details for e in bundle.environments}
+    """One bundle's usable steps."""
+    read = bundle(path)
+    details = {e.hash: e.details for e in read.environments}
     rows = []
-    for step in bundle.rows["step"]:
+    for step in read.rows["step"]:
         env = details[step.environment]
-        known = gpu_row(str(env.get("gpu", ""))) if env.get("device_type") == "cuda" else None
-        if step.oom or step.step_ms is None or known is None:
+        gpu = known_gpu(env)
+        if step.oom or step.step_ms is None or gpu is None:
             continue
         config = TrainConfig(
             optimizer=step.optimizer, momentum=step.momentum, weight_decay=step.weight_decay,
@@ -53,7 +95,7 @@ def _rows_of(path: Path, _mtime_ns: int, _size: int) -> tuple[StepRow, ...]:
         rows.append(
             StepRow(
                 f"{SET_PREFIX}{path.name.removesuffix('.jsonl.gz')}",
-                known["gpu"],
+                gpu,
                 step.cnn_name,
                 step.image_size,
                 step.batch_size,

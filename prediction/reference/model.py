@@ -85,6 +85,11 @@ class ReferenceModel:
         self._forward = lgb.Booster(model_str=conv["forward"])
         self._ratios = {p: lgb.Booster(model_str=conv[p]) for p in convs.PHASES[1:]}
         self._clip = {p: tuple(v) for p, v in conv["clip"].items()}
+        # GPU families our agent timed layers of: log(measured / the public model) per phase (layerfit).
+        self._residual = {
+            family: ({p: lgb.Booster(model_str=entry[p]) for p in convs.PHASES}, entry["clip"])
+            for family, entry in conv.get("families", {}).items()
+        }
         self._step: dict[str, float] = dict(params["step"])
         # GPU families with whole steps of our own have constants fitted on them at full weight; every other GPU
         # gets the shared ones, fitted with each family weighing at most the median family (fit.fit_params).
@@ -101,17 +106,25 @@ class ReferenceModel:
         lo, hi = self._clip[phase]
         return np.clip(booster.predict(x, num_threads=1), lo, hi)
 
-    def log_multipliers(self, feats: np.ndarray) -> np.ndarray:
-        """log(time / roofline) per phase (3, ...) from convs.features output (3, ..., F)."""
+    def log_multipliers(self, feats: np.ndarray, family: str | None = None) -> np.ndarray:
+        """log(time / roofline) per phase (3, ...) from convs.features output (3, ..., F), on a GPU of this family
+        (specs.family_of: its own layers' correction where our agent measured some)."""
         flat = [feats[p].reshape(-1, feats.shape[-1]) for p in range(3)]
         fwd = self._log_ratio("forward", flat[0])
         # backward = predicted forward x (its roofline / forward's) x learned relative efficiency
-        out = [fwd, *(fwd + self._log_ratio(phase, flat[p]) for p, phase in enumerate(convs.PHASES[1:], 1))]
-        return np.stack(out).reshape(3, *feats.shape[1:-1])
+        out = np.stack([fwd, *(fwd + self._log_ratio(phase, flat[p]) for p, phase in enumerate(convs.PHASES[1:], 1))])
+        residual = self._residual.get(family or "")
+        if residual is not None:
+            boosters, clips = residual
+            out += np.stack([
+                np.clip(boosters[phase].predict(flat[p], num_threads=1), *clips[phase])
+                for p, phase in enumerate(convs.PHASES)
+            ])  # fmt: skip
+        return out.reshape(3, *feats.shape[1:-1])
 
-    def conv_from_features(self, feats: np.ndarray, roof: np.ndarray) -> np.ndarray:
+    def conv_from_features(self, feats: np.ndarray, roof: np.ndarray, family: str | None = None) -> np.ndarray:
         """Phase times (..., 3) ms from convs.features output (3, ..., F) and rooflines (3, ...)."""
-        return np.moveaxis(roof * np.exp(self.log_multipliers(feats)), 0, -1)
+        return np.moveaxis(roof * np.exp(self.log_multipliers(feats, family)), 0, -1)
 
     def _times(
         self, specs: Sequence[Mapping[str, Any]], batch: np.ndarray, gpu: GpuSpecs, precision: str, tensor: np.ndarray
@@ -119,7 +132,7 @@ class ReferenceModel:
         # Every batch size is predicted on its own (never interpolated between others), so a point's answer
         # does not depend on which other batch sizes a job asks for.
         feats, roof, _ = convs.features(specs, batch.astype(int).tolist(), gpu, precision, tensor)
-        return np.moveaxis(roof * np.exp(self.log_multipliers(feats)), 0, -1)
+        return self.conv_from_features(feats, roof, family_of(gpu.name))
 
     def _convs(
         self, specs: Sequence[Mapping[str, Any]], batch_sizes: Sequence[int], gpu: GpuSpecs, precision: str

@@ -133,6 +133,7 @@ def other_ms(
     """Forward + backward time of the memory-bound operators, shape (B,); autocast halves their bytes."""
     ops = workload.get("ops", {})
     scale = element_bytes(kernel_precision(precision)) / 4.0  # the workload is read in fp32
+    group = precision_group(precision)
     bw = gpu.mem_bandwidth_gbs * 1e9 * c["memory_efficiency"]
     total = np.zeros_like(batch, dtype=float)
     for kind in MEMORY_KINDS:
@@ -140,9 +141,12 @@ def other_ms(
         if not op:
             continue
         nbytes = float(op["bytes"]) * batch * scale
-        # forward moves the counted bytes, backward about twice them; each kernel costs at least the floor
+        # forward and backward pass over the counted bytes as often as the kind's kernels were measured to
+        # (op_passes.py; not for bf16, see there), else forward once and backward twice; each kernel costs at least
+        # the floor
+        passes = c.get(f"passes_{kind}_{group}", 1 + c["backward_bytes_ratio"])
         n_kernels = float(op["count"]) * (1 + c["backward_kernels_per_op"])
-        total += nbytes * (1 + c["backward_bytes_ratio"]) / bw * 1e3 + n_kernels * c["kernel_floor_ms"]
+        total += nbytes * passes / bw * 1e3 + n_kernels * c["kernel_floor_ms"]
     return total
 
 

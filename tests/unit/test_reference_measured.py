@@ -75,3 +75,39 @@ def test_a_family_s_own_constants_never_learn_another_gpu_s_steps(
     assert wholestep.own_families([], leave_out=lambda r: r.set.startswith(measured.SET_PREFIX)) == ["H100"]
     another = wholestep.of_another_gpu("H100")
     assert another(h200) and not another(h100) and not another(public)
+
+
+def test_the_committed_bundles_conv_layers_join_the_conv_fit() -> None:
+    """The H200's NCHW layers, fp32 and autocast (as amp_fp16), all three phases, in the conv model's table."""
+    from prediction.reference import data
+
+    rows = measured.layer_rows()
+    assert {(gpu, precision) for gpu, precision, *_ in rows} == {
+        ("H200-SXM-141GB", "fp32"),
+        ("H200-SXM-141GB", "amp_fp16"),
+    }
+    assert all(len(ms) == 3 and min(ms) > 0 for *_, ms in rows)
+    table = data.load_layers()
+    ours = [i for i, s in enumerate(table.source) if s == "measured"]
+    assert len(ours) == len(rows) and {table.gpu[i] for i in ours} == {"H200-SXM-141GB"}
+
+
+def test_a_cnn_held_out_leaves_our_layers_of_its_shapes_out_of_the_conv_fit() -> None:
+    """conv_without: only our own rows of a shape the CNN has (at any input size) are dropped; none, no refit."""
+    import numpy as np
+
+    from prediction.reference import layerfit
+
+    spec = {"in_channels": 64, "out_channels": 64, "kernel": [3, 3], "stride": [1, 1], "groups": 1}
+    other = {**spec, "out_channels": 128}
+    shape = layerfit.layer_shape(spec)
+    assert shape == layerfit.layer_shape({**spec, "in_h": 7, "in_w": 7}) != layerfit.layer_shape(other)
+    matrix = layerfit.LayerMatrix(
+        x=np.zeros((3, 3, 1)), roof=np.ones((3, 3)), ms=np.ones((3, 3)), gpu=np.array(["H200-SXM-141GB"] * 3),
+        source=np.array(["measured", "measured", "deepbench"]), precision=np.array(["fp32"] * 3),
+        shape=np.array([shape, layerfit.layer_shape(other), shape]),
+    )  # fmt: skip
+    assert matrix.ours_shaped_as({shape}).tolist() == [True, False, False]
+    conv = {"forward": "kept"}
+    resnet18_has_none = layerfit.LayerMatrix(**{**matrix.__dict__, "shape": np.array(["1x1 k9x9 s9x9 g1"] * 3)})
+    assert fit.conv_without(resnet18_has_none, conv)("resnet18") is conv

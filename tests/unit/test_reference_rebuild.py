@@ -34,8 +34,7 @@ def test_refitting_the_whole_step_constants_gives_the_committed_ones() -> None:
     """From the committed conv model and the data files, the step fit (both stages) lands on model.json's constants."""
     params = committed()
     gpus = fit.gpu_table()
-    step = dict(fit.STEP_DEFAULTS)
-    step.update(fit.fit_memory_ops(gpus))
+    step = fit.base_step(gpus)
     model = ReferenceModel({**params, "step": step, "step_families": {}})
     shared, families = fit.fit_steps(model, gpus)
     step.update(shared)

@@ -57,10 +57,10 @@ def test_our_own_gpu_keeps_its_constants_and_every_other_gpu_gets_the_shared_one
     assert own.step_ms != pytest.approx(shared.step_ms, rel=1e-3)
 
 
-# The goal is 10% in both; under autocast the model is 10.2% slow against Lambda's PyTorch 1.13 run (905 images/s)
-# and 2% fast against its PyTorch 1.7 run of the same board (798; data/reference/whole_steps.csv lambda_raw).
+# The goal is 10% in both: -1% in fp32 (509 against 513 images/s) and -9% under autocast against Lambda's PyTorch
+# 1.13 run (824 against 905; its PyTorch 1.7 run of the same board measured 798: data/reference/whole_steps.csv).
 @pytest.mark.parametrize(
-    ("precision", "lambda_set", "bound"), [("tf32", "lambda_fp32", 0.10), ("amp_fp16", "lambda_fp16", 0.12)]
+    ("precision", "lambda_set", "bound"), [("tf32", "lambda_fp32", 0.10), ("amp_fp16", "lambda_fp16", 0.10)]
 )
 def test_an_rtx_3090_by_its_datasheet_is_near_lambdas_resnet50(precision: str, lambda_set: str, bound: float) -> None:
     """Lambda's ResNet-50 training on an RTX 3090 (data/reference/whole_steps.csv: NGC PyTorch 1.13, synthetic data,

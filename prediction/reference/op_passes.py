@@ -1,0 +1,146 @@
+"""How much memory traffic each kind of memory-bound operator really makes, learnt from operators an agent timed.
+
+The workload counts an operator's forward bytes as its inputs plus its outputs (shared/cnn/workload.py). A training
+step runs it forward and backward, and kernels differ in how many times they pass over those bytes: batch norm in
+training reads its input twice forward (statistics, then normalisation) and its input and output gradient twice
+backward; max pooling's backward scatters through saved indices; a residual add's backward is nearly free. One
+uniform rule (backward = 2x forward) costed every kind alike. Here each kind's forward + backward time on large
+tensors (DRAM-bound, launch costs negligible) is divided by the time a ReLU forward takes per counted byte on the
+same GPU in the same run: a ratio of kernels' passes over memory, which carries to other GPUs, where the GPU's own
+bandwidth and the public ReLU/add efficiency (fit.fit_memory_ops) set the scale.
+
+Read from the op rows of the measurement bundles under data/measured/ (bf16 rows: the ratio to a bf16 ReLU forward,
+the bytes counted in fp32 as the step model halves them).
+"""
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from prediction.reference import measured as measured_bundles
+from shared.cnn.workload import kind_of
+
+# Only tensors this large are timed at DRAM bandwidth (a fraction of a millisecond even on an H200: the launch and
+# timing floor of tens of microseconds is then a small part).
+MIN_BYTES = 128e6
+# A kind's ratio needs at least this many large timings (median of them).
+MIN_ROWS = 5
+# The operators of each kind whose bytes this module can count from a signature; the workload's kinds.
+_ACTIVATIONS = ("relu", "hardtanh", "silu", "sigmoid", "gelu", "hardswish", "hardsigmoid", "tanh")
+_AGGREGATE = ("adaptive_avg_pool2d", "mean")
+KINDS = ("batch_norm", "activation", "pooling", "elementwise", "concat")
+# The agent's op variants read.
+VARIANTS = ("fp32", "bf16")
+# The precision groups fp32's passes cost (steps.other_ms). fp16: no fp16 operators have been timed yet, and cuDNN's
+# fp16 kernels are fp32's at half the bytes (our H100's fp16 steps fit the same "other" multiplier as fp32's, 0.51 and
+# 0.43). Not bf16: its kernels are not fp32's (on the H200 a bf16 batch norm in NCHW took longer than an fp32 one,
+# 18 passes over its halved bytes), and with their own passes bf16 ResNet-50 came out slower than fp32 on every
+# Ampere and Ada GPU (tests/unit/test_reference_sanity.py), where the only bf16 steps are Hopper's: bf16 keeps one
+# pass forward and two backward until bf16 steps of another chip can say which is right (bench/op_passes.py shows
+# both).
+USED_BY = ("fp32", "fp16")
+
+
+def _numel(shape: Iterable[int]) -> int:
+    return math.prod(int(s) for s in shape)
+
+
+def forward_bytes(spec: Mapping[str, Any]) -> float | None:
+    """Bytes per sample the workload counts for one fp32 forward call of an op signature (inputs + outputs), or
+    None for an operator outside the kinds here (or off the autograd path)."""
+    op, shape, args = spec["op"], list(spec.get("shape") or []), spec.get("args") or {}
+    if args.get("dtype") or args.get("step") or args.get("grad") is False:
+        return None  # integer bookkeeping, the optimizer's step counter, or no backward
+    n = _numel(shape)
+    if op in _ACTIVATIONS or op == "batch_norm":
+        return 8.0 * n  # read x, write y (batch norm's per-channel vectors are negligible)
+    if op in ("max_pool2d", "avg_pool2d") and len(shape) == 3:
+        c, h, w = shape
+        (kh, kw), (sh, sw), (ph, pw) = args["kernel"], args["stride"], args["padding"]
+        out = c * ((h + 2 * ph - kh) // sh + 1) * ((w + 2 * pw - kw) // sw + 1)
+        # max pooling also writes int64 indices
+        return 4.0 * n + (12.0 if op == "max_pool2d" else 4.0) * out
+    if op in _AGGREGATE:
+        return 4.0 * n
+    if op in ("add", "mul"):
+        other = int(args.get("other") or 0)
+        return 4.0 * (2 * n + (other if args.get("batched") else 0))
+    if op == "cat":
+        return 8.0 * sum(_numel(s) for s in args.get("shapes") or [])
+    return None
+
+
+def _kind(op: str) -> str | None:
+    if op == "batch_norm":
+        return "batch_norm"
+    if op in ("max_pool2d", "avg_pool2d", *_AGGREGATE):
+        return "pooling"
+    if op == "cat":
+        return "concat"
+    name = {"max_pool2d": "max_pool2d_with_indices", "adaptive_avg_pool2d": "_adaptive_avg_pool2d"}.get(op, op)
+    kind = kind_of(name)
+    return kind if kind in KINDS else None
+
+
+def passes(rows: Iterable[tuple[str, float, float, float]]) -> dict[str, float]:
+    """Each kind's forward + backward time per counted byte over a ReLU forward's, from (op, bytes, forward ms,
+    backward ms) of large tensors on one GPU; kinds with fewer than MIN_ROWS timings are left out."""
+    per_byte: dict[str, list[float]] = defaultdict(list)
+    relu: list[float] = []
+    for op, nbytes, forward_ms, backward_ms in rows:
+        kind = _kind(op)
+        if kind is None or nbytes < MIN_BYTES:
+            continue
+        per_byte[kind].append((forward_ms + backward_ms) / nbytes)
+        if op == "relu":
+            relu.append(forward_ms / nbytes)
+    if len(relu) < MIN_ROWS:
+        return {}
+    unit = statistics.median(relu)
+    return {k: statistics.median(v) / unit for k, v in sorted(per_byte.items()) if len(v) >= MIN_ROWS}
+
+
+def measured(paths: Iterable[Path]) -> dict[str, dict[str, float]]:
+    """Each op variant's passes per kind (VARIANTS), the median over the GPUs the bundles timed them on."""
+    by_gpu: dict[tuple[str, str], list[tuple[str, float, float, float]]] = defaultdict(list)
+    for path in paths:
+        stamp = path.stat()
+        for gpu, variant, row in _op_rows(path, stamp.st_mtime_ns, stamp.st_size):
+            by_gpu[variant, gpu].append(row)
+    out = {}
+    for variant in VARIANTS:
+        fitted = [passes(rows) for (v, _), rows in sorted(by_gpu.items()) if v == variant]
+        kinds = sorted({k for f in fitted for k in f})
+        out[variant] = {k: statistics.median(f[k] for f in fitted if k in f) for k in kinds}
+    return out
+
+
+def from_bundles(paths: Iterable[Path]) -> dict[str, float]:
+    """model.json's step constants `passes_<kind>_<group>`: fp32's timings for the fp32 and fp16 groups (USED_BY)."""
+    fp32 = measured(paths)["fp32"]
+    return {f"passes_{kind}_{group}": v for kind, v in fp32.items() for group in USED_BY}
+
+
+@cache
+def _op_rows(path: Path, _mtime_ns: int, _size: int) -> tuple[tuple[str, str, tuple[str, float, float, float]], ...]:
+    """(GPU, variant, (op, fp32 bytes, forward ms, backward ms)) of a bundle's operators in VARIANTS, on CUDA GPUs
+    data/gpus.csv knows."""
+    read = measured_bundles.bundle(path)
+    gpus = {e.hash: measured_bundles.known_gpu(e.details) for e in read.environments}
+    specs = {s.hash: s.spec for s in read.op_signatures}
+    out = []
+    for row in read.rows.get("op", []):
+        gpu = gpus[row.environment]
+        spec = specs.get(row.signature)
+        if gpu is None or spec is None or row.oom or row.forward_ms is None or row.variant not in VARIANTS:
+            continue
+        per_sample = forward_bytes(spec)
+        if per_sample is None:
+            continue
+        timing = (spec["op"], per_sample * row.batch_size, row.forward_ms, row.backward_ms or 0.0)
+        out.append((gpu, row.variant, timing))
+    return tuple(out)
