@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.perf_doc import write_section  # noqa: E402
-from prediction.reference import data, fit, layerfit, measured, wholestep  # noqa: E402
+from prediction.reference import fit, layerfit, measured, wholestep  # noqa: E402
 from prediction.reference.model import MODEL_JSON, ReferenceModel, load  # noqa: E402
 from prediction.reference.step_rows import StepRow  # noqa: E402
 
@@ -29,7 +29,7 @@ COMMAND = ".venv/bin/python bench/measured_gpus.py"
 
 def public_conv() -> dict[str, Any]:
     """The conv models fitted as the refit fits them, on the public layer timings alone (no bundle's layers)."""
-    matrix = layerfit.layer_matrix(data.load_layers(), fit.gpu_table())
+    matrix = layerfit.layer_matrix(fit.layer_table(), fit.gpu_table())
     return layerfit.fit_conv(matrix, matrix.source != "measured")
 
 

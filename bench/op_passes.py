@@ -20,7 +20,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.perf_doc import write_section  # noqa: E402
-from prediction.reference import data, fit, h100, layerfit, measured, op_passes, wholestep  # noqa: E402
+from prediction.reference import fit, h100, layerfit, measured, op_passes, wholestep  # noqa: E402
 from prediction.reference.model import ReferenceModel  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/op_passes.py"
@@ -33,7 +33,7 @@ def scored(passes: Callable[[Any], dict[str, float]]) -> dict[str, Any]:
     op_passes.from_bundles = passes  # type: ignore[assignment]
     try:
         gpus = fit.gpu_table()
-        matrix = layerfit.layer_matrix(data.load_layers(), gpus)
+        matrix = layerfit.layer_matrix(fit.layer_table(), gpus)
         params = fit.fit_params(gpus, matrix)
         own = h100.evaluate(ReferenceModel(params), gpus, fit.conv_without(matrix, params["conv"]))
         public = wholestep.evaluate(gpus, matrix, fit.fit_params)

@@ -18,9 +18,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.perf_doc import write_section  # noqa: E402
-from prediction.reference import data, layerfit, load  # noqa: E402
+from prediction.reference import layerfit, load  # noqa: E402
 from prediction.reference.convs import PHASES  # noqa: E402
-from prediction.reference.fit import accuracy, fit_params, gpu_table  # noqa: E402
+from prediction.reference.fit import accuracy, fit_params, gpu_table, layer_table  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/reference_accuracy.py"
 NOTES = """Notes. Pollux and Sia time the step while 2-4 real-data loader workers decode images on the same
@@ -47,7 +47,7 @@ def _pct(v: float | None) -> str:
     return "–" if v is None else f"{v:.1f}%"
 
 
-def layer_table(layers: dict[str, Any]) -> str:
+def layers_markdown(layers: dict[str, Any]) -> str:
     """Markdown: per held-out GPU and phase, model MAPE / roofline MAPE (ratio)."""
     head = "| held-out GPU | " + " | ".join(f"{p} model / roofline (ratio, rows)" for p in PHASES) + " |"
     lines = [head, "|---|" + "---|" * len(PHASES)]
@@ -207,7 +207,7 @@ def body(acc: dict[str, Any], version: str, seconds: float) -> str:
         "",
         "### Conv layers, leave-one-GPU-out (MAPE per phase; roofline = max(FLOPs/peak, bytes/bandwidth))",
         "",
-        layer_table(acc["layers"]),
+        layers_markdown(acc["layers"]),
         "",
         "### Whole training steps, GPU held out",
         "",
@@ -280,7 +280,7 @@ def main(argv: list[str]) -> None:
         COMMAND = ".venv/bin/python -m prediction.reference.fit && " + COMMAND + " --stored"
     else:
         gpus = gpu_table()
-        matrix = layerfit.layer_matrix(data.load_layers(), gpus)
+        matrix = layerfit.layer_matrix(layer_table(), gpus)
         acc = accuracy(gpus, matrix, fit_params(gpus, matrix))
         try:
             version = load().version

@@ -1,4 +1,4 @@
-"""The public layer measurements copied into data/reference/layers, and our agent's from data/measured/, in one table.
+"""The public layer measurements copied into data/reference/layers, read into one table.
 
 `python -m prediction.reference.data` re-copies the subsets from the shared public folder (values
 unchanged; only the columns and rows used are kept). Sources are cited in data/reference/LAYERS.md.
@@ -139,8 +139,8 @@ def _stride_pad(size: int, out: int, k: int) -> tuple[int, int]:
 
 
 def load_layers() -> LayerTable:
-    """Every copied conv measurement and every NCHW conv layer of the bundles in data/measured/ (source
-    "measured"), GPUs named as in data/gpus.csv (rows of unknown GPUs dropped)."""
+    """Every copied conv measurement, GPUs named as in data/gpus.csv (rows of unknown GPUs dropped); the
+    refit adds our agent's (measured.with_layers)."""
     names = alias_map()
     table = LayerTable()
     for r in _read(LAYERS / "neusight_conv.csv.gz"):
@@ -173,10 +173,6 @@ def load_layers() -> LayerTable:
         found = shapes.get((model, layer))
         if found is not None and gpu.lower() in names:
             table.add("benanza", names[gpu.lower()], "fp32", found, batch, (ms, np.nan, np.nan))
-    from prediction.reference import measured  # reads bundles with the project's own parser
-
-    for gpu, precision, conv, batch, times in measured.layer_rows():
-        table.add("measured", gpu, precision, conv, batch, times)
     return table
 
 

@@ -45,6 +45,11 @@ STEP_DEFAULTS: dict[str, float] = {
 }
 
 
+def layer_table() -> data.LayerTable:
+    """The conv layers the fit learns from: the public ones and our agent's (data/measured/)."""
+    return measured.with_layers(data.load_layers())
+
+
 def gpu_table() -> dict[str, GpuSpecs]:
     """data/gpus.csv as GpuSpecs by name."""
     return {row["gpu"]: GpuSpecs.from_row(row).filled() for row in data.gpu_rows()}
@@ -241,7 +246,7 @@ def provenance() -> dict[str, Any]:
 def main(argv: Sequence[str] = ()) -> ReferenceModel:
     """Fit on everything, evaluate held out, write data/reference/model.json with its provenance."""
     gpus = gpu_table()
-    matrix = layerfit.layer_matrix(data.load_layers(), gpus)
+    matrix = layerfit.layer_matrix(layer_table(), gpus)
     params = fit_params(gpus, matrix)
     params["accuracy"] = {} if "--no-accuracy" in argv else accuracy(gpus, matrix, params)
     params["provenance"] = provenance()

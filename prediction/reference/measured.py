@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from prediction.reference.data import ROOT
+from prediction.reference.data import ROOT, LayerTable
 from prediction.reference.step_rows import StepRow
 from shared.local_machine import gpu_row
 from shared.measurements import transfer
@@ -75,6 +75,13 @@ def layer_rows() -> list[tuple[str, str, dict[str, Any], int, tuple[float, float
             out.append((gpu, precision, specs[r.signature], r.batch_size,
                         (r.forward_ms, r.backward_data_ms, r.backward_weight_ms)))  # fmt: skip
     return out
+
+
+def with_layers(table: LayerTable) -> LayerTable:
+    """The layer table with every NCHW conv layer of the bundles appended (source "measured")."""
+    for gpu, precision, conv, batch, times in layer_rows():
+        table.add("measured", gpu, precision, conv, batch, times)
+    return table
 
 
 @cache

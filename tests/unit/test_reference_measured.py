@@ -79,15 +79,13 @@ def test_a_family_s_own_constants_never_learn_another_gpu_s_steps(
 
 def test_the_committed_bundles_conv_layers_join_the_conv_fit() -> None:
     """The H200's NCHW layers, fp32 and autocast (as amp_fp16), all three phases, in the conv model's table."""
-    from prediction.reference import data
-
     rows = measured.layer_rows()
     assert {(gpu, precision) for gpu, precision, *_ in rows} == {
         ("H200-SXM-141GB", "fp32"),
         ("H200-SXM-141GB", "amp_fp16"),
     }
     assert all(len(ms) == 3 and min(ms) > 0 for *_, ms in rows)
-    table = data.load_layers()
+    table = fit.layer_table()
     ours = [i for i, s in enumerate(table.source) if s == "measured"]
     assert len(ours) == len(rows) and {table.gpu[i] for i in ours} == {"H200-SXM-141GB"}
 
