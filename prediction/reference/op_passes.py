@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from prediction.reference import measured as measured_bundles
+from prediction.reference import measured
 from shared.cnn.workload import kind_of
 
 # Only tensors this large are timed at DRAM bandwidth (a fraction of a millisecond even on an H200: the launch and
@@ -36,12 +36,12 @@ KINDS = ("batch_norm", "activation", "pooling", "elementwise", "concat")
 # The agent's op variants read.
 VARIANTS = ("fp32", "bf16")
 # The precision groups fp32's passes cost (steps.other_ms). fp16: no fp16 operators have been timed yet, and cuDNN's
-# fp16 kernels are fp32's at half the bytes (our H100's fp16 steps fit the same "other" multiplier as fp32's, 0.51 and
-# 0.43). Not bf16: its kernels are not fp32's (on the H200 a bf16 batch norm in NCHW took longer than an fp32 one,
-# 18 passes over its halved bytes), and with their own passes bf16 ResNet-50 came out slower than fp32 on every
-# Ampere and Ada GPU (tests/unit/test_reference_sanity.py), where the only bf16 steps are Hopper's: bf16 keeps one
-# pass forward and two backward until bf16 steps of another chip can say which is right (bench/op_passes.py shows
-# both).
+# fp16 kernels are fp32's at half the bytes (our H100's fp16 steps fit a memory-bound multiplier near fp32's: 0.72
+# and 0.60 in model.json's H100 family, bf16's 2.48). Not bf16: its kernels are not fp32's (on the H200 a bf16 batch
+# norm in NCHW took longer than an fp32 one, 18 passes over its halved bytes), and with their own passes bf16
+# ResNet-50 came out slower than fp32 on every Ampere and Ada GPU (tests/unit/test_reference_sanity.py), where the
+# only bf16 steps are Hopper's: bf16 keeps one pass forward and two backward until bf16 steps of another chip can say
+# which is right (bench/op_passes.py shows both).
 USED_BY = ("fp32", "fp16")
 
 
@@ -104,7 +104,7 @@ def passes(rows: Iterable[tuple[str, float, float, float]]) -> dict[str, float]:
     return {k: statistics.median(v) / unit for k, v in sorted(per_byte.items()) if len(v) >= MIN_ROWS}
 
 
-def measured(paths: Iterable[Path]) -> dict[str, dict[str, float]]:
+def by_variant(paths: Iterable[Path]) -> dict[str, dict[str, float]]:
     """Each op variant's passes per kind (VARIANTS), the median over the GPUs the bundles timed them on."""
     by_gpu: dict[tuple[str, str], list[tuple[str, float, float, float]]] = defaultdict(list)
     for path in paths:
@@ -121,7 +121,7 @@ def measured(paths: Iterable[Path]) -> dict[str, dict[str, float]]:
 
 def from_bundles(paths: Iterable[Path]) -> dict[str, float]:
     """model.json's step constants `passes_<kind>_<group>`: fp32's timings for the fp32 and fp16 groups (USED_BY)."""
-    fp32 = measured(paths)["fp32"]
+    fp32 = by_variant(paths)["fp32"]
     return {f"passes_{kind}_{group}": v for kind, v in fp32.items() for group in USED_BY}
 
 
@@ -129,8 +129,8 @@ def from_bundles(paths: Iterable[Path]) -> dict[str, float]:
 def _op_rows(path: Path, _mtime_ns: int, _size: int) -> tuple[tuple[str, str, tuple[str, float, float, float]], ...]:
     """(GPU, variant, (op, fp32 bytes, forward ms, backward ms)) of a bundle's operators in VARIANTS, on CUDA GPUs
     data/gpus.csv knows."""
-    read = measured_bundles.bundle(path)
-    gpus = {e.hash: measured_bundles.known_gpu(e.details) for e in read.environments}
+    read = measured.bundle(path)
+    gpus = {e.hash: measured.known_gpu(e.details) for e in read.environments}
     specs = {s.hash: s.spec for s in read.op_signatures}
     out = []
     for row in read.rows.get("op", []):

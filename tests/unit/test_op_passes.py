@@ -48,7 +48,7 @@ def test_passes_are_a_kinds_time_per_byte_over_a_relu_forwards() -> None:
 def test_the_committed_bundles_measure_batch_norm_and_pooling_above_activations() -> None:
     """The H200's operators: batch norm's and max pooling's kernels pass over memory far more than a ReLU's, in fp32
     and in autocast's bf16; the model's constants are fp32's, for the fp32 and fp16 groups only."""
-    got = op_passes.measured(measured.files())
+    got = op_passes.by_variant(measured.files())
     kinds = ("activation", "batch_norm", "pooling", "elementwise", "concat")
     assert set(got["fp32"]) == set(kinds)
     assert {"batch_norm", "activation", "pooling"} <= set(got["bf16"])
