@@ -1,6 +1,6 @@
 """Memory-bound operators costed per kind: the passes our agent timed, and what they do to the held-out figures.
 
-Run: .venv/bin/python bench/op_passes.py  (no database; ~15 minutes on 2 cores: two full refits)
+Run: .venv/bin/python bench/op_passes.py  (no database; 4-7 minutes on 2 cores: two full refits)
 1. Each kind's forward + backward time per counted byte over a ReLU forward's, on tensors of 128 MB or more, from
    the operators in data/measured/ bundles (prediction/reference/op_passes.py), fp32 and autocast's bf16, beside the
    uniform rule the model had (forward once, backward twice: 3).
