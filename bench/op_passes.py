@@ -124,9 +124,8 @@ def main() -> None:
     kinds = op_passes.by_variant(measured.files())
     rows: dict[str, int] = defaultdict(int)
     for path in measured.files():
-        stamp = path.stat()
-        for _gpu, variant, (op, nbytes, *_t) in op_passes._op_rows(path, stamp.st_mtime_ns, stamp.st_size):
-            kind = op_passes._kind(op)
+        for _gpu, variant, (op, nbytes, *_t) in op_passes.op_rows(path):
+            kind = op_passes.kind_of_op(op)
             if variant == "fp32" and kind and nbytes >= op_passes.MIN_BYTES:
                 rows[kind] += 1
     old = scored(lambda _paths: {})

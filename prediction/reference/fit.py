@@ -9,8 +9,8 @@ Where each whole-step constant comes from:
   tensors (~25 us, event timing included: informational; whole steps use the back-to-back floor below);
 - linear_efficiency: fitted here on NeuSight linear (cuBLAS, PyTorch 2.1);
 - kernel_floor_ms 0.004: a small kernel back to back in one stream (launch latency 2-5 us, NVIDIA's
-  CUDA best-practices guide); passes_<kind>[_bf16]: each memory-bound kind's forward + backward passes over
-  its counted bytes, timed by our agent (prediction/reference/op_passes.py, data/measured/ bundles);
+  CUDA best-practices guide); passes_<kind>_<group> (fp32, fp16): each memory-bound kind's forward + backward
+  passes over its counted bytes, timed by our agent (prediction/reference/op_passes.py, data/measured/ bundles);
   backward_bytes_ratio 2, for a kind never timed: backward reads the saved input and the output gradient and
   writes the input gradient;
 - dev_*, host_*, smooth_max_q: device multipliers per part and precision group, host dispatch costs and the

@@ -17,7 +17,6 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -74,15 +73,15 @@ def forward_bytes(spec: Mapping[str, Any]) -> float | None:
     return None
 
 
-def _kind(op: str) -> str | None:
+def kind_of_op(op: str) -> str | None:
+    """The workload kind of an op signature's op (its names are not all aten's), None outside KINDS."""
     if op == "batch_norm":
         return "batch_norm"
     if op in ("max_pool2d", "avg_pool2d", *_AGGREGATE):
         return "pooling"
     if op == "cat":
         return "concat"
-    name = {"max_pool2d": "max_pool2d_with_indices", "adaptive_avg_pool2d": "_adaptive_avg_pool2d"}.get(op, op)
-    kind = kind_of(name)
+    kind = kind_of(op)
     return kind if kind in KINDS else None
 
 
@@ -92,7 +91,7 @@ def passes(rows: Iterable[tuple[str, float, float, float]]) -> dict[str, float]:
     per_byte: dict[str, list[float]] = defaultdict(list)
     relu: list[float] = []
     for op, nbytes, forward_ms, backward_ms in rows:
-        kind = _kind(op)
+        kind = kind_of_op(op)
         if kind is None or nbytes < MIN_BYTES:
             continue
         per_byte[kind].append((forward_ms + backward_ms) / nbytes)
@@ -108,8 +107,7 @@ def by_variant(paths: Iterable[Path]) -> dict[str, dict[str, float]]:
     """Each op variant's passes per kind (VARIANTS), the median over the GPUs the bundles timed them on."""
     by_gpu: dict[tuple[str, str], list[tuple[str, float, float, float]]] = defaultdict(list)
     for path in paths:
-        stamp = path.stat()
-        for gpu, variant, row in _op_rows(path, stamp.st_mtime_ns, stamp.st_size):
+        for gpu, variant, row in op_rows(path):
             by_gpu[variant, gpu].append(row)
     out = {}
     for variant in VARIANTS:
@@ -125,10 +123,9 @@ def from_bundles(paths: Iterable[Path]) -> dict[str, float]:
     return {f"passes_{kind}_{group}": v for kind, v in fp32.items() for group in USED_BY}
 
 
-@cache
-def _op_rows(path: Path, _mtime_ns: int, _size: int) -> tuple[tuple[str, str, tuple[str, float, float, float]], ...]:
+def op_rows(path: Path) -> list[tuple[str, str, tuple[str, float, float, float]]]:
     """(GPU, variant, (op, fp32 bytes, forward ms, backward ms)) of a bundle's operators in VARIANTS, on CUDA GPUs
-    data/gpus.csv knows."""
+    data/gpus.csv knows (the bundle itself is read once: measured.bundle)."""
     read = measured.bundle(path)
     gpus = {e.hash: measured.known_gpu(e.details) for e in read.environments}
     specs = {s.hash: s.spec for s in read.op_signatures}
@@ -143,4 +140,4 @@ def _op_rows(path: Path, _mtime_ns: int, _size: int) -> tuple[tuple[str, str, tu
             continue
         timing = (spec["op"], per_sample * row.batch_size, row.forward_ms, row.backward_ms or 0.0)
         out.append((gpu, row.variant, timing))
-    return tuple(out)
+    return out
