@@ -4,15 +4,19 @@ documented command, python -m prediction.reference.fit, which rewrites model.jso
 
 import json
 
+import numpy as np
 import pytest
 
-from prediction.reference import fit
+from prediction.reference import fit, wholestep
 from prediction.reference.model import MODEL_JSON, ReferenceModel
 
-# The step fit is a nonlinear least squares that is flat along a few constants: on another CPU (other vector units,
-# so other summation orders in numpy and OpenBLAS) the same data and code land up to 0.07% apart (seen between two
-# x86 machines); 0.2% allows for that.
-REL = 2e-3
+# The step fit is a nonlinear least squares that is flat along a few constants (the host's per-tensor cost against
+# the overlap of host and device, a precision group's conv-call cost against its memory-bound multiplier): on another
+# CPU (other vector units, so other summation orders in numpy and OpenBLAS) the same data and code land up to 0.5%
+# apart along those directions (seen between an Intel and an AMD x86 machine) while every step they predict moves
+# less than 0.07%. So the steps are held to 0.3% and the constants, one by one, to 1%.
+REL_STEPS = 3e-3
+REL = 1e-2
 
 
 def committed() -> dict:
@@ -31,7 +35,8 @@ def test_model_json_records_the_inputs_libraries_and_command_it_was_fitted_with(
 
 
 def test_refitting_the_whole_step_constants_gives_the_committed_ones() -> None:
-    """From the committed conv model and the data files, the step fit (both stages) lands on model.json's constants."""
+    """From the committed conv model and the data files, the step fit (both stages) lands on model.json's constants,
+    and the refitted model predicts every step it was fitted on as the committed one does."""
     params = committed()
     gpus = fit.gpu_table()
     step = fit.base_step(gpus)
@@ -46,3 +51,12 @@ def test_refitting_the_whole_step_constants_gives_the_committed_ones() -> None:
     assert set(families) == set(params["step_families"]) == {"H100", "H200"}
     for family, constants in fit._round(families).items():
         assert constants == pytest.approx(params["step_families"][family], rel=REL), family
+    refit = ReferenceModel({**params, "step": step, "step_families": families})
+    shipped = ReferenceModel(params)
+    rows = wholestep.fit_rows(gpus, [], lambda _: False)
+    assert len(rows) > 500 and {"H100-SXM5-80GB", "H200-SXM-141GB"} <= {r.gpu for r in rows}
+    ratio = np.array(
+        [wholestep.predict_row(refit, r, gpus[r.gpu]) / wholestep.predict_row(shipped, r, gpus[r.gpu]) for r in rows]
+    )
+    worst = int(np.argmax(np.abs(ratio - 1)))
+    assert abs(ratio[worst] - 1) < REL_STEPS, (rows[worst], ratio[worst])
