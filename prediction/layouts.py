@@ -94,12 +94,13 @@ def spread(
             rows = zip(timed, exposed.tolist(), added.tolist(), contention.tolist(), stragglers.tolist(),
                        compute[:, 1].tolist(), strict=True)  # fmt: skip
             multi = gpus * nodes > 1
+            total_ms, copies_ms = round(total, 3), round(copy_ms, 3)
             for point, late, extra, held, waited, median in rows:
-                point["allreduce_ms"] = round(total, 3)
+                point["allreduce_ms"] = total_ms
                 point["allreduce_algorithm"] = algorithm
                 point["exposed_allreduce_ms"] = round(late, 3)
                 if multi:
-                    point["ddp_losses_ms"] = {"bucket_copies": round(copy_ms, 3), "contention": round(held, 3),
+                    point["ddp_losses_ms"] = {"bucket_copies": copies_ms, "contention": round(held, 3),
                                               "stragglers": round(waited, 3)}  # fmt: skip
                 point["scaling_efficiency"] = round(median / (median + extra), 4)
             fill_many(timed, compute + added[:, None], info, request)

@@ -9,6 +9,7 @@ winner's: within the model's error they may be as good, and the reasons say so.
 """
 
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any, Literal, cast
 
 from prediction.points import MIN_HEADROOM_PCT, headroom_pct, with_headroom
@@ -21,11 +22,14 @@ MAX_RUNNERS_UP = 5
 RELAXED = {"cheapest_within_deadline": "fastest", "fastest_within_budget": "cheapest"}
 Figure = Literal["total_seconds", "cost_usd"]
 # (figure ranked, then the tie-breakers): the figure whose band decides a tie. Points and options alike.
+# itemgetter: a large job ranks ~10^5 points per question, and a Python key function per point took a tenth of it.
+_BY_TIME = itemgetter("total_seconds", "cost_usd", "batch_size")
+_BY_COST = itemgetter("cost_usd", "total_seconds", "batch_size")
 RANK: dict[str, tuple[Figure, Callable[[Any], tuple[Any, ...]]]] = {
-    "fastest": ("total_seconds", lambda o: (o["total_seconds"], o["cost_usd"], o["batch_size"])),
-    "cheapest": ("cost_usd", lambda o: (o["cost_usd"], o["total_seconds"], o["batch_size"])),
-    "cheapest_within_deadline": ("cost_usd", lambda o: (o["cost_usd"], o["total_seconds"], o["batch_size"])),
-    "fastest_within_budget": ("total_seconds", lambda o: (o["total_seconds"], o["cost_usd"], o["batch_size"])),
+    "fastest": ("total_seconds", _BY_TIME),
+    "cheapest": ("cost_usd", _BY_COST),
+    "cheapest_within_deadline": ("cost_usd", _BY_COST),
+    "fastest_within_budget": ("total_seconds", _BY_TIME),
 }
 
 
