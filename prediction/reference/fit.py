@@ -97,7 +97,7 @@ def base_step(gpus: dict[str, GpuSpecs], exclude: Sequence[str] = ()) -> dict[st
     efficiencies and each operator kind's passes over memory (from the bundles' operators, op_passes.py)."""
     step = dict(STEP_DEFAULTS)
     step.update(fit_memory_ops(gpus, exclude))
-    step.update(op_passes.from_bundles(measured.files()))
+    step.update(op_passes.from_bundles(measured.files(), gpus))
     return step
 
 

@@ -10,7 +10,9 @@ same GPU in the same run: a ratio of kernels' passes over memory, which carries 
 bandwidth and the public ReLU/add efficiency (fit.fit_memory_ops) set the scale.
 
 Read from the op rows of the measurement bundles under data/measured/ (bf16 rows: the ratio to a bf16 ReLU forward,
-the bytes counted in fp32 as the step model halves them).
+the bytes counted in fp32 as the step model halves them). What a kind takes beyond its least traffic (IDEAL_PASSES)
+is work the SMs issue per element, so another GPU's passes scale that excess by its memory bandwidth per SM cycle
+against the timed GPU's (effective_passes).
 """
 
 import math
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from prediction.reference import measured
+from prediction.reference.specs import GpuSpecs, sm_cycles_per_s
 from shared.cnn.workload import kind_of
 
 # Only tensors this large are timed at DRAM bandwidth (a fraction of a millisecond even on an H200: the launch and
@@ -32,6 +35,17 @@ MIN_ROWS = 5
 _ACTIVATIONS = ("relu", "hardtanh", "silu", "sigmoid", "gelu", "hardswish", "hardsigmoid", "tanh")
 _AGGREGATE = ("adaptive_avg_pool2d", "mean")
 KINDS = ("batch_norm", "activation", "pooling", "elementwise", "concat")
+# Each kind's least memory traffic in a training step (forward + backward), over the bytes the workload counts for
+# its forward: what its kernels must read and write, the floor where memory bandwidth alone sets the time.
+# batch norm in training: statistics (read x), normalise (read x, write y); backward: reduce (read x and dy), then
+# dx (read x and dy, write dx): 8 accesses over the 2 counted = 4. An activation: read x, write y; backward read
+# y and dy, write dx: 5 over 2. Pooling: forward as counted, backward reads dy (and max's indices) and writes dx:
+# about the forward again = 2. A residual add: forward as counted, backward accumulates the branch's gradient into
+# the shortcut's (read two, write one) = 2. cat: forward as counted; backward hands out views of dy = 1.
+# The H200 took 2.7 (activation) to 9.3 (pooling) passes: beyond the floor, kernels bound by the work the SMs issue
+# per element (reductions over strided channels, the scatter of max pooling's backward), not by bytes; such work
+# takes longer where memory bandwidth per SM cycle is higher, so the excess scales with it (effective_passes).
+IDEAL_PASSES = {"batch_norm": 4.0, "activation": 2.5, "pooling": 2.0, "elementwise": 2.0, "concat": 1.0}
 # The agent's op variants read.
 VARIANTS = ("fp32", "bf16")
 # The precision groups fp32's passes cost (steps.other_ms). fp16: no fp16 operators have been timed yet, and cuDNN's
@@ -103,12 +117,17 @@ def passes(rows: Iterable[tuple[str, float, float, float]]) -> dict[str, float]:
     return {k: statistics.median(v) / unit for k, v in sorted(per_byte.items()) if len(v) >= MIN_ROWS}
 
 
-def by_variant(paths: Iterable[Path]) -> dict[str, dict[str, float]]:
-    """Each op variant's passes per kind (VARIANTS), the median over the GPUs the bundles timed them on."""
+def _by_gpu(paths: Iterable[Path]) -> dict[tuple[str, str], list[tuple[str, float, float, float]]]:
     by_gpu: dict[tuple[str, str], list[tuple[str, float, float, float]]] = defaultdict(list)
     for path in paths:
         for gpu, variant, row in op_rows(path):
             by_gpu[variant, gpu].append(row)
+    return by_gpu
+
+
+def by_variant(paths: Iterable[Path]) -> dict[str, dict[str, float]]:
+    """Each op variant's passes per kind (VARIANTS), the median over the GPUs the bundles timed them on."""
+    by_gpu = _by_gpu(paths)
     out = {}
     for variant in VARIANTS:
         fitted = [passes(rows) for (v, _), rows in sorted(by_gpu.items()) if v == variant]
@@ -117,10 +136,30 @@ def by_variant(paths: Iterable[Path]) -> dict[str, dict[str, float]]:
     return out
 
 
-def from_bundles(paths: Iterable[Path]) -> dict[str, float]:
-    """model.json's step constants `passes_<kind>_<group>`: fp32's timings for the fp32 and fp16 groups (USED_BY)."""
+def from_bundles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = None) -> dict[str, float]:
+    """model.json's step constants `passes_<kind>_<group>`: fp32's timings for the fp32 and fp16 groups (USED_BY);
+    with the GPUs' figures, `passes_bytes_per_cycle`: the memory bandwidth per SM cycle of the GPUs they were timed
+    on (the median), which steps.other_ms scales their excess over IDEAL_PASSES by."""
+    paths = list(paths)
     fp32 = by_variant(paths)["fp32"]
-    return {f"passes_{kind}_{group}": v for kind, v in fp32.items() for group in USED_BY}
+    out = {f"passes_{kind}_{group}": v for kind, v in fp32.items() for group in USED_BY}
+    timed = sorted({g for v, g in _by_gpu(paths) if v == "fp32"} & set(gpus or {}))
+    if out and gpus and timed:
+        out["passes_bytes_per_cycle"] = statistics.median(bytes_per_cycle(gpus[g]) for g in timed)
+    return out
+
+
+def bytes_per_cycle(gpu: GpuSpecs) -> float:
+    """A GPU's memory bandwidth per SM cycle (bytes): high where memory outruns the SMs that issue its requests."""
+    return gpu.mem_bandwidth_gbs * 1e9 / sm_cycles_per_s(gpu)
+
+
+def effective_passes(kind: str, measured: float, gpu: GpuSpecs, reference_bytes_per_cycle: float | None) -> float:
+    """A kind's passes over its counted bytes on this GPU: its ideal memory traffic at the least, and the part the
+    reference GPU took beyond it scaled by how much memory this GPU has per SM cycle against the reference's."""
+    if not reference_bytes_per_cycle or kind not in IDEAL_PASSES:
+        return measured
+    return max(IDEAL_PASSES[kind], measured * bytes_per_cycle(gpu) / reference_bytes_per_cycle)
 
 
 def op_rows(path: Path) -> list[tuple[str, str, tuple[str, float, float, float]]]:

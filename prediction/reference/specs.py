@@ -6,8 +6,8 @@ its FP32 rate and memory bandwidth still gets a prediction:
   (tensor cores), else "6.0";
 - FP16 tensor rate: the FP32 rate (no tensor cores); TF32 on compute capability >= 8.0: half the
   dense FP16 rate (A100, A10, L4, H100 datasheets all have TF32 = FP16 / 2);
-- SM count: FP32 rate / (2 FLOPs x lanes per SM x 1.5 GHz), lanes 128 on compute capability 8.6,
-  8.9 and >= 9.0, else 64 (the CUDA programming guide's per-SM FP32 throughput table);
+- SM count: FP32 rate / (2 FLOPs x lanes per SM x 1.5 GHz), lanes as `lanes_per_sm` (the CUDA programming
+  guide's per-SM FP32 throughput table);
 - L2: 1 MiB per 100 GB/s of bandwidth (what V100, T4 and A100 roughly have).
 
 Tensor-core convs are costed at the chip's full tensor rate. GeForce spec sheets give two FP16 tensor figures, the
@@ -115,9 +115,7 @@ class GpuSpecs:
             tf32 = fp16 / 2
         sm = self.sm_count
         if not sm:
-            major = _cc_value(cc)
-            lanes = 128 if major >= 8.6 else 64
-            sm = max(1, round(self.fp32_tflops * 1e12 / (2 * lanes * 1.5e9)))
+            sm = max(1, round(self.fp32_tflops * 1e12 / (2 * lanes_per_sm(_cc_value(cc)) * 1.5e9)))
         l2 = self.l2_mib or self.mem_bandwidth_gbs / 100
         return GpuSpecs(
             self.name, self.fp32_tflops, self.mem_bandwidth_gbs, fp16, self.fp16_acc16_tflops, tf32, sm, l2, cc,
@@ -135,6 +133,20 @@ class GpuSpecs:
     def cc(self) -> float:
         """Compute capability as a number (0 when unknown)."""
         return _cc_value(self.compute_capability)
+
+
+def lanes_per_sm(cc: float) -> int:
+    """FP32 lanes per SM (the CUDA programming guide's throughput table): 192 before compute capability 5.0, 128 on
+    5.x, 6.1, 6.2, 8.6, 8.7, 8.9 and 9.0 or later, else 64."""
+    if 0 < cc < 5.0:
+        return 192
+    return 128 if cc < 6.0 or cc in (6.1, 6.2) or cc >= 8.6 else 64
+
+
+def sm_cycles_per_s(gpu: GpuSpecs) -> float:
+    """SMs x boost clock, from the FP32 rate (2 FLOPs per lane per cycle): what bounds work issued per element
+    rather than per byte."""
+    return gpu.fp32_tflops * 1e12 / (2 * lanes_per_sm(gpu.filled().cc))
 
 
 def simt_tflops(gpu: GpuSpecs, precision: str) -> float:

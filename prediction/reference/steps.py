@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prediction.reference import op_passes
 from prediction.reference.specs import GpuSpecs, element_bytes, simt_tflops, tensor_tflops
 from shared.cnn.workload import WorkloadJson
 from shared.training import TrainConfig
@@ -144,7 +145,11 @@ def other_ms(
         # forward and backward pass over the counted bytes as often as the kind's kernels were measured to
         # (op_passes.py; not for bf16, see there), else forward once and backward twice; each kernel costs at least
         # the floor
-        passes = c.get(f"passes_{kind}_{group}", 1 + c["backward_bytes_ratio"])
+        measured = c.get(f"passes_{kind}_{group}")
+        passes = (
+            1 + c["backward_bytes_ratio"] if measured is None
+            else op_passes.effective_passes(kind, measured, gpu, c.get("passes_bytes_per_cycle"))
+        )  # fmt: skip
         n_kernels = float(op["count"]) * (1 + c["backward_kernels_per_op"])
         total += nbytes * passes / bw * 1e3 + n_kernels * c["kernel_floor_ms"]
     return total

@@ -82,3 +82,48 @@ def test_each_precision_group_reads_its_own_passes() -> None:
     fp32, fp16, bf16 = (_batch_norm_ms(c, p) for p in ("fp32", "amp_fp16", "amp_bf16"))
     assert fp16 == pytest.approx(fp32 / 2)
     assert bf16 == pytest.approx(fp32 / 2 * 3 / 8)
+
+
+def test_the_bundles_name_the_bandwidth_per_sm_cycle_of_the_gpu_they_timed() -> None:
+    """Given the GPUs' figures, the constants say the H200's memory bandwidth per SM cycle (4.8 TB/s over 132 SMs at
+    1.98 GHz: about 18 bytes), which scales the passes on every other GPU."""
+    gpus = gpu_table()
+    constants = op_passes.from_bundles(measured.files(), gpus)
+    h200 = gpus["H200-SXM-141GB"]
+    assert constants["passes_bytes_per_cycle"] == pytest.approx(op_passes.bytes_per_cycle(h200))
+    assert constants["passes_bytes_per_cycle"] == pytest.approx(4800e9 / (132 * 1.98e9), rel=0.02)
+
+
+def test_effective_passes_keep_the_reference_scale_the_excess_and_never_fall_below_the_ideal() -> None:
+    """On the GPU they were timed on the passes are as measured; where memory is slower per SM cycle the part beyond
+    the ideal shrinks in proportion, down to the ideal; a kind without an ideal keeps its measured passes."""
+    gpus = gpu_table()
+    ref = op_passes.bytes_per_cycle(gpus["H200-SXM-141GB"])
+    assert op_passes.effective_passes("batch_norm", 8.0, gpus["H200-SXM-141GB"], ref) == pytest.approx(8.0)
+    a100 = gpus["A100-SXM4-40GB"]
+    share = op_passes.bytes_per_cycle(a100) / ref
+    assert 0.4 < share < 0.7
+    assert op_passes.effective_passes("batch_norm", 8.0, a100, ref) == pytest.approx(max(4.0, 8.0 * share))
+    l4 = gpus["L4"]  # 300 GB/s for 58 SMs at 2 GHz: the ideal
+    assert op_passes.effective_passes("batch_norm", 8.0, l4, ref) == op_passes.IDEAL_PASSES["batch_norm"]
+    assert op_passes.effective_passes("softmax_loss", 5.0, l4, ref) == 5.0
+    assert op_passes.effective_passes("batch_norm", 8.0, l4, None) == 8.0
+
+
+def test_more_bandwidth_on_the_same_sms_does_not_speed_up_work_the_sms_bound() -> None:
+    """An A100 80GB has 31% more bandwidth than the 40GB on the same SMs and clock: batch norm (SM-bound on both at
+    the H200's passes) takes as long on either, the uniform rule's bytes-bound cost would be 24% shorter; never
+    longer with more bandwidth."""
+    gpus = gpu_table()
+    work = {"ops": {"batch_norm": {"count": 0, "bytes": 4e7, "flops": 0.0}}}
+    batch = np.array([64.0])
+    c = dict(STEP_DEFAULTS, memory_efficiency=0.8, passes_batch_norm_fp32=8.0)
+    ref = {**c, "passes_bytes_per_cycle": op_passes.bytes_per_cycle(gpus["H200-SXM-141GB"])}
+
+    def ms(gpu: str, constants: dict) -> float:
+        return float(steps.other_ms(work, batch, gpus[gpu], "fp32", constants)[0])  # type: ignore[arg-type]
+
+    assert ms("A100-SXM4-80GB", ref) == pytest.approx(ms("A100-SXM4-40GB", ref), rel=1e-9)
+    assert ms("A100-SXM4-80GB", c) == pytest.approx(ms("A100-SXM4-40GB", c) * 1555 / 2039)
+    for slow, fast in (("V100-PCIE-16GB", "V100-SXM2-16GB"), ("H100-PCIE-80GB", "H100-SXM5-80GB")):
+        assert ms(fast, ref) <= ms(slow, ref)
