@@ -49,12 +49,11 @@ IDEAL_PASSES = {"batch_norm": 4.0, "activation": 2.5, "pooling": 2.0, "elementwi
 # The agent's op variants read.
 VARIANTS = ("fp32", "bf16")
 # The precision groups fp32's passes cost (steps.other_ms). fp16: no fp16 operators have been timed yet, and cuDNN's
-# fp16 kernels are fp32's at half the bytes (our H100's fp16 steps fit a memory-bound multiplier near fp32's: 0.72
-# and 0.60 in model.json's H100 family, bf16's 2.48). Not bf16: its kernels are not fp32's (on the H200 a bf16 batch
-# norm in NCHW took longer than an fp32 one, 18 passes over its halved bytes), and with their own passes bf16
-# ResNet-50 came out slower than fp32 on every Ampere and Ada GPU (tests/unit/test_reference_sanity.py), where the
-# only bf16 steps are Hopper's: bf16 keeps one pass forward and two backward until bf16 steps of another chip can say
-# which is right (bench/op_passes.py shows both).
+# fp16 kernels are fp32's at half the bytes (our H100's fp16 steps fit a memory-bound multiplier near fp32's). bf16
+# takes its own timings (from_bundles): PyTorch runs bf16 through other kernels (on the H200 a bf16 batch norm took
+# 1.2x an fp32 one's time, at half the bytes: 18 passes over them). Taken as they are on every GPU they made bf16
+# ResNet-50 slower than fp32 on every Ampere and Ada GPU (tests/unit/test_reference_sanity.py); scaled like fp32's by
+# bytes per SM cycle (effective_passes), where those GPUs have a third to half of the H200's, they do not.
 USED_BY = ("fp32", "fp16")
 
 
@@ -138,11 +137,14 @@ def by_variant(paths: Iterable[Path]) -> dict[str, dict[str, float]]:
 
 def from_bundles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = None) -> dict[str, float]:
     """model.json's step constants `passes_<kind>_<group>`: fp32's timings for the fp32 and fp16 groups (USED_BY);
-    with the GPUs' figures, `passes_bytes_per_cycle`: the memory bandwidth per SM cycle of the GPUs they were timed
-    on (the median), which steps.other_ms scales their excess over IDEAL_PASSES by."""
+    with the GPUs' figures, bf16's timings for bf16 and `passes_bytes_per_cycle`: the memory bandwidth per SM cycle
+    of the GPUs they were timed on (the median), which steps.other_ms scales their excess over IDEAL_PASSES by (bf16's
+    only with it: unscaled they broke the sanity orderings)."""
     paths = list(paths)
-    fp32 = by_variant(paths)["fp32"]
-    out = {f"passes_{kind}_{group}": v for kind, v in fp32.items() for group in USED_BY}
+    variants = by_variant(paths)
+    out = {f"passes_{kind}_{group}": v for kind, v in variants["fp32"].items() for group in USED_BY}
+    if gpus:
+        out.update({f"passes_{kind}_bf16": v for kind, v in variants["bf16"].items()})
     timed = sorted({g for v, g in _by_gpu(paths) if v == "fp32"} & set(gpus or {}))
     if out and gpus and timed:
         out["passes_bytes_per_cycle"] = statistics.median(bytes_per_cycle(gpus[g]) for g in timed)

@@ -127,3 +127,14 @@ def test_more_bandwidth_on_the_same_sms_does_not_speed_up_work_the_sms_bound() -
     assert ms("A100-SXM4-80GB", c) == pytest.approx(ms("A100-SXM4-40GB", c) * 1555 / 2039)
     for slow, fast in (("V100-PCIE-16GB", "V100-SXM2-16GB"), ("H100-PCIE-80GB", "H100-SXM5-80GB")):
         assert ms(fast, ref) <= ms(slow, ref)
+
+
+def test_bf16_takes_its_own_timings_only_where_they_are_scaled() -> None:
+    """bf16's kernels are not fp32's: with the GPUs' figures (and so the scaling) bf16 gets the passes its own
+    operators were timed to, without them it keeps the uniform rule; fp32's never stand in for bf16."""
+    got = op_passes.by_variant(measured.files())
+    scaled = op_passes.from_bundles(measured.files(), gpu_table())
+    assert {k: v for k, v in scaled.items() if k.endswith("_bf16")} == {
+        f"passes_{k}_bf16": v for k, v in got["bf16"].items()
+    }
+    assert not any(k.endswith("_bf16") for k in op_passes.from_bundles(measured.files()))
