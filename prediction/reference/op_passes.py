@@ -143,11 +143,10 @@ def from_bundles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = No
     paths = list(paths)
     variants = by_variant(paths)
     out = {f"passes_{kind}_{group}": v for kind, v in variants["fp32"].items() for group in USED_BY}
-    if gpus:
-        out.update({f"passes_{kind}_bf16": v for kind, v in variants["bf16"].items()})
     timed = sorted({g for v, g in _by_gpu(paths) if v == "fp32"} & set(gpus or {}))
     if out and gpus and timed:
         out["passes_bytes_per_cycle"] = statistics.median(bytes_per_cycle(gpus[g]) for g in timed)
+        out.update({f"passes_{kind}_bf16": v for kind, v in variants["bf16"].items()})
     return out
 
 
