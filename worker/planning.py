@@ -246,6 +246,7 @@ def _assemble_if_complete(
         if job is None or job["status"] != JobStatus.RUNNING:
             return False
         request = JobRequest.stored(job["request"])
+        training = request.training()
         plan = Plan.model_validate(job["plan"])
         if counted is None:
             gaps, op_gaps = coverage.missing(plan, request), coverage.missing_ops(plan, request)
@@ -253,9 +254,9 @@ def _assemble_if_complete(
             counts = progress.of(plan, request, gaps, op_gaps, previous=previous)
         else:
             gaps, op_gaps, counts = counted
-        waited = coverage.waited_for(gaps, plan)
-        ops_waited = coverage.waited_for(op_gaps, plan)
-        expired = progress.waited_too_long(counts) or _failed_too_often(job, request, waited, ops_waited)
+        waited, ops_waited = coverage.waited_for(gaps, plan), coverage.waited_for(op_gaps, plan)
+        since = job["started_at"] or job["created_at"]
+        expired = progress.expired(counts, training=training, since=since, waited=waited, ops_waited=ops_waited)
         if (waited or ops_waited) and not expired:
             jobs.set_progress(cur=cur, job_id=job_id, progress=counts)
             return False
@@ -293,33 +294,3 @@ def resend_missing(job_id: uuid.UUID) -> int:
     lost_ops = withdrawal.lost(op_gaps, task=tasks.BENCH_OPS)
     _send(lost, lost_ops, request, job_id)
     return sum(len({s for s, _b in gap}) for gap in (*lost.values(), *lost_ops.values()))
-
-
-def _failed_too_often(
-    job: jobs.JobRow, request: JobRequest, waited: coverage.Missing, ops_waited: coverage.Missing
-) -> str | None:
-    """The failure reason when a missing layer or op benchmark raised BENCH_MAX_FAILURES times since the job started."""
-    since, limit = job["started_at"] or job["created_at"], get_settings().bench_max_failures
-    training = request.training()
-    layer = layers.failed_too_often(
-        signature_ids=_sigs(waited), machine_types=sorted(waited), precision=training.layer_precision, since=since,
-        limit=limit,
-    ) if waited else None  # fmt: skip
-    if layer is not None:
-        return f"the layer benchmark of signature {layer['signature_id']} {_failed(layer)}"
-    op = ops.failed_too_often(
-        signature_ids=_sigs(ops_waited), machine_types=sorted(ops_waited), config=training, since=since, limit=limit
-    ) if ops_waited else None  # fmt: skip
-    if op is None:
-        return None
-    sig = ops.signature(ops.specs(signature_ids=[op["signature_id"]])[op["signature_id"]]["spec"])
-    what = " ".join([sig.op, "×".join(map(str, sig.shape))]).strip()
-    return f"the op benchmark of signature {op['signature_id']} ({what}) {_failed(op)}"
-
-
-def _sigs(waited: coverage.Missing) -> list[int]:
-    return sorted({s for gap in waited.values() for s, _b in gap})
-
-
-def _failed(row: dict[str, Any]) -> str:
-    return f"failed {row['n']} times on {row['machine_type']}: {row['error']}"

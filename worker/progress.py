@@ -1,6 +1,8 @@
-"""A job's progress: how many of the benchmarks it needs are stored, and whether it waits for an agent."""
+"""A job's progress: how many of the benchmarks it needs are stored, whether it waits for an agent, and whether it
+has waited too long or on benchmarks that keep failing."""
 
 from datetime import UTC, datetime
+from typing import Any
 
 from fleet import service as fleet
 from shared import agents
@@ -8,6 +10,8 @@ from shared.core.settings import get_settings
 from shared.jobs import Plan, Progress
 from shared.jobs.models import Counts, MachineProgress
 from shared.jobs.request import JobRequest
+from shared.measurements import layers, ops
+from shared.training import TrainConfig
 from worker import coverage, queued
 
 
@@ -83,3 +87,42 @@ def waited_too_long(progress: Progress) -> str | None:
                 "submit the job again"
             )
     return None
+
+
+def expired(
+    progress: Progress, *, training: TrainConfig, since: datetime, waited: coverage.Missing,
+    ops_waited: coverage.Missing,
+) -> str | None:  # fmt: skip
+    """Why a running job must fail now (no agent came up in time, or a benchmark it waits for kept failing since
+    `since`, the job's start), else None."""
+    return waited_too_long(progress) or failed_too_often(training=training, since=since, waited=waited,
+                                                         ops_waited=ops_waited)  # fmt: skip
+
+
+def failed_too_often(
+    *, training: TrainConfig, since: datetime, waited: coverage.Missing, ops_waited: coverage.Missing
+) -> str | None:
+    """The failure reason when a missing layer or op benchmark raised BENCH_MAX_FAILURES times since `since`."""
+    limit = get_settings().bench_max_failures
+    layer = layers.failed_too_often(
+        signature_ids=_sigs(waited), machine_types=sorted(waited), precision=training.layer_precision, since=since,
+        limit=limit,
+    ) if waited else None  # fmt: skip
+    if layer is not None:
+        return f"the layer benchmark of signature {layer['signature_id']} {_failed(layer)}"
+    op = ops.failed_too_often(
+        signature_ids=_sigs(ops_waited), machine_types=sorted(ops_waited), config=training, since=since, limit=limit
+    ) if ops_waited else None  # fmt: skip
+    if op is None:
+        return None
+    sig = ops.signature(ops.specs(signature_ids=[op["signature_id"]])[op["signature_id"]]["spec"])
+    what = " ".join([sig.op, "×".join(map(str, sig.shape))]).strip()
+    return f"the op benchmark of signature {op['signature_id']} ({what}) {_failed(op)}"
+
+
+def _sigs(waited: coverage.Missing) -> list[int]:
+    return sorted({s for gap in waited.values() for s, _b in gap})
+
+
+def _failed(row: dict[str, Any]) -> str:
+    return f"failed {row['n']} times on {row['machine_type']}: {row['error']}"

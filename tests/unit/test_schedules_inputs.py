@@ -77,3 +77,23 @@ def test_a_job_waiting_for_an_agent_too_long_says_how_to_start_one(monkeypatch: 
         assert progress.waited_too_long(Progress(machines={"g4dn.xlarge": recent})) is None
     finally:
         get_settings.cache_clear()
+
+
+def test_a_job_expires_for_a_late_agent_and_not_while_nothing_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """progress.expired: the agent's late start is a reason on its own; with no benchmark waited for there is no
+    failure count to look up (no database is reached: the unit tests have none)."""
+    monkeypatch.setenv("AGENT_WAIT_TIMEOUT_S", "60")
+    from shared.core.settings import get_settings
+    from shared.training import TrainConfig
+
+    get_settings.cache_clear()
+    try:
+        now = datetime.now(UTC)
+        late = MachineProgress(needed=4, done=0, pending=4, waiting_since=(now - timedelta(seconds=120)).isoformat())
+        args = {"training": TrainConfig(), "since": now, "waited": {}, "ops_waited": {}}
+        reason = progress.expired(Progress(machines={"g5.xlarge": late}), **args)  # type: ignore[arg-type]
+        assert reason is not None and reason.startswith("no agent on g5.xlarge came up within 60 s")
+        done = MachineProgress(needed=4, done=4, pending=0)
+        assert progress.expired(Progress(machines={"g5.xlarge": done}), **args) is None  # type: ignore[arg-type]
+    finally:
+        get_settings.cache_clear()
