@@ -142,9 +142,9 @@ def other_ms(
         if not op:
             continue
         nbytes = float(op["bytes"]) * batch * scale
-        # forward and backward pass over the counted bytes as often as the kind's kernels were measured to
-        # (op_passes.py; not for bf16, see there), else forward once and backward twice; each kernel costs at least
-        # the floor
+        # forward and backward pass over the counted bytes as often as the kind's kernels were measured to, scaled to
+        # this GPU (op_passes.py: fp32's timings for fp32 and fp16, bf16's own), else forward once and backward twice;
+        # each kernel costs at least the floor
         measured = c.get(f"passes_{kind}_{group}")
         passes = (
             1 + c["backward_bytes_ratio"] if measured is None
