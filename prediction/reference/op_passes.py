@@ -46,6 +46,8 @@ KINDS = ("batch_norm", "activation", "pooling", "elementwise", "concat")
 # per element (reductions over strided channels, the scatter of max pooling's backward), not by bytes; such work
 # takes longer where memory bandwidth per SM cycle is higher, so the excess scales with it (effective_passes).
 IDEAL_PASSES = {"batch_norm": 4.0, "activation": 2.5, "pooling": 2.0, "elementwise": 2.0, "concat": 1.0}
+# (op, fp32 bytes, forward ms, backward ms) of one operator timing.
+Timing = tuple[str, float, float, float]
 # The agent's op variants read.
 VARIANTS = ("fp32", "bf16")
 # The precision groups fp32's passes cost (steps.other_ms). fp16: no fp16 operators have been timed yet, and cuDNN's
@@ -98,7 +100,7 @@ def kind_of_op(op: str) -> str | None:
     return kind if kind in KINDS else None
 
 
-def passes(rows: Iterable[tuple[str, float, float, float]]) -> dict[str, float]:
+def passes(rows: Iterable[Timing]) -> dict[str, float]:
     """Each kind's forward + backward time per counted byte over a ReLU forward's, from (op, bytes, forward ms,
     backward ms) of large tensors on one GPU; kinds with fewer than MIN_ROWS timings are left out."""
     per_byte: dict[str, list[float]] = defaultdict(list)
@@ -116,8 +118,8 @@ def passes(rows: Iterable[tuple[str, float, float, float]]) -> dict[str, float]:
     return {k: statistics.median(v) / unit for k, v in sorted(per_byte.items()) if len(v) >= MIN_ROWS}
 
 
-def _by_gpu(paths: Iterable[Path]) -> dict[tuple[str, str], list[tuple[str, float, float, float]]]:
-    by_gpu: dict[tuple[str, str], list[tuple[str, float, float, float]]] = defaultdict(list)
+def _by_gpu(paths: Iterable[Path]) -> dict[tuple[str, str], list[Timing]]:
+    by_gpu: dict[tuple[str, str], list[Timing]] = defaultdict(list)
     for path in paths:
         for gpu, variant, row in op_rows(path):
             by_gpu[variant, gpu].append(row)
@@ -126,7 +128,10 @@ def _by_gpu(paths: Iterable[Path]) -> dict[tuple[str, str], list[tuple[str, floa
 
 def by_variant(paths: Iterable[Path]) -> dict[str, dict[str, float]]:
     """Each op variant's passes per kind (VARIANTS), the median over the GPUs the bundles timed them on."""
-    by_gpu = _by_gpu(paths)
+    return _per_variant(_by_gpu(paths))
+
+
+def _per_variant(by_gpu: Mapping[tuple[str, str], list[Timing]]) -> dict[str, dict[str, float]]:
     out = {}
     for variant in VARIANTS:
         fitted = [passes(rows) for (v, _), rows in sorted(by_gpu.items()) if v == variant]
@@ -140,10 +145,10 @@ def from_bundles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = No
     with the GPUs' figures, bf16's timings for bf16 and `passes_bytes_per_cycle`: the memory bandwidth per SM cycle
     of the GPUs they were timed on (the median), which steps.other_ms scales their excess over IDEAL_PASSES by (bf16's
     only with it: unscaled they broke the sanity orderings)."""
-    paths = list(paths)
-    variants = by_variant(paths)
+    by_gpu = _by_gpu(paths)
+    variants = _per_variant(by_gpu)
     out = {f"passes_{kind}_{group}": v for kind, v in variants["fp32"].items() for group in USED_BY}
-    timed = sorted({g for v, g in _by_gpu(paths) if v == "fp32"} & set(gpus or {}))
+    timed = sorted({g for v, g in by_gpu if v == "fp32"} & set(gpus or {}))
     if out and gpus and timed:
         out["passes_bytes_per_cycle"] = statistics.median(bytes_per_cycle(gpus[g]) for g in timed)
         out.update({f"passes_{kind}_bf16": v for kind, v in variants["bf16"].items()})
@@ -163,7 +168,7 @@ def effective_passes(kind: str, measured: float, gpu: GpuSpecs, reference_bytes_
     return max(IDEAL_PASSES[kind], measured * bytes_per_cycle(gpu) / reference_bytes_per_cycle)
 
 
-def op_rows(path: Path) -> list[tuple[str, str, tuple[str, float, float, float]]]:
+def op_rows(path: Path) -> list[tuple[str, str, Timing]]:
     """(GPU, variant, (op, fp32 bytes, forward ms, backward ms)) of a bundle's operators in VARIANTS, on CUDA GPUs
     data/gpus.csv knows (the bundle itself is read once: measured.bundle)."""
     read = measured.bundle(path)
