@@ -14,6 +14,7 @@ credentials, and connects to this run's PostgreSQL (as the agent's role) and Red
 """
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -126,6 +127,7 @@ def stub_bin(dest: Path, state: Path) -> Path:
 @pytest.fixture(scope="module")
 def aws_side(service_env: dict[str, str]) -> Iterator[str]:
     """moto's server with the published wheel in S3 and the agent's secrets in SSM; yields its URL."""
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # its request log outlives pytest's captured stream
     port = free_port()
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     moto.start()

@@ -1,6 +1,7 @@
 """End to end: the real controller process against moto's EC2 server launches an instance for a job's
 machine type; a real local agent stands in for that instance; the job completes; the idle instance goes."""
 
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,8 @@ AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
     """Moto's AWS endpoints as an HTTP server, so other processes can reach them."""
+    # Its request log would outlive pytest's captured stream and print "Logging error" tracebacks.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
@@ -108,7 +111,13 @@ def test_fleet_launches_an_agent_the_job_completes_and_the_idle_instance_goes(
         assert "no whole-step model yet" in done["result"]["models"]["g4dn.xlarge"]["detail"]
 
         wait_for("the idle instance to be terminated", lambda: live(("shutting-down", "terminated")), stack)
-        status = http.get(f"{stack.url}/v1/fleet").json()
+
+        def recorded() -> dict[str, Any] | None:
+            # EC2 sees the terminate call a moment before the controller writes its row and event.
+            got: dict[str, Any] = http.get(f"{stack.url}/v1/fleet").json()
+            return got if any(e["action"] == "terminated" for e in got["events"]) else None
+
+        status = wait_for("the termination to be recorded", recorded, stack, timeout=30)
         actions = {e["action"]: e for e in status["events"]}
         assert actions["launched"]["instance_id"] == inst["InstanceId"]
         assert "idle" in actions["terminated"]["detail"] and status["instances"] == []
