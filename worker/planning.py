@@ -265,8 +265,8 @@ def _assemble_if_complete(
     if not expired:
         try:
             # Checked against Result before it is stored, so every reader may trust its shape.
-            peers = plan.peers_of(request.machines)
-            result = check_result(assemble.result(request=request, peers=peers, incomplete=set(gaps) | set(op_gaps)))
+            incomplete = set(gaps) | set(op_gaps)
+            result = check_result(assemble.result(request=request, peers=plan.peers, incomplete=incomplete))
             status = JobStatus.SUCCEEDED
         except TraincastError as exc:
             if is_transient(exc):

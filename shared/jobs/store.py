@@ -430,6 +430,16 @@ def finish(
 
     With `cur`, in the caller's transaction (under locked_open).
     """
+    if cur is not None:
+        return _finish(cur, job_id=job_id, status=status, result=result, error=error, progress=progress)
+    with transaction() as own:
+        return _finish(own, job_id=job_id, status=status, result=result, error=error, progress=progress)
+
+
+def _finish(
+    cur: Cursor, *, job_id: uuid.UUID, status: JobStatus, result: dict[str, Any] | None, error: str | None,
+    progress: Progress | None,
+) -> FinishedJob | None:  # fmt: skip
     # The points go to job_predictions, rendered once; the row keeps the rest (a few KB however many points).
     rest = {k: v for k, v in result.items() if k != "predictions"} if result is not None else None
     params = {
@@ -439,19 +449,12 @@ def finish(
         "error": error,
         "progress": _doc(progress) if progress is not None else None,
     }
-    if cur is not None:
-        return _finish(cur, params, result)
-    with transaction() as own:
-        return _finish(own, params, result)
-
-
-def _finish(cur: Cursor, params: dict[str, Any], result: dict[str, Any] | None) -> FinishedJob | None:
     cur.execute(FINISH_JOB, params)
     row = cur.fetchone()
     if row is None:
         return None  # it had ended: its result is not stored
     if result is not None:
-        predictions.store(cur=cur, job_id=params["id"], points=result.get("predictions", []))
+        predictions.store(cur=cur, job_id=job_id, points=result.get("predictions", []))
     return cast(FinishedJob, row)
 
 
