@@ -21,6 +21,8 @@ from bench.perf_doc import write_section  # noqa: E402
 from prediction.reference import layerfit, load  # noqa: E402
 from prediction.reference.convs import PHASES  # noqa: E402
 from prediction.reference.fit import accuracy, fit_params, gpu_table, layer_table  # noqa: E402
+from prediction.reference.h100 import repeatability  # noqa: E402
+from prediction.reference.step_rows import load_h100  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/reference_accuracy.py"
 NOTES = """Notes. Pollux and Sia time the step while 2-4 real-data loader workers decode images on the same
@@ -78,6 +80,15 @@ def group_table(entry: dict[str, Any], key: str, label: str) -> str:
     return "\n".join(lines)
 
 
+REPEAT_NOTES = """What it shows: where the host sets the step (batch 32) a repeat of the same step on another
+day and machine is 15-18% off on average, more than the model held out (8.7-11.7%: it answers a central value, a
+repeat carries both runs' noise), so no predictor of one run gets far below ~10% there: the host's run-to-run speed
+is in no input. Where the device sets the step (batch 128-256) repeats agree to 0.1-7% and the model held out is
+7-15% off: that gap is the model's own, and it is where the goal of 8% per configuration is lost for bf16 and fp16.
+Those errors follow the CNN (at batch 128-256: mnasnet1_0 -5 to -29% in every configuration, resnet18 -1 to -22%,
+mobilenet_v2 +13 to +20% in bf16 and fp32). One cause the H200 bundle's layers show: its 5x5 depthwise convs
+(mnasnet's) took 0.08 ns per input element at stride 1 against 0.045 for 3x3, and the conv model, whose public
+layers hold 3x3 depthwise convs only, answers the large ones 0.62x of measured (in-sample); not yet modelled."""
 H100_NOTES = """The H100 steps are ours (data/reference/h100/README.md: PyTorch 2.11, cuDNN 9.19, cudnn.benchmark
 off, NCHW, synthetic data on the GPU); the reference's answers are for that setting. Before this model (model.json
 at 648d0c0: flat 10 us per operator, six scales fitted on Lambda alone) the same rows were 31.8 / 46.5 / 49.0% off
@@ -146,9 +157,34 @@ def h100_section(own: dict[str, Any]) -> list[str]:
         cells = [f"{_pct(by.get(c))} ({sum(signed[cnn, c]) / len(signed[cnn, c]):+.0f})" if (cnn, c) in signed
                  else _pct(by.get(c)) for c in own["by_config"]]  # fmt: skip
         out.append(f"| {cnn} | " + " | ".join(cells) + " |")
-    out += ["", H100_NOTES]
+    out += ["", H100_NOTES, "", *repeat_section(own)]
     if own.get("settings"):
         out += ["", *settings_section(own["settings"])]
+    return out
+
+
+def repeat_section(own: dict[str, Any]) -> list[str]:
+    """Markdown: the same steps measured twice, beside the held-out model on those steps (the floor under the goal)."""
+    repeats = repeatability(load_h100())
+    held = {(cnn, config, batch): abs(predicted - measured) / measured * 100
+            for cnn, config, batch, measured, predicted, *_ in own["points"]}  # fmt: skip
+    out = [
+        "Repeatability: the same default-setting steps measured twice, in steps.jsonl and among the settings run's "
+        "own default steps (H100 SXM machines, a day or more apart). *A repeat as the answer*: the mean error one "
+        "run's step would have as the answer for the other's (both ways); the model column is the held-out model on "
+        "the same steps (against steps.jsonl's).",
+        "",
+        "| configuration | batch | CNNs | a repeat as the answer | largest | model, CNN held out |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for config, by in repeats.items():
+        for batch, v in by.items():
+            model = [held[cnn, config, batch] for cnn, *_ in v["pairs"] if (cnn, config, batch) in held]
+            out.append(
+                f"| {config} | {batch} | {len(v['pairs'])} | {_pct(v['mape'])} | {_pct(v['largest'])} | "
+                + (f"{_pct(sum(model) / len(model))} |" if model else "– |")
+            )
+    out += ["", REPEAT_NOTES]
     return out
 
 

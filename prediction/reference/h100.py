@@ -22,6 +22,7 @@ from prediction.reference.step_rows import (
     GPU,
     GRID,
     SET,
+    SETTINGS_SET,
     StepRow,
     load_h100,
 )
@@ -180,3 +181,29 @@ def summarise(preds: list[tuple[StepRow, float, bool, float, float]]) -> dict[st
         for i, p in enumerate(preds)
     ]
     return out
+
+
+def repeatability(rows: list[StepRow]) -> dict[str, dict[int, dict[str, Any]]]:
+    """How far the same default-setting step, measured in two runs (STEPS and the settings run's own default steps,
+    on H100 SXM machines a day or more apart), lands from itself: per configuration and batch size, the mean error
+    a repeat measurement would have as the answer (|a - b| over each run, both ways), the largest, and the pairs.
+    It bounds what any predictor of one run can reach: the host's run-to-run speed is not in any input."""
+
+    def default(r: StepRow) -> bool:
+        return r.training is not None and not r.training.channels_last and not r.training.cudnn_benchmark
+
+    first = {(r.cnn, r.training, r.batch): r.step_ms for r in rows if r.set == SET and default(r)}
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in sorted((r for r in rows if r.set == SETTINGS_SET and default(r)), key=lambda r: (r.batch, r.cnn)):
+        a = first.get((r.cnn, r.training, r.batch))
+        if a is None:
+            continue
+        config = next(k for k, v in CONFIGS.items() if v.precision == r.training.precision)  # type: ignore[union-attr]
+        entry = out.setdefault(config, {}).setdefault(r.batch, {"errors": [], "pairs": []})
+        entry["errors"] += [abs(a - r.step_ms) / a * 100, abs(a - r.step_ms) / r.step_ms * 100]
+        entry["pairs"].append([r.cnn, round(a, 3), round(r.step_ms, 3)])
+    return {
+        config: {b: {"pairs": v["pairs"], "mape": float(np.mean(v["errors"])), "largest": float(max(v["errors"]))}
+                 for b, v in sorted(by.items())}
+        for config, by in sorted(out.items())
+    }  # fmt: skip

@@ -169,3 +169,29 @@ def test_the_committed_model_was_scored_on_the_h100_steps_per_configuration() ->
     for kinds in own["by_group_regime"].values():
         for kind in kinds.values():
             assert kind["band_low"] < kind["band_high"] and kind["rows"] >= 3 and kind["mape"] > 0
+
+
+def test_repeatability_pairs_the_same_default_step_of_two_runs_and_nothing_else() -> None:
+    """A step measured in both runs gives |a - b| over each run; a setting's step, or one in a single run, none."""
+    from prediction.reference.h100 import repeatability
+    from prediction.reference.step_rows import CONFIGS, GPU, SET, SETTINGS_SET, StepRow
+
+    fp32 = CONFIGS["sgd/fp32"]
+    nhwc = fp32.model_copy(update={"channels_last": True})
+
+    def row(run: str, cnn: str, batch: int, ms: float, config: TrainConfig = fp32) -> StepRow:
+        return StepRow(run, GPU, cnn, 224, batch, config.precision, "pytorch", config.optimizer, "fwd+bwd+opt", ms,
+                       False, config, autotuned=False)  # fmt: skip
+
+    rows = [
+        row(SET, "resnet18", 32, 10.0), row(SETTINGS_SET, "resnet18", 32, 12.5),
+        row(SET, "vgg11", 32, 20.0), row(SETTINGS_SET, "vgg11", 32, 20.0),
+        row(SETTINGS_SET, "resnet18", 32, 7.0, nhwc),  # a setting's step: no pair
+        row(SET, "alexnet", 128, 5.0),  # one run only
+    ]  # fmt: skip
+    got = repeatability(rows)
+    assert list(got) == ["sgd/fp32"] and list(got["sgd/fp32"]) == [32]
+    entry = got["sgd/fp32"][32]
+    assert sorted(entry["pairs"]) == [["resnet18", 10.0, 12.5], ["vgg11", 20.0, 20.0]]
+    assert entry["mape"] == pytest.approx((25.0 + 20.0 + 0.0 + 0.0) / 4)
+    assert entry["largest"] == pytest.approx(25.0)
