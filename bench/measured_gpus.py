@@ -35,8 +35,9 @@ def public_conv() -> dict[str, Any]:
 
 def without_bundles(conv: dict[str, Any]) -> ReferenceModel:
     """The reference refitted as the refit fits it, minus everything of every bundle: its steps, its operators'
-    passes over memory and its conv layers."""
+    passes over memory, its conv layers and the depthwise costs learnt from them."""
     params = json.loads(MODEL_JSON.read_text())
+    params.pop("depthwise", None)  # learnt from the bundles' depthwise layers
     gpus = fit.gpu_table()
     step = {k: v for k, v in fit.base_step(gpus).items() if not k.startswith("passes_")}
     base = ReferenceModel({**params, "conv": conv, "step": step, "step_families": {}})
@@ -63,14 +64,15 @@ def score(rows: list[StepRow]) -> dict[str, Any]:
             "held_out_ms": wholestep.predict_row(held, r, gpu), "shipped_ms": wholestep.predict_row(shipped, r, gpu),
             "flops_ms": wholestep.flops_baseline(r, gpu),
         })  # fmt: skip
-    return {"points": points, "layers": layers(ReferenceModel({**shipped.params, "conv": conv}), shipped)}
+    public = {k: v for k, v in shipped.params.items() if k != "depthwise"}
+    return {"points": points, "layers": layers(ReferenceModel({**public, "conv": conv}), shipped)}
 
 
 def layers(held: ReferenceModel, shipped: ReferenceModel) -> dict[str, dict[str, Any]]:
     """Every NCHW conv layer the bundles timed, predicted by conv models fitted on public layers alone (held out)
     and by the shipped ones (in-sample): per GPU, precision and phase, MAPE and the median predicted / measured,
     beside the roofline."""
-    from prediction.reference import convs
+    from prediction.reference import convs, depthwise
     from prediction.reference.specs import family_of
 
     gpus = fit.gpu_table()
@@ -84,6 +86,15 @@ def layers(held: ReferenceModel, shipped: ReferenceModel) -> dict[str, dict[str,
         meas = np.array([ms for _, _, ms in rows])
         pred = held.conv_from_features(feats[:, :, 0], roof[:, :, 0])
         fitted = shipped.conv_from_features(feats[:, :, 0], roof[:, :, 0], family_of(gpu))
+        costs = shipped.params.get("depthwise", {}).get(precision)
+        geo = convs.geometry([s for s, _, _ in rows])
+        dw = depthwise.is_depthwise(geo)
+        if costs is not None and dw.any():  # the shipped model costs these by the cycles they issue
+            picked = [r for r, d in zip(rows, dw, strict=True) if d]
+            fitted[dw] = np.stack([
+                depthwise.times(convs.geometry([spec]), np.array([float(b)]), gpus[gpu], precision, costs)[0, 0]
+                for spec, b, _ in picked
+            ])  # fmt: skip
         line = np.moveaxis(roof[:, :, 0], 0, -1)
         out[f"{gpu} {precision}"] = {
             "layers": len(rows),

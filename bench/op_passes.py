@@ -38,7 +38,7 @@ def scored(passes: Callable[..., dict[str, float]]) -> dict[str, Any]:
         gpus = fit.gpu_table()
         matrix = layerfit.layer_matrix(fit.layer_table(), gpus)
         params = fit.fit_params(gpus, matrix)
-        own = h100.evaluate(ReferenceModel(params), gpus, fit.conv_without(matrix, params["conv"]))
+        own = h100.evaluate(ReferenceModel(params), gpus, fit.conv_without(matrix, params, gpus))
         public = wholestep.evaluate(gpus, matrix, fit.fit_params)
     finally:
         op_passes.from_bundles = original  # type: ignore[assignment]

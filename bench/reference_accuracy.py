@@ -81,15 +81,18 @@ def group_table(entry: dict[str, Any], key: str, label: str) -> str:
 
 
 REPEAT_NOTES = """What it shows: where the host sets the step (batch 32) a repeat of the same step on another
-day and machine is 15-18% off on average, more than the model held out (8.7-11.7%: it answers a central value, a
-repeat carries both runs' noise), so no predictor of one run gets far below ~10% there: the host's run-to-run speed
-is in no input. Where the device sets the step (batch 128-256) repeats agree to 0.1-7% and the model held out is
-7-15% off: that gap is the model's own, and it is where the goal of 8% per configuration is lost for bf16 and fp16.
-Those errors follow the CNN (at batch 128-256: mnasnet1_0 -5 to -29% in every configuration, resnet18 -1 to -22%,
-mobilenet_v2 +13 to +20% in bf16 and fp32). A candidate the H200 bundle's layers show: its 5x5 depthwise convs
-(mnasnet's) took 0.08 ns per input element at stride 1 against 0.045 for 3x3, and the conv model, whose public
-layers hold 3x3 depthwise convs only, answers the large ones 0.62x of measured (in-sample). At most part of it:
-efficientnet_b0 has them too and is answered too slow, not too fast. Not modelled."""
+day and machine is 15-18% off on average, more than the model held out (8-12%: it answers a central value, a repeat
+carries both runs' noise), so no predictor of one run gets far below ~10% there: the host's run-to-run speed is in
+no input. Where the device sets the step (batch 128-256) repeats agree to 0.1-7% and the model held out is 5-15%
+off: that gap is the model's own, and it is where the goal of 8% per configuration is lost for fp16 (bf16 is 9%).
+Those errors follow the CNN (at batch 128-256: resnet18 -1 to -22% in every configuration, mnasnet1_0 +1 to -19%,
+resnet50 +5 to +18%). Depthwise convs costed by SM cycles (depthwise.py) took mobilenet_v2's and mnasnet1_0's
+bf16 and fp32 errors from 11-20% to 5-15% (before: mobilenet_v2 +13 to +20% too slow, mnasnet1_0 -18 to -29% too
+fast at those batches: the public conv model, which has seen no 5x5 depthwise layer, costed mnasnet's depthwise
+convs at 0.7x mobilenet_v2's where the cycles per element make them alike). What was looked at: the per-CNN errors
+above pointed at those two CNNs; the form (a launch time, cycles per input element and per multiply-add) was written
+once from the H200 layers' per-element times and scored once on these held-out figures, with the held-out CNN's layer
+shapes out of its fit; no other form was tried."""
 H100_NOTES = """The H100 steps are ours (data/reference/h100/README.md: PyTorch 2.11, cuDNN 9.19, cudnn.benchmark
 off, NCHW, synthetic data on the GPU); the reference's answers are for that setting. Before this model (model.json
 at 648d0c0: flat 10 us per operator, six scales fitted on Lambda alone) the same rows were 31.8 / 46.5 / 49.0% off

@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from prediction.reference import data, layerfit, measured, op_passes, step_rows, stepfit
+from prediction.reference import data, depthwise, layerfit, measured, op_passes, step_rows, stepfit
 from prediction.reference.convs import FEATURES
 from prediction.reference.model import MODEL_JSON, ReferenceModel, from_json_text
-from prediction.reference.specs import GpuSpecs
+from prediction.reference.specs import GpuSpecs, gpu_family
 
 STEP_DEFAULTS: dict[str, float] = {
     "kernel_floor_ms": 0.004,
@@ -112,6 +112,7 @@ def fit_params(
     step = base_step(gpus, exclude)
     params: dict[str, Any] = {
         "format": 1, "features": list(FEATURES), "conv": layerfit.fit_conv(matrix, rows), "step": step,
+        "depthwise": fit_depthwise(gpus, measured.layer_rows(), exclude),
     }  # fmt: skip
     if calibrate:
         shared, params["step_families"] = fit_steps(ReferenceModel(params), gpus, exclude)
@@ -152,16 +153,33 @@ def fit_steps(
     return wholestep.calibrate(model, gpus, skip, shared_out, balance=True, held=full), families
 
 
-def conv_without(matrix: layerfit.LayerMatrix, conv: dict[str, Any]) -> Callable[[str], dict[str, Any]]:
-    """cnn → conv models fitted without any layer our agent timed that has one of the CNN's layer shapes (at any
-    input size), so a CNN held out from the whole-step fit is held out from the conv fit too; `conv` where no such
-    layer was timed."""
+def fit_depthwise(
+    gpus: dict[str, GpuSpecs], rows: Sequence[depthwise.LayerRow], exclude: Sequence[str] = (),
+    shapes: frozenset[str] = frozenset(),
+) -> dict[str, list[list[float]]]:  # fmt: skip
+    """Depthwise convs' issue costs (depthwise.py) from the bundles' layers, less those of excluded GPU families and
+    of these layer shapes (layerfit.layer_shape)."""
+    kept = [r for r in rows if gpu_family(r[0]) not in exclude and layerfit.layer_shape(r[2]) not in shapes]
+    return depthwise.fit(kept, gpus)
+
+
+def conv_without(
+    matrix: layerfit.LayerMatrix, params: dict[str, Any], gpus: dict[str, GpuSpecs]
+) -> Callable[[str], dict[str, Any]]:
+    """cnn → the conv parameters ("conv" models, "depthwise" costs) fitted without any layer our agent timed that
+    has one of the CNN's layer shapes (at any input size), so a CNN held out from the whole-step fit is held out
+    from the conv fit too; params' own where no such layer was timed."""
     from prediction.reference import wholestep
+
+    timed = measured.layer_rows()
 
     def conv_of(cnn: str) -> dict[str, Any]:
         layers, _ = wholestep.network(cnn, 224)
-        drop = matrix.ours_shaped_as({layerfit.layer_shape(spec) for spec, _ in layers})
-        return layerfit.fit_conv(matrix, ~drop) if drop.any() else conv
+        shapes = frozenset(layerfit.layer_shape(spec) for spec, _ in layers)
+        drop = matrix.ours_shaped_as(set(shapes))
+        if not drop.any():
+            return {"conv": params["conv"], "depthwise": params.get("depthwise", {})}
+        return {"conv": layerfit.fit_conv(matrix, ~drop), "depthwise": fit_depthwise(gpus, timed, (), shapes)}
 
     return conv_of
 
@@ -177,7 +195,7 @@ def accuracy(gpus: dict[str, GpuSpecs], matrix: layerfit.LayerMatrix, params: di
 
     layers = layerfit.logo_layers(matrix, _layer_predict)
     steps = wholestep.evaluate(gpus, matrix, fit_params)
-    own = h100.evaluate(ReferenceModel(params), gpus, conv_without(matrix, params["conv"]))
+    own = h100.evaluate(ReferenceModel(params), gpus, conv_without(matrix, params, gpus))
     head = steps["headline"]
     return {
         "whole_step_mape": head["mape"],

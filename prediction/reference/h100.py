@@ -57,8 +57,9 @@ def evaluate(
     model: ReferenceModel, gpus: dict[str, GpuSpecs], conv_of: Callable[[str], dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """Leave-one-CNN-out on the H100 steps: figures per configuration, regime and CNN, beside the baseline fitted
-    on public rows only (what the reference knew before our H100 steps). conv_of(cnn): the conv models to predict
-    that CNN with (fitted without the layers our agent timed of its shapes: fit.conv_without); model's otherwise."""
+    on public rows only (what the reference knew before our H100 steps). conv_of(cnn): the conv parameters to
+    predict that CNN with (fitted without the layers our agent timed of its shapes: fit.conv_without); model's
+    otherwise."""
     rows = [r for r in load_h100() if r.gpu in gpus]
     gpu = gpus[GPU]
     public = calibrate(model, gpus, [], leave_out=lambda r: r.training is not None)  # none of our own steps
@@ -74,7 +75,7 @@ def evaluate(
             # As the H100's own constants are fitted (never another GPU's steps), less the CNN on every GPU.
             return (r.cnn == cnn and r.training is not None) or another(r)
 
-        base = model if conv_of is None else ReferenceModel({**model.params, "conv": conv_of(cnn)})
+        base = model if conv_of is None else ReferenceModel({**model.params, **conv_of(cnn)})
         step = calibrate(base, gpus, [], leave_out=held_out)
         fitted = ReferenceModel(
             {**base.params, "step": {**base.params["step"], **step}, "step_families": {}}, f"without {cnn}"

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import lightgbm as lgb
 import numpy as np
 
-from prediction.reference import convs
+from prediction.reference import convs, depthwise
 from prediction.reference.specs import GpuSpecs, family_of, gpu_family
 from prediction.reference.steps import (
     StepArrays,
@@ -260,6 +260,13 @@ class ReferenceModel:
             out = np.where(on_tensor, fast, simt)
         else:
             on_tensor, out = np.zeros(simt.shape, dtype=bool), simt
+        coef = self.params.get("depthwise", {}).get(precision)
+        dw = depthwise.is_depthwise(geo)
+        if coef is not None and dw.any():
+            # their cost is the cycles their kernels issue, learnt from measured layers (depthwise.py)
+            out[dw] = depthwise.times(convs.geometry([s for s, d in zip(specs, dw, strict=True) if d]), batch, gpu,
+                                      precision, coef)  # fmt: skip
+            on_tensor[dw] = False
         # a transposed conv's forward is its direct twin's data gradient and vice versa
         out[geo.transposed] = out[geo.transposed][..., [1, 0, 2]]
         on_tensor[geo.transposed] = on_tensor[geo.transposed][..., [1, 0, 2]]

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from prediction.reference import GpuSpecs, ReferenceModel, convs
+from prediction.reference import GpuSpecs, ReferenceModel, convs, depthwise
 from prediction.reference.model import MODEL_JSON, from_json_text
 from shared.cnn import zoo as cnn_zoo
 from shared.training import TrainConfig
@@ -39,6 +39,12 @@ def one_point(
     fast = times(tensor)
     on_tensor = tensor[:, None] & (fast < simt)
     out = np.where(on_tensor, fast, simt)
+    dw = depthwise.is_depthwise(geo)
+    coef = model.params.get("depthwise", {}).get(precision)
+    if coef is not None and dw.any():
+        out[dw] = depthwise.times(convs.geometry([s for s, d in zip(specs, dw, strict=True) if d]),
+                                  np.array([float(batch)]), gpu, precision, coef)[:, 0]  # fmt: skip
+        on_tensor[dw] = False
     out[geo.transposed] = out[geo.transposed][..., [1, 0, 2]]
     on_tensor[geo.transposed] = on_tensor[geo.transposed][..., [1, 0, 2]]
     return out, on_tensor

@@ -106,6 +106,7 @@ def test_a_cnn_held_out_leaves_our_layers_of_its_shapes_out_of_the_conv_fit() ->
         shape=np.array([shape, layerfit.layer_shape(other), shape]),
     )  # fmt: skip
     assert matrix.ours_shaped_as({shape}).tolist() == [True, False, False]
-    conv = {"forward": "kept"}
+    params = {"conv": {"forward": "kept"}, "depthwise": {"fp32": "kept"}}
     resnet18_has_none = layerfit.LayerMatrix(**{**matrix.__dict__, "shape": np.array(["1x1 k9x9 s9x9 g1"] * 3)})
-    assert fit.conv_without(resnet18_has_none, conv)("resnet18") is conv
+    kept = fit.conv_without(resnet18_has_none, params, fit.gpu_table())("resnet18")
+    assert kept["conv"] is params["conv"] and kept["depthwise"] is params["depthwise"]
