@@ -91,8 +91,8 @@ bf16 and fp32 errors from 11-20% to 5-15% (before: mobilenet_v2 +13 to +20% too 
 fast at those batches: the public conv model, which has seen no 5x5 depthwise layer, costed mnasnet's depthwise
 convs at 0.7x mobilenet_v2's where the cycles per element make them alike). What was looked at: the per-CNN errors
 above pointed at those two CNNs; the form (a launch time, cycles per input element and per multiply-add) was written
-once from the H200 layers' per-element times and scored once on these held-out figures, with the held-out CNN's layer
-shapes out of its fit; no other form was tried."""
+once from the H200 layers' per-element times and scored on these held-out figures (a quick check with every layer
+in its fit, then this table, the held-out CNN's layer shapes out of it); no other form was tried."""
 H100_NOTES = """The H100 steps are ours (data/reference/h100/README.md: PyTorch 2.11, cuDNN 9.19, cudnn.benchmark
 off, NCHW, synthetic data on the GPU); the reference's answers are for that setting. Before this model (model.json
 at 648d0c0: flat 10 us per operator, six scales fitted on Lambda alone) the same rows were 31.8 / 46.5 / 49.0% off
