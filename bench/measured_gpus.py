@@ -90,11 +90,9 @@ def layers(held: ReferenceModel, shipped: ReferenceModel) -> dict[str, dict[str,
         geo = convs.geometry([s for s, _, _ in rows])
         dw = depthwise.is_depthwise(geo)
         if costs is not None and dw.any():  # the shipped model costs these by the cycles they issue
-            picked = [r for r, d in zip(rows, dw, strict=True) if d]
-            fitted[dw] = np.stack([
-                depthwise.times(convs.geometry([spec]), np.array([float(b)]), gpus[gpu], precision, costs)[0, 0]
-                for spec, b, _ in picked
-            ])  # fmt: skip
+            picked = [(spec, b) for (spec, b, _), d in zip(rows, dw, strict=True) if d]
+            fitted[dw] = depthwise.times(convs.geometry([s for s, _ in picked]), np.array([b for _, b in picked],
+                                         dtype=float), gpus[gpu], precision, costs, paired=True)[:, 0]  # fmt: skip
         line = np.moveaxis(roof[:, :, 0], 0, -1)
         out[f"{gpu} {precision}"] = {
             "layers": len(rows),

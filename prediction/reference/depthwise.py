@@ -34,9 +34,8 @@ def is_depthwise(geo: convs.Geometry) -> np.ndarray:
     return (geo.groups == geo.cin) & (geo.groups > 1) & ~geo.transposed
 
 
-def _work(geo: convs.Geometry, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(input elements, multiply-adds) per layer and batch, (L, B) each."""
-    n = batch[None, :]
+def _work(geo: convs.Geometry, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(input elements, multiply-adds) per layer and batch; n is the batch as (1, B) or (L, 1), as convs.phase_work."""
     inputs = n * (geo.cin * geo.h * geo.w)[:, None]
     macs = n * (geo.cout * geo.ho * geo.wo * geo.kh * geo.kw)[:, None]
     return inputs, macs
@@ -48,28 +47,30 @@ def fit(rows: Sequence[LayerRow], gpus: dict[str, GpuSpecs]) -> dict[str, list[l
     out: dict[str, list[list[float]]] = {}
     for precision in PRECISIONS:
         mine = [r for r in rows if r[1] == precision]
-        geo = convs.geometry([r[2] for r in mine]) if mine else None
-        if geo is None or is_depthwise(geo).sum() < MIN_LAYERS:
+        if mine:
+            mine = [r for r, d in zip(mine, is_depthwise(convs.geometry([r[2] for r in mine])), strict=True) if d]
+        if len(mine) < MIN_LAYERS:
             continue
-        keep = is_depthwise(geo)
-        mine = [r for r, k in zip(mine, keep, strict=True) if k]
-        geo = convs.geometry([r[2] for r in mine])
-        inputs, macs = (a[:, 0] for a in _work(geo, np.ones(1)))
-        batch = np.array([r[3] for r in mine], dtype=float)
+        n = np.array([[r[3]] for r in mine], dtype=float)
+        inputs, macs = (a[:, 0] for a in _work(convs.geometry([r[2] for r in mine]), n))
         rate = np.array([sm_cycles_per_s(gpus[r[0]]) for r in mine]) / 1e3  # cycles per ms
         ms = np.array([r[4] for r in mine])
-        design = np.column_stack([np.ones(len(mine)), batch * inputs / rate, batch * macs / rate])
+        design = np.column_stack([np.ones(len(mine)), inputs / rate, macs / rate])
         out[precision] = [nnls(design / ms[:, p, None], np.ones(len(mine)))[0].tolist() for p in range(3)]
     return out
 
 
 def times(
-    geo: convs.Geometry, batch: np.ndarray, gpu: GpuSpecs, precision: str, coef: Sequence[Sequence[float]]
-) -> np.ndarray:
-    """Phase times (L, B, 3) ms of depthwise convs on gpu: the issue-bound estimate, never below the byte roofline."""
-    inputs, macs = _work(geo, batch)
+    geo: convs.Geometry, batch: np.ndarray, gpu: GpuSpecs, precision: str, coef: Sequence[Sequence[float]],
+    paired: bool = False,
+) -> np.ndarray:  # fmt: skip
+    """Phase times (L, B, 3) ms of depthwise convs on gpu: the issue-bound estimate, never below the byte roofline.
+
+    paired: batch holds one batch per layer and B is 1 (the layout of measured tables, as convs.features)."""
+    n = batch[:, None] if paired else batch[None, :]
+    inputs, macs = _work(geo, n)
     rate = sm_cycles_per_s(gpu) / 1e3
-    work = convs.phase_work(geo, batch[None, :], precision)
+    work = convs.phase_work(geo, n, precision)
     bw = gpu.mem_bandwidth_gbs * 1e9
     out = np.empty((*inputs.shape, 3))
     for p, phase in enumerate(convs.PHASES):

@@ -34,7 +34,7 @@ import numpy as np
 from prediction.reference import data, depthwise, layerfit, measured, op_passes, step_rows, stepfit
 from prediction.reference.convs import FEATURES
 from prediction.reference.model import MODEL_JSON, ReferenceModel, from_json_text
-from prediction.reference.specs import GpuSpecs, gpu_family
+from prediction.reference.specs import GpuSpecs, family_of
 
 STEP_DEFAULTS: dict[str, float] = {
     "kernel_floor_ms": 0.004,
@@ -157,9 +157,9 @@ def fit_depthwise(
     gpus: dict[str, GpuSpecs], rows: Sequence[depthwise.LayerRow], exclude: Sequence[str] = (),
     shapes: frozenset[str] = frozenset(),
 ) -> dict[str, list[list[float]]]:  # fmt: skip
-    """Depthwise convs' issue costs (depthwise.py) from the bundles' layers, less those of excluded GPU families and
-    of these layer shapes (layerfit.layer_shape)."""
-    kept = [r for r in rows if gpu_family(r[0]) not in exclude and layerfit.layer_shape(r[2]) not in shapes]
+    """Depthwise convs' issue costs (depthwise.py) from the bundles' layers, less those of excluded GPU families (same
+    chip together, as wholestep.evaluate holds them out) and of these layer shapes (layerfit.layer_shape)."""
+    kept = [r for r in rows if family_of(r[0]) not in exclude and layerfit.layer_shape(r[2]) not in shapes]
     return depthwise.fit(kept, gpus)
 
 

@@ -96,6 +96,11 @@ def evaluate(
     return out
 
 
+def _config_named(precision: str) -> str:
+    """The name in CONFIGS of our configuration trained in this precision (each has its own)."""
+    return next(k for k, v in CONFIGS.items() if v.precision == precision)
+
+
 def settings_summary(tuned: list[tuple[StepRow, float]]) -> dict[str, Any]:
     """Held out by CNN: how far each setting's predicted effect (its step over the same CNN's default-setting step
     of the same run) is from the measured one, and the error of the steps themselves, per setting and configuration.
@@ -107,8 +112,7 @@ def settings_summary(tuned: list[tuple[StepRow, float]]) -> dict[str, Any]:
         setting = ("channels_last" if r.training.channels_last else "nchw") + (
             "+cudnn_benchmark" if r.training.cudnn_benchmark else ""
         )
-        precision = r.training.precision
-        config = next(k for k, v in CONFIGS.items() if v.precision == precision)
+        config = _config_named(r.training.precision)
         key = f"{setting} {config}"
         measured, modelled = r.step_ms / d.step_ms, predicted[id(r)] / predicted[id(d)]
         entry = out.setdefault(key, {"ratio_errors": [], "step_errors": [], "points": []})
@@ -199,7 +203,7 @@ def repeatability(rows: list[StepRow]) -> dict[str, dict[int, dict[str, Any]]]:
         a = first.get((r.cnn, r.training, r.batch))
         if a is None:
             continue
-        config = next(k for k, v in CONFIGS.items() if v.precision == r.training.precision)  # type: ignore[union-attr]
+        config = _config_named(r.training.precision)  # type: ignore[union-attr]
         entry = out.setdefault(config, {}).setdefault(r.batch, {"errors": [], "pairs": []})
         entry["errors"] += [abs(a - r.step_ms) / a * 100, abs(a - r.step_ms) / r.step_ms * 100]
         entry["pairs"].append([r.cnn, round(a, 3), round(r.step_ms, 3)])
