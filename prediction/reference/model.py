@@ -33,6 +33,14 @@ MODEL_JSON = Path(__file__).resolve().parents[2] / "data" / "reference" / "model
 # Layer predictions a model keeps, counted in (layer, batch size) slots of ~28 bytes: the 63,488-point job
 # (851 distinct convs x 8 GPUs x batch sizes 1-256) needs 1.75 M.
 LAYER_CACHE_SLOTS = 4_000_000
+# More work never takes less time: a conv's phase time at a batch size is capped by its times at these fixed sizes
+# above it. The learnt correction of log(time / roofline) can overshoot where public layers are few (an H100 CUDA-core
+# fp16 conv answered 7x slower at batch 1 than at 8); fixed sizes keep each batch size's answer independent of the
+# others a job asks for.
+MONOTONE_ANCHORS = np.array([2, 4, 8, 16, 32, 64, 128, 256])
+# What a stored layer prediction means besides the model's version: raised when the code computing it changes
+# (2: capped by MONOTONE_ANCHORS).
+PREDICTION_REVISION = 2
 
 
 @dataclass
@@ -221,7 +229,9 @@ class ReferenceModel:
     def store_key(self, key: tuple[GpuSpecs, str, str]) -> str:
         """A layer's name in the store: this model's version, the GPU's figures, the precision and the conv."""
         gpu, precision, spec = key
-        text = json.dumps([self.version, dataclasses.asdict(gpu), precision, spec], sort_keys=True, default=str)
+        text = json.dumps(
+            [self.version, PREDICTION_REVISION, dataclasses.asdict(gpu), precision, spec], sort_keys=True, default=str
+        )
         return hashlib.sha256(text.encode()).hexdigest()
 
     def _load_stored(
@@ -245,7 +255,24 @@ class ReferenceModel:
     def _predict(
         self, specs: Sequence[Mapping[str, Any]], batch: np.ndarray, gpu: GpuSpecs, precision: str
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Times (L, B, 3) and tensor-core use (L, B, 3), computed (gpu filled, batch sizes at least 1)."""
+        """Times (L, B, 3) and tensor-core use (L, B, 3), computed (gpu filled, batch sizes at least 1), each phase's
+        time at most its time at any of MONOTONE_ANCHORS above its batch size."""
+        anchors = MONOTONE_ANCHORS[batch.min() < MONOTONE_ANCHORS] if len(batch) else MONOTONE_ANCHORS[:0]
+        sizes = np.concatenate([batch, anchors.astype(float)])
+        times, on_tensor = self._uncapped(specs, sizes, gpu, precision)
+        n = len(batch)
+        if len(anchors):
+            # the least time at each anchor or any above it
+            floor = np.minimum.accumulate(times[:, n:][:, ::-1], axis=1)[:, ::-1]
+            above = np.searchsorted(anchors, batch, side="right")  # the first anchor above each batch size
+            capped = above < len(anchors)
+            times[:, :n][:, capped] = np.minimum(times[:, :n][:, capped], floor[:, above[capped]])
+        return times[:, :n], on_tensor[:, :n]
+
+    def _uncapped(
+        self, specs: Sequence[Mapping[str, Any]], batch: np.ndarray, gpu: GpuSpecs, precision: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Times (L, B, 3) and tensor-core use (L, B, 3), each batch size predicted on its own."""
         geo = convs.geometry(specs)
         tensor = convs.uses_tensor_cores(geo, gpu, precision)
         simt = self._times(specs, batch, gpu, precision, np.zeros_like(tensor))

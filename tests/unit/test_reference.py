@@ -146,3 +146,32 @@ def test_memory_ops_fit_is_physical() -> None:
     assert 0.3 < fitted["memory_efficiency"] <= 1.2
     assert 0 < fitted["linear_efficiency"] <= 1.0
     assert math.isfinite(fitted["isolated_op_floor_ms"])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "amp_fp16", "amp_bf16"])
+def test_a_larger_batch_is_never_faster_than_a_smaller_one(model: ReferenceModel, precision: str) -> None:
+    """Every conv of two CNNs, on GPUs of three generations: a phase at any batch size takes no longer than at the
+    power-of-two sizes above it, and so does the whole step within 0.1% (the paths' own multipliers may reorder the
+    sum by a hair); the learnt correction alone answered an H100's fp16 CUDA-core convs 7x slower at batch 1 than
+    at 8, and its whole step 29% slower."""
+    from prediction.reference.model import MONOTONE_ANCHORS
+    from prediction.reference.steps import kernel_precision
+    from prediction.reference.wholestep import network
+
+    gpus = gpu_table()
+    batches = list(range(1, 257))
+    for name in ("shufflenet_v2_x1_0", "densenet121"):
+        convs, work = network(name, 224)
+        for gpu in ("H100-SXM5-80GB", "A100-SXM4-40GB", "T4"):
+            if precision == "amp_bf16" and gpu == "T4":
+                continue
+            times = model.predict_convs(specs=[s for s, _ in convs], batch_sizes=batches, gpu=gpus[gpu],
+                                        precision=kernel_precision(precision))  # fmt: skip
+            steps = np.array([e.step_ms for e in model.predict_steps(
+                convs=convs, workload=work, batch_sizes=batches, gpu=gpus[gpu],
+                training=TrainConfig(optimizer="sgd", momentum=0.9, precision=precision),
+            )])  # fmt: skip
+            for anchor in MONOTONE_ANCHORS:
+                below = slice(0, int(anchor) - 1)
+                assert (times[:, below] <= times[:, [int(anchor) - 1]] * (1 + 1e-9)).all(), (name, gpu, anchor)
+                assert (steps[below] <= steps[int(anchor) - 1] * (1 + 1e-3)).all(), (name, gpu, anchor)

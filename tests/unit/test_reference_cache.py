@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from prediction.reference import GpuSpecs, ReferenceModel, convs, depthwise
-from prediction.reference.model import MODEL_JSON, from_json_text
+from prediction.reference.model import MODEL_JSON, MONOTONE_ANCHORS, from_json_text
 from shared.cnn import zoo as cnn_zoo
 from shared.training import TrainConfig
 
@@ -26,7 +26,18 @@ def fresh() -> ReferenceModel:
 def one_point(
     model: ReferenceModel, specs: Sequence[Mapping[str, Any]], batch: int, gpu: GpuSpecs, precision: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(times (L, 3), on tensor cores (L, 3)) of one batch size, computed as before the cache, from the public parts."""
+    """(times (L, 3), on tensor cores (L, 3)) of one batch size, computed as before the cache, from the public parts:
+    its own time, capped by its times at the fixed batch sizes above it."""
+    out, on_tensor = uncapped(model, specs, batch, gpu, precision)
+    for anchor in MONOTONE_ANCHORS[batch < MONOTONE_ANCHORS]:
+        out = np.minimum(out, uncapped(model, specs, int(anchor), gpu, precision)[0])
+    return out, on_tensor
+
+
+def uncapped(
+    model: ReferenceModel, specs: Sequence[Mapping[str, Any]], batch: int, gpu: GpuSpecs, precision: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """One batch size's layer times on their own (no cap)."""
     gpu = gpu.filled()
     geo = convs.geometry(specs)
     tensor = convs.uses_tensor_cores(geo, gpu, precision)
