@@ -19,9 +19,10 @@ from urllib.parse import urlsplit, urlunsplit
 from shared.core.embedded_servers import Postgres, Redis, Server, StartError
 
 FORCE_VAR = "TRAINCAST_EMBEDDED"
-# Ports when forced: beside, not on, the usual ones, so a machine's own servers keep theirs.
+# Ports when forced: beside, not on, the usual ones, so a machine's own servers keep theirs; below Linux's
+# ephemeral range (32768-60999 by default), where any client connection's local port could be holding them.
 PG_PORT_VAR, REDIS_PORT_VAR = "TRAINCAST_EMBEDDED_PG_PORT", "TRAINCAST_EMBEDDED_REDIS_PORT"
-FORCED_PORTS = {"PostgreSQL": (PG_PORT_VAR, 55432), "Redis": (REDIS_PORT_VAR, 56379)}
+FORCED_PORTS = {"PostgreSQL": (PG_PORT_VAR, 15432), "Redis": (REDIS_PORT_VAR, 16379)}
 LOOPBACK = {"127.0.0.1", "localhost", "::1", ""}
 
 

@@ -27,8 +27,7 @@ def test_the_dry_run_writes_the_bundle_and_every_figure(tmp_path: Path) -> None:
     env = {**os.environ, "TRAINCAST_DRY_RUN": "1", "TRAINCAST_RUN_DIR": str(run_dir), "API_PORT": str(free_port()),
            "TRAINCAST_HOST_PYTHON": str(ROOT / ".venv" / "bin" / "python"),
            "TRAINCAST_WORK_DIR": str(tmp_path / "work"),
-           # ports of its own: the defaults (55432, 56379) lie in Linux's ephemeral range, where another test's
-           # client connection can hold them for a moment
+           # ports of its own: another test's embedded servers may hold the defaults
            "TRAINCAST_EMBEDDED_PG_PORT": str(free_port()),
            "TRAINCAST_EMBEDDED_REDIS_PORT": str(free_port())}  # fmt: skip
     done = subprocess.run(["scripts/gpu_run_host_python.sh", str(wheels), str(out), "--budget-s", "600"], cwd=ROOT,
