@@ -106,7 +106,9 @@ def result(job: dict[str, Any]) -> str:
             out.append(f"{b['cnn']} on {b['machine']}: no usable batch size{fits}")
     for sched in res.get("schedules") or []:
         out.append(_schedule_line(sched))
-    algorithms = sorted({p["allreduce_algorithm"] for p in res["predictions"] if p.get("allreduce_algorithm")})
+    # One GPU alone reduces nothing ("none"): only the several-GPU points' algorithms are named.
+    algorithms = sorted({p["allreduce_algorithm"] for p in res["predictions"]
+                         if p.get("allreduce_algorithm") not in (None, "none")})  # fmt: skip
     if algorithms:
         out.append(f"all-reduce assumed: {', '.join(algorithms)}")
     losses = [p["ddp_losses_ms"] for p in res["predictions"] if p.get("ddp_losses_ms")]

@@ -51,3 +51,14 @@ def test_ddps_losses_are_said_and_whether_replicas_wait() -> None:
     assert "wait for the slowest replica (images decoded)" in said and "--input" not in said
     alone = render.result({"result": {"predictions": [point(64, fits=True, seconds=0.5)], "best": [], "models": {}}})
     assert "bucket copies" not in alone
+
+
+def test_the_all_reduce_line_names_only_what_several_gpus_assume() -> None:
+    """A job with one-GPU points ("none") and 8-GPU ring points says "ring"; a one-GPU job says nothing of it."""
+    one = point(64, fits=True, seconds=0.4) | {"allreduce_algorithm": "none"}
+    eight = point(64, fits=True, seconds=0.5) | {"gpus_used": 8, "global_batch_size": 512}
+    eight["allreduce_algorithm"] = "ring"
+    lines = render.result({"result": {"predictions": [one, eight], "best": [], "models": {}}}).splitlines()
+    assert "all-reduce assumed: ring" in lines
+    alone = render.result({"result": {"predictions": [one], "best": [], "models": {}}})
+    assert "all-reduce assumed" not in alone
