@@ -29,6 +29,8 @@ IMAGES = 32
 GRAIN = 20  # std of the grain: ~107 KB a JPEG, where 6 gave 60 KB and decoded 30% faster
 ROUNDS = 5
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+# The machine type name the shipped rate carries: it is no machine type of any installation.
+SHIPPED = "shipped"
 
 
 def make_jpegs(n: int = IMAGES, seed: int = 0) -> list[bytes]:
@@ -144,3 +146,40 @@ def measure(
                "pillow": Image.__version__, "threads_per_core": threads_per_core(),
                "cpu_ghz": cpu_ghz(environment.cpu_model())},
     )  # fmt: skip
+
+
+def ship(path: str, runs: int = 3) -> dict[str, Any]:
+    """Measure this host `runs` times and write the median run, with its environment, as the rate Traincast ships
+    for installations where no machine type has measured its own (prediction/input_pipeline.py)."""
+    import json
+    import platform
+    from datetime import UTC, datetime
+
+    import torchvision
+
+    measured = sorted((measure(machine_type=SHIPPED, environment_id=0) for _ in range(runs)),
+                      key=lambda r: r.images_per_s_all)  # fmt: skip
+    median = measured[len(measured) // 2]
+    doc = {
+        "how": f"python -m gpu_agent.input_bench --ship {path} ({runs} runs of the agent's input bench; the median)",
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "environment": {
+            "cpu": environment.cpu_model(), "host_cpus": median.host_cpus,
+            "threads_per_core": median.stats.get("threads_per_core"), "python": platform.python_version(),
+            "torch": torch.__version__, "torchvision": torchvision.__version__, "pillow": Image.__version__,
+            "os": platform.platform(),
+        },
+        "runs_images_per_s_all": [round(r.images_per_s_all, 2) for r in measured],
+        "rate": json.loads(median.model_dump_json(exclude={"measured_at"})),
+    }  # fmt: skip
+    with open(path, "w") as f:
+        f.write(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "--ship":
+        sys.exit("usage: python -m gpu_agent.input_bench --ship data/reference/input_rate.json")
+    print(ship(sys.argv[2])["runs_images_per_s_all"])

@@ -8,9 +8,12 @@ longer (the two overlap). Data echoing (Choi et al., 2019, arXiv:1907.05550): re
 makes a step max(upstream / e, downstream).
 """
 
+import json
 import math
 import statistics
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -24,6 +27,9 @@ from shared.machine_types import MachineTypeInfo
 from shared.measurements.inputs import PIPELINE, InputRate
 
 AUGMENT_PX = 224  # the crop the agent's augmentation produced; other sizes scale its share by pixels
+# Where no machine type of an installation has measured its input rate: one our agent's input bench measured on a
+# host of ours (`python -m gpu_agent.input_bench --ship ...`), with its environment, answered as a reference.
+SHIPPED_RATE = Path(__file__).resolve().parents[1] / "data" / "reference" / "input_rate.json"
 MAX_ECHO = 64
 NOTE = (
     "input: a point's step is the slower of its input pipeline (input_ms: reading, decoding and augmenting one step's "
@@ -42,7 +48,7 @@ class Sourced:
     """The rate a machine type's points use, and where it comes from."""
 
     rate: InputRate | None
-    source: str  # "measured", "reference" (other machine types'), or "none"
+    source: str  # "measured", or "reference" (other machine types', or the shipped rate where none measured)
     detail: str
     per_cpu: float | None  # images per second per CPU, every CPU busy
     cpu: HostCpu | None = None  # the machine type's host CPU, where the catalog knows it
@@ -84,9 +90,9 @@ def sourced(machine_type: str, rates: dict[str, InputRate]) -> Sourced:
             f"{own.per_cpu:.0f} images/s per CPU with all busy; {PIPELINE})"
         )
         return Sourced(own, "measured", detail, own.per_cpu, cpu)
-    if not rates:
-        return Sourced(None, "none", f"no input rate measured on any machine type yet: {machine_type}'s agent "
-                       "measures it when a job asks (bench_input)", None, cpu)  # fmt: skip
+    shipped = not rates
+    if shipped:
+        rates = {rate.machine_type: rate for rate in [shipped_rate()]}
     moved = {name: scaled(r, cpu) for name, r in rates.items()}
     per_cpu = statistics.median(v for v, _ in moved.values())
     ref = min(rates.values(), key=lambda r: abs(moved[r.machine_type][0] - per_cpu))
@@ -97,12 +103,41 @@ def sourced(machine_type: str, rates: dict[str, InputRate]) -> Sourced:
         to = f"scaled by {' and '.join(how)} to {machine_type}'s vCPUs ({cpu.words()}; {cpu.source})"
     else:
         to = f"{machine_type}'s vCPUs ({cpu.words()}) taken as equal to theirs"
+    if shipped:
+        env = shipped_environment()
+        whence = (
+            f"no machine type here has measured its input rate yet: reference from the rate Traincast ships (our "
+            f"agent's input bench, {env['cpu']}, {env['host_cpus']} CPUs, {env['measured_at'][:10]}; "
+            "data/reference/input_rate.json)"
+        )
+    else:
+        whence = (
+            f"not measured on {machine_type} yet: reference from {len(rates)} measured machine type(s) "
+            f"({', '.join(sorted(rates))})"
+        )
+    median = "" if shipped else "their median; "
     detail = (
-        f"not measured on {machine_type} yet: reference from {len(rates)} measured machine type(s) "
-        f"({', '.join(sorted(rates))}), {to}: {per_cpu:.0f} images/s per vCPU (their median; core generation not "
-        "modelled); its agent measures its own when it runs"
+        f"{whence}, {to}: {per_cpu:.0f} images/s per vCPU ({median}core generation not modelled); its agent "
+        "measures its own when a job asks (bench_input)"
     )
     return Sourced(ref, "reference", detail, per_cpu, cpu)
+
+
+@cache
+def _shipped() -> dict[str, object]:
+    doc: dict[str, object] = json.loads(SHIPPED_RATE.read_text())
+    return doc
+
+
+def shipped_rate() -> InputRate:
+    """The input rate Traincast ships (data/reference/input_rate.json), as measured."""
+    return InputRate.model_validate(_shipped()["rate"])
+
+
+def shipped_environment() -> dict[str, str]:
+    """Where and when the shipped rate was measured: CPU, CPUs, the date and the software."""
+    env = cast(dict[str, object], _shipped()["environment"])
+    return {k: str(v) for k, v in env.items()} | {"measured_at": str(_shipped()["measured_at"])}
 
 
 def summary(src: Sourced, info: MachineTypeInfo, spec: InputSpec) -> InputSummaryDict:

@@ -73,3 +73,22 @@ def test_the_agent_reads_the_clock_a_model_name_states() -> None:
     assert cpu_ghz("AMD EPYC 7R13 Processor") is None
     threads = threads_per_core()
     assert threads is None or threads >= 1
+
+
+def test_where_nothing_was_measured_the_shipped_rate_answers_as_a_reference() -> None:
+    """A fresh installation: no machine type measured its rate, so the rate shipped in data/reference/input_rate.json
+    (our agent's, on a host it names) answers every type, moved to its vCPUs and said so; once one type has measured
+    its own, the shipped rate plays no part."""
+    shipped = input_pipeline.shipped_rate()
+    env = input_pipeline.shipped_environment()
+    assert shipped.pipeline == input_pipeline.PIPELINE and shipped.per_cpu > 0
+    assert env["cpu"] and env["torch"] and env["measured_at"][:4].isdigit()
+    fresh = input_pipeline.sourced("p5.48xlarge", {})
+    assert fresh.source == "reference" and fresh.rate == shipped
+    moved, _said = input_pipeline.scaled(shipped, machine_cpus.of("p5.48xlarge"))
+    assert fresh.per_cpu == pytest.approx(moved)
+    assert "the rate Traincast ships" in fresh.detail and env["cpu"] in fresh.detail
+    assert "their median" not in fresh.detail
+    measured = input_pipeline.sourced("p5.48xlarge", {"local": rate("local", 80.0, threads_per_core=1)})
+    assert measured.rate is not None and measured.rate.machine_type == "local"
+    assert "ships" not in measured.detail
