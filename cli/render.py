@@ -213,8 +213,12 @@ def _efficiency(point: dict[str, Any]) -> str:
 
 
 def _on(choice: dict[str, Any], spread: bool) -> str:
-    """' on 8 GPUs x 4 nodes' where layouts differ."""
-    return f" on {choice.get('gpus', 1)} GPUs x {choice.get('nodes', 1)} nodes" if spread else ""
+    """' on 8 GPUs x 4 nodes' (' on one GPU', ' on 8 GPUs of one node') where layouts differ."""
+    if not spread:
+        return ""
+    gpus, nodes = choice.get("gpus", 1), choice.get("nodes", 1)
+    each = "one GPU" if gpus == 1 else f"{gpus} GPUs"
+    return f" on {each}" + (f" x {nodes} nodes" if nodes > 1 else (" of one node" if gpus > 1 else ""))
 
 
 def _memory(point: dict[str, Any]) -> str:

@@ -62,3 +62,13 @@ def test_the_all_reduce_line_names_only_what_several_gpus_assume() -> None:
     assert "all-reduce assumed: ring" in lines
     alone = render.result({"result": {"predictions": [one], "best": [], "models": {}}})
     assert "all-reduce assumed" not in alone
+
+
+def test_a_best_choice_says_its_layout_in_words() -> None:
+    """Where layouts differ, a best choice names its GPUs and nodes: one GPU, 8 GPUs of one node, 8 GPUs x 2 nodes."""
+    choice = {"batch_size": 256, "total_seconds": 3600.0, "cost_usd": 10.0, "source": "reference"}
+    assert render._on(choice | {"gpus": 1, "nodes": 1}, True) == " on one GPU"
+    assert render._on(choice | {"gpus": 8, "nodes": 1}, True) == " on 8 GPUs of one node"
+    assert render._on(choice | {"gpus": 8, "nodes": 2}, True) == " on 8 GPUs x 2 nodes"
+    assert render._on(choice | {"gpus": 1, "nodes": 4}, True) == " on one GPU x 4 nodes"
+    assert render._on(choice | {"gpus": 8, "nodes": 2}, False) == ""
