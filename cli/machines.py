@@ -22,16 +22,28 @@ def provider_of(word: str, present: set[str]) -> str:
 
 
 # `machines add` flags → POST /v1/machines fields; the API validates them (one place).
+REQUIRED = {"gpu": str, "gpu_count": int, "price_usd_per_hour": float}
+# Each left out is the figure of the GPU --gpu names where data/gpus.csv knows it (the API fills them in).
 FIGURES = {
-    "gpu": str, "gpu_count": int, "gpu_memory_gib": float, "gpu_fp32_tflops": float, "gpu_fp16_tflops": float,
-    "gpu_mem_bandwidth_gbs": float, "gpu_sm_count": int, "gpu_l2_mib": float, "gpu_tdp_watts": float,
-    "price_usd_per_hour": float,
+    "gpu_memory_gib": float, "gpu_fp32_tflops": float, "gpu_fp16_tflops": float, "gpu_mem_bandwidth_gbs": float,
+    "gpu_sm_count": int, "gpu_l2_mib": float, "gpu_tdp_watts": float,
 }  # fmt: skip
 OPTIONAL = {"gpu_compute_capability": str, "gpu_tf32_tflops": float, "gpu_fp16_acc16_tflops": float,
             "vcpus": int, "memory_gib": float, "provider": str,
             "gpu_link": str, "gpu_link_gbs": float, "nics": int, "nic_gbps": float}  # fmt: skip
-# What the links flags mean, for --help (the API checks the values).
+# What the flags mean, for --help (the API checks the values).
 LINK_HELP = {
+    "gpu": "the GPU model, e.g. RTX-4090 or 'GeForce RTX 4090'; one Traincast knows (data/gpus.csv) fills in every "
+    "figure flag left out",
+    "gpu_count": "GPUs in one machine",
+    "price_usd_per_hour": "what one machine costs an hour (0 for your own)",
+    "gpu_memory_gib": "memory of one GPU, GiB",
+    "gpu_fp32_tflops": "FP32 TFLOPS of one GPU (CUDA cores)",
+    "gpu_fp16_tflops": "dense FP16 tensor TFLOPS with FP32 accumulate, as on the datasheet",
+    "gpu_mem_bandwidth_gbs": "memory bandwidth, GB/s",
+    "gpu_sm_count": "streaming multiprocessors",
+    "gpu_l2_mib": "L2 cache, MiB",
+    "gpu_tdp_watts": "board power, W",
     "gpu_fp16_acc16_tflops": "dense FP16 tensor TFLOPS with FP16 accumulate, where the datasheet gives it apart "
     "(GeForce)",
     "gpu_link": "how its GPUs reach each other: nvswitch, nvlink, pcie (default with several GPUs) or none",
@@ -53,11 +65,14 @@ def add_parser(sub: Any) -> None:
         help="only this provider: aws (amazon), gcp (google), azure (microsoft), local, or your own",
     )
     ls.add_argument("--json", action="store_true")
-    ad = msub.add_parser("add", help="register a machine type by its GPU's figures; predicted at once")
+    ad = msub.add_parser(
+        "add", help="register a machine type by its GPU (a known one's figures, or yours); predicted at once",
+        description="e.g. traincast machines add lab-4090x2 --gpu RTX-4090 --gpu-count 2 --price-usd-per-hour 0",
+    )  # fmt: skip
     ad.add_argument("name")
-    for flag, kind in {**FIGURES, **OPTIONAL}.items():
+    for flag, kind in {**REQUIRED, **FIGURES, **OPTIONAL}.items():
         ad.add_argument(
-            f"--{flag.replace('_', '-')}", type=kind, required=flag in FIGURES, dest=flag, help=LINK_HELP.get(flag)
+            f"--{flag.replace('_', '-')}", type=kind, required=flag in REQUIRED, dest=flag, help=LINK_HELP.get(flag)
         )
     transport = ad.add_mutually_exclusive_group()
     transport.add_argument("--rdma", action="store_true", default=None, dest="network_rdma",
@@ -76,7 +91,7 @@ def run(api: Api, args: argparse.Namespace) -> int:
             "name": args.name,
             **{
                 k: getattr(args, k)
-                for k in (*FIGURES, *OPTIONAL, "gpu_bf16", "network_rdma")
+                for k in (*REQUIRED, *FIGURES, *OPTIONAL, "gpu_bf16", "network_rdma")
                 if getattr(args, k) is not None
             },
         }
@@ -86,6 +101,8 @@ def run(api: Api, args: argparse.Namespace) -> int:
         print(
             f"{row['name']}: registered ({row['gpu_count']} x {row['gpu']}, ${row['price_usd_per_hour']:.2f}/h{links})"
         )
+        if "data/gpus.csv" in (row.get("specs_source") or ""):
+            print(f"  GPU figures: {row['specs_source']}")
         return 0
     rows = api.call("GET", "/v1/machines")["machines"]
     if (word := getattr(args, "provider", None)) is not None:

@@ -9,6 +9,7 @@ from typing import Any, NotRequired, TypedDict, cast
 import psycopg2.errors
 import psycopg2.extras
 
+from shared import gpu_catalog
 from shared.core.db import Cursor, floats, one, transaction
 from shared.core.errors import Conflict, Forbidden, NotFound
 from shared.jobs.request import MachineCreate
@@ -134,7 +135,7 @@ VALUES (%(name)s, %(provider)s, %(gpu)s, %(gpu_count)s, %(gpu_memory_gib_total)s
     %(price_usd_per_hour)s, %(gpu_fp32_tflops)s, %(gpu_tf32_tflops)s, %(gpu_fp16_tflops)s, %(gpu_fp16_acc16_tflops)s,
     %(gpu_mem_bandwidth_gbs)s, %(gpu_sm_count)s, %(gpu_l2_mib)s, %(gpu_compute_capability)s, %(gpu_bf16)s,
     %(gpu_tdp_watts)s,
-    'registered by its specs (POST /v1/machines)', 'given by the user', 'given by the user', now(), %(owner)s,
+    'registered by its specs (POST /v1/machines)', %(specs_source)s, 'given by the user', now(), %(owner)s,
     %(gpu_link)s, %(gpu_link_gbs)s, %(nics)s, %(nic_gbps)s, %(network_rdma)s)
 RETURNING *"""
 
@@ -203,7 +204,9 @@ def peers_of(*, names: list[str]) -> dict[str, list[str]]:
 def create(*, figures: MachineCreate, owner_key_id: str | None = None) -> MachineTypeInfo:
     """Register a machine type from its GPU's figures (POST /v1/machines); owner None: shared with every key."""
     row = figures.model_dump()
-    row["gpu_memory_gib_total"] = figures.gpu_memory_gib * figures.gpu_count
+    per_gpu = figures.gpu_memory_gib
+    row["gpu_memory_gib_total"] = None if per_gpu is None else per_gpu * figures.gpu_count
+    row["specs_source"] = figures.specs_source()
     row["provider"] = figures.provider or "own"
     row["owner"] = owner_key_id
     try:
@@ -303,7 +306,7 @@ def usable_memory() -> dict[str, tuple[float, str]]:
 
 def gpu_rows() -> list[dict[str, str]]:
     """data/gpus.csv: each GPU's figures, aliases and source."""
-    return _csv(GPUS_CSV)
+    return gpu_catalog.rows()
 
 
 def _csv(path: Path) -> list[dict[str, str]]:

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
 
+from shared import gpu_catalog
 from shared.core.settings import get_settings
 from shared.training import Optimizer, Precision, TrainConfig, config_of
 
@@ -391,6 +392,13 @@ def _sorted_sizes(batch_sizes: list[int] | BatchRange, *, at_most: int | None) -
     return sorted(set(batch_sizes))
 
 
+# The GPU figures a machine type cannot be predicted without (given, or a known GPU's).
+REQUIRED_FIGURES = (
+    "gpu_memory_gib", "gpu_fp32_tflops", "gpu_fp16_tflops", "gpu_mem_bandwidth_gbs", "gpu_sm_count", "gpu_l2_mib",
+    "gpu_tdp_watts",
+)  # fmt: skip
+
+
 class MachineCreate(BaseModel):
     """A machine type registered by its GPU's figures (POST /v1/machines)."""
 
@@ -399,15 +407,21 @@ class MachineCreate(BaseModel):
     _bounded = model_validator(mode="before")(_few_fields)
 
     name: str = Field(pattern=MACHINE_NAME)
-    gpu: str = Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")
+    gpu: str = Field(
+        min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="the GPU model; one data/gpus.csv knows (by name or alias) fills the figures left out",
+    )  # fmt: skip
     gpu_count: int = Field(ge=1, le=64)
-    gpu_memory_gib: float = Field(ge=0.25, le=4096, description="memory of one GPU")
-    gpu_fp32_tflops: float = Field(ge=0.01, le=10_000)
-    gpu_fp16_tflops: float = Field(ge=0.01, le=100_000, description="dense tensor-core FP16, FP32 accumulate")
-    gpu_mem_bandwidth_gbs: float = Field(ge=1, le=1_000_000)
-    gpu_sm_count: int = Field(ge=1, le=10_000)
-    gpu_l2_mib: float = Field(ge=0.01, le=100_000)
-    gpu_tdp_watts: float = Field(ge=1, le=10_000)
+    # Required unless `gpu` is a GPU data/gpus.csv knows: then each one left out is its figure there.
+    gpu_memory_gib: float | None = Field(default=None, ge=0.25, le=4096, description="memory of one GPU")
+    gpu_fp32_tflops: float | None = Field(default=None, ge=0.01, le=10_000)
+    gpu_fp16_tflops: float | None = Field(
+        default=None, ge=0.01, le=100_000, description="dense tensor-core FP16, FP32 accumulate"
+    )
+    gpu_mem_bandwidth_gbs: float | None = Field(default=None, ge=1, le=1_000_000)
+    gpu_sm_count: int | None = Field(default=None, ge=1, le=10_000)
+    gpu_l2_mib: float | None = Field(default=None, ge=0.01, le=100_000)
+    gpu_tdp_watts: float | None = Field(default=None, ge=1, le=10_000)
     price_usd_per_hour: float = Field(ge=0, le=100_000)
     gpu_compute_capability: str | None = Field(default=None, pattern=r"^\d{1,2}\.\d{1,2}$")
     gpu_tf32_tflops: float | None = Field(default=None, ge=0.01, le=100_000)
@@ -435,6 +449,42 @@ class MachineCreate(BaseModel):
         default=None, description="true: RDMA (InfiniBand, RoCE, EFA); false: TCP sockets; needed with nics"
     )
 
+    # Where the figures came from (machine_types.specs_source): the user, or data/gpus.csv for those left out.
+    _specs_source: str = PrivateAttr(default="given by the user")
+
+    @model_validator(mode="after")
+    def _known_gpu(self) -> "MachineCreate":
+        missing = [f for f in REQUIRED_FIGURES if getattr(self, f) is None]
+        if not missing:
+            return self
+        known = gpu_catalog.find(self.gpu)
+        if known is None:
+            near = gpu_catalog.nearest(self.gpu)
+            hint = f" (did you mean {', '.join(map(repr, near))}?)" if near else ""
+            raise ValueError(
+                f"gpu {self.gpu!r} is not one Traincast knows by its figures{hint}: give {', '.join(missing)}, or "
+                "name a GPU of data/gpus.csv to take its figures"
+            )
+        filled = []
+        for field, column in gpu_catalog.FIGURES.items():
+            if getattr(self, field) is None and known[column]:
+                value = float(known[column])
+                setattr(self, field, int(value) if field == "gpu_sm_count" else value)
+                filled.append(field)
+        if self.gpu_compute_capability is None and known["compute_capability"]:
+            self.gpu_compute_capability = known["compute_capability"]
+        if self.gpu_bf16 is None and known["bf16"]:
+            self.gpu_bf16 = known["bf16"].lower() == "true"
+        self.gpu = known["gpu"]
+        given = [f for f in gpu_catalog.FIGURES if f not in filled and getattr(self, f) is not None]
+        taken = f"data/gpus.csv ({known['gpu']}: {known['source']})"
+        self._specs_source = (f"{', '.join(given)} given by the user; the rest from {taken}" if given else taken)[:2000]
+        return self
+
+    def specs_source(self) -> str:
+        """Where the GPU's figures came from."""
+        return self._specs_source
+
     @model_validator(mode="after")
     def _links(self) -> "MachineCreate":
         if self.gpu_link in ("nvlink", "nvswitch") and self.gpu_link_gbs is None:
@@ -453,9 +503,10 @@ class MachineCreate(BaseModel):
     def _reserved_provider(self) -> "MachineCreate":
         if self.provider in {"local", "aws", "gcp", "azure"}:
             raise ValueError(f"provider {self.provider!r} is the catalog's own; name your own (default 'own')")
-        if self.gpu_fp16_tflops < self.gpu_fp32_tflops / 64:
+        fp16, fp32 = self.gpu_fp16_tflops, self.gpu_fp32_tflops
+        if fp16 is not None and fp32 is not None and fp16 < fp32 / 64:
             raise ValueError("gpu_fp16_tflops is below 1/64 of gpu_fp32_tflops: check the figures")
-        if self.gpu_fp16_acc16_tflops is not None and self.gpu_fp16_acc16_tflops < self.gpu_fp16_tflops:
+        if self.gpu_fp16_acc16_tflops is not None and fp16 is not None and self.gpu_fp16_acc16_tflops < fp16:
             raise ValueError("gpu_fp16_acc16_tflops (FP16 accumulate) is below gpu_fp16_tflops (FP32 accumulate)")
         if self.gpu_bf16 is None:
             self.gpu_bf16 = self.gpu_compute_capability is not None and float(self.gpu_compute_capability) >= 8.0

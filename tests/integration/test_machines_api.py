@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from shared import machine_types
 from shared.core.db import transaction
 from tests.integration.test_reference_jobs import OWN_GPU
 from tests.support.stack import Stack, http
@@ -81,11 +82,34 @@ def test_invalid_figures_are_a_problem_and_register_nothing(
     assert registered_names() == before
 
 
-def test_a_missing_figure_is_named(api_only: Stack) -> None:
-    """Leaving out a required figure names it."""
-    body = {k: v for k, v in OWN_GPU.items() if k != "gpu_sm_count"} | {"name": "lab-short"}
+def test_a_missing_figure_of_a_gpu_traincast_does_not_know_is_named(api_only: Stack) -> None:
+    """Leaving out a figure of a GPU data/gpus.csv does not know names it, and the known GPUs spelled nearest."""
+    body = {k: v for k, v in OWN_GPU.items() if k != "gpu_sm_count"} | {"name": "lab-short", "gpu": "RTX 4009"}
     response = http.post(f"{api_only.url}/v1/machines", json=body)
     assert response.status_code == 422 and "gpu_sm_count" in response.json()["detail"]
+    assert "did you mean 'RTX-4090'" in response.json()["detail"] and "lab-short" not in registered_names()
+
+
+def test_a_known_gpu_by_name_or_alias_brings_its_figures(api_only: Stack) -> None:
+    """Name, GPU, count and price: every figure is data/gpus.csv's for that GPU (found by an alias too), said in
+    specs_source; a figure given wins over the table's, and the answer says which came from where."""
+    rows = {r["gpu"]: r for r in machine_types.gpu_rows()}
+    body = {"name": "lab-4090x2", "gpu": "GeForce RTX 4090", "gpu_count": 2, "price_usd_per_hour": 0.0}
+    created = http.post(f"{api_only.url}/v1/machines", json=body)
+    assert created.status_code == 201, created.text
+    got, want = created.json(), rows["RTX-4090"]
+    assert got["gpu"] == "RTX-4090" and got["gpu_bf16"] is True and got["gpu_compute_capability"] == "8.9"
+    assert got["gpu_fp16_tflops"] == float(want["fp16_tflops"]) and got["gpu_sm_count"] == int(want["sm_count"])
+    assert got["gpu_fp16_acc16_tflops"] == float(want["fp16_acc16_tflops"])
+    assert got["gpu_memory_gib"] == 2 * float(want["memory_gib"])  # the machine's, as the catalog's
+    assert got["specs_source"].startswith("data/gpus.csv (RTX-4090: ")
+    mine = body | {"name": "lab-4090-slow", "gpu": "rtx_4090", "gpu_tdp_watts": 300.0}
+    slow = http.post(f"{api_only.url}/v1/machines", json=mine).json()
+    assert slow["gpu_tdp_watts"] == 300.0 and slow["gpu_fp32_tflops"] == float(want["fp32_tflops"])
+    assert slow["specs_source"].startswith("gpu_tdp_watts given by the user; the rest from data/gpus.csv")
+    job = http.post(f"{api_only.url}/v1/jobs", json={"cnns": ["resnet18"], "machines": ["lab-4090x2"],
+                                                     "batch_sizes": [32]})  # fmt: skip
+    assert job.status_code == 202, job.text
 
 
 def test_names_are_unique_whatever_their_case_and_typos_suggest_the_real_one(api_only: Stack) -> None:

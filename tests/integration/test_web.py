@@ -664,6 +664,20 @@ def test_register_a_gpu_from_the_page(page: Page) -> None:
     assert problem.json()["title"] in shown and "1/64" in shown and "{" not in shown, shown
 
 
+def test_a_known_gpu_is_registered_from_the_page_by_its_name(page: Page) -> None:
+    """Name, a GPU Traincast knows, count and price, the figures left blank: registered with that GPU's figures."""
+    name = f"web-l40s-{uuid.uuid4().hex[:8]}"
+    page.open()
+    page.find("#add-gpu summary").click()
+    for field, value in {"name": name, "gpu": "NVIDIA L40S", "gpu_count": "4", "price_usd_per_hour": "0"}.items():
+        page.type_into(f'#gpu-form input[name="{field}"]', value)
+    page.find("#gpu-button").click()
+    wait_until(lambda: "Registered" in page.find("#gpu-message").text, 30, "the GPU to be registered")
+    created = http.get(f"{page.url}/v1/machines/{name}").json()
+    assert created["gpu"] == "L40S" and created["gpu_count"] == 4 and created["gpu_sm_count"] == 142
+    assert created["specs_source"].startswith("data/gpus.csv (L40S")
+
+
 def wait_for_job(stack: Stack, job_id: str, timeout: float = 120) -> dict[str, Any]:
     """Poll a job over HTTP until it has finished; it must succeed."""
     job = wait_for(stack, job_id, timeout)
