@@ -9,6 +9,9 @@ recorded as data ("error"), not skipped.
 
     python3 bench/gpu_settings.py --out steps_settings.jsonl [--cnns resnet50,vgg16] [--batches 32,128]
     python3 bench/gpu_settings.py --dry-run     # CPU, one tiny CNN and batch: checks the script itself
+    # what separates fp16 from AdamW (docs/MODELS.md): the optimizer and precision crossed, the default setting only
+    python3 bench/gpu_settings.py --configs sgd+momentum/amp_fp16,adamw+wd/amp_bf16 --default-only \
+        --batches 16,32,64,128,256 --out steps_crossed.jsonl
 """
 
 import argparse
@@ -24,6 +27,9 @@ CNNS = (
     "shufflenet_v2_x1_0", "mnasnet1_0", "squeezenet1_1", "vgg11", "alexnet",
 )  # fmt: skip
 CONFIGS = ("sgd/fp32", "sgd+momentum/amp_bf16", "adamw+wd/amp_fp16")
+# The optimizer and the precision swapped between our two autocast configurations: they separate what fp16 (with its
+# GradScaler) costs from what AdamW does, which the three above confound (docs/MODELS.md).
+CROSSED = ("sgd+momentum/amp_fp16", "adamw+wd/amp_bf16")
 SETTINGS = ((False, False), (True, False), (False, True), (True, True))  # (channels_last, cudnn_benchmark)
 
 
@@ -40,12 +46,16 @@ def step_fn(model: Any, config: str, x: Any, y: Any, torch: Any) -> Any:
     if config == "sgd/fp32":
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         dtype, scaler = None, None
-    elif config == "sgd+momentum/amp_bf16":
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        dtype, scaler = torch.bfloat16, None
     else:
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-        dtype, scaler = torch.float16, torch.amp.GradScaler(x.device.type)
+        optimizer, precision = config.split("/")
+        if optimizer == "sgd+momentum":
+            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        else:
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        # fp16 autocast always with a GradScaler (what every AMP fp16 recipe does); bf16 without one.
+        fp16 = precision == "amp_fp16"
+        dtype = torch.float16 if fp16 else torch.bfloat16
+        scaler = torch.amp.GradScaler(x.device.type) if fp16 else None
     loss_fn = torch.nn.CrossEntropyLoss()
 
     def run() -> None:
@@ -142,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-block", type=int, default=4)
     p.add_argument("--deadline-s", type=float, default=0.0, help="stop starting new CNNs after this many seconds")
     p.add_argument("--dry-run", action="store_true", help="CPU check: squeezenet1_1, batch 2, 64 px, one block")
+    p.add_argument("--default-only", action="store_true", help="only PyTorch's default setting (NCHW, benchmark off)")
     a = p.parse_args(argv)
+    unknown = sorted(set(a.configs.split(",")) - {*CONFIGS, *CROSSED})
+    if unknown:
+        p.error(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join((*CONFIGS, *CROSSED))}")
     if a.dry_run:
         a.cnns, a.batches, a.image, a.blocks, a.per_block = "squeezenet1_1", "2", 64, 1, 1
     t0 = time.monotonic()
@@ -154,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             for config in a.configs.split(","):
                 for batch in (int(b) for b in a.batches.split(",")):
-                    for nhwc, bench in SETTINGS:
+                    for nhwc, bench in SETTINGS[:1] if a.default_only else SETTINGS:
                         row = one(name, config, batch, a.image, nhwc, bench, a)
                         f.write(json.dumps(row) + "\n")
                         f.flush()
