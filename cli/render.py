@@ -106,6 +106,14 @@ def result(job: dict[str, Any]) -> str:
             out.append(f"{b['cnn']} on {b['machine']}: no usable batch size{fits}")
     for sched in res.get("schedules") or []:
         out.append(_schedule_line(sched))
+    asked = (job.get("request") or {}).get("gpus")
+    if isinstance(asked, list):  # a type with fewer GPUs than some counts asked is answered for those it holds
+        held: dict[str, set[int]] = {}
+        for p in res["predictions"]:
+            held.setdefault(p["machine"], set()).add(p["gpus_used"])
+        for machine_type, counts in held.items():
+            if lacking := sorted(set(asked) - counts):
+                out.append(f"{machine_type}: not answered for gpus {', '.join(map(str, lacking))} (it has fewer GPUs)")
     # One GPU alone reduces nothing ("none"): only the several-GPU points' algorithms are named.
     algorithms = sorted({p["allreduce_algorithm"] for p in res["predictions"]
                          if p.get("allreduce_algorithm") not in (None, "none")})  # fmt: skip

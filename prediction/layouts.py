@@ -40,6 +40,17 @@ NOTE = (
 )
 
 
+def fewer_gpus(machine_gpus: dict[str, int], request: JobRequest) -> str | None:
+    """A sentence naming the machine types answered for only some of the GPU counts asked (they have fewer), or None."""
+    said = []
+    for name, gpus in machine_gpus.items():
+        asked, held = request.gpu_counts(gpus), request.gpu_counts_on(gpus)
+        if held != asked:
+            counts = ", ".join(map(str, held))
+            said.append(f"{name} has {gpus} GPU{'s' if gpus != 1 else ''}, so it is answered for gpus {counts} only")
+    return "; ".join(said) or None
+
+
 def spread(
     points: list[PointDict], *, machine_type: str, info: MachineTypeInfo, request: JobRequest, parameters: float,
     measured: dict[int, Measured] | None = None,
@@ -50,7 +61,7 @@ def spread(
     catalog's within the machine.
     """
     machine_gpus = info.get("gpu_count") or 0
-    layouts = [(g, n) for g in request.gpu_counts(machine_gpus) for n in request.node_counts()]
+    layouts = [(g, n) for g in request.gpu_counts_on(machine_gpus) for n in request.node_counts()]
     if not machine_gpus or layouts == [(1, 1)]:
         for point in points:  # a CPU, or one GPU: nothing to exchange
             point["allreduce_ms"] = point["exposed_allreduce_ms"] = 0.0 if point["iteration_seconds"] else None

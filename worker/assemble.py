@@ -117,6 +117,9 @@ def choose(g: Gathered, annotated: list[Annotated], model_info: dict[str, ModelS
         out["spot_note"] = SPOT_NOTE
     if any(p["gpus_used"] > 1 or p["nodes"] > 1 for p in predictions):
         out["parallel_note"] = layouts.NOTE
+        fewer = layouts.fewer_gpus({m.name: m.info["gpu_count"] or 0 for m in g.machines}, request)
+        if fewer:
+            out["parallel_note"] += f". {fewer}"  # a machine type's name starts the sentence as it is spelt
     tuned = g.training.channels_last or g.training.cudnn_benchmark
     if tuned and any(m["source"] == "reference" for m in model_info.values()):
         out["settings_note"] = SETTINGS_NOTE

@@ -110,10 +110,12 @@ def _check_layouts(request: JobRequest) -> None:
     if request.gpus is None and request.node_counts() == [1]:
         return
     infos = machine_types.by_names(names=request.machines)
-    most = max(request.gpu_counts(0))
-    over = [f"{m} ({i['gpu_count']})" for m, i in infos.items() if most > max(1, i["gpu_count"] or 0)]
+    # A type answers the counts it holds; one that holds none of them cannot be answered.
+    least = min(request.gpu_counts(0))
+    over = [f"{m} ({i['gpu_count']})" for m, i in infos.items() if least > max(1, i["gpu_count"] or 0)]
     if over and request.gpus is not None:
-        raise InvalidRequest(f"gpus asks for {most} GPUs a machine; these machine types have fewer: {', '.join(over)}")
+        asks = f"{least} GPUs" if len(request.gpu_counts(0)) == 1 else f"at least {least} GPUs"
+        raise InvalidRequest(f"gpus asks for {asks} a machine; these machine types have fewer: {', '.join(over)}")
     if max(request.node_counts()) > 1:
         local = [m for m, i in infos.items() if i["provider"] == "local"]
         if local:

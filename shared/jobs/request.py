@@ -365,6 +365,12 @@ class JobRequest(BaseModel):
             return [max(1, machine_gpus)]
         return self.gpus if isinstance(self.gpus, list) else [self.gpus]
 
+    def gpu_counts_on(self, machine_gpus: int) -> list[int]:
+        """The GPU counts asked that a machine type with `machine_gpus` GPUs holds: a job comparing types of 1 and 8
+        GPUs at gpus 1 and 8 answers each with what it has (all asked where none fits: the API refuses such a job)."""
+        asked = self.gpu_counts(machine_gpus)
+        return [g for g in asked if g <= max(1, machine_gpus)] or asked
+
     def spreads(self, machine_gpus: int) -> bool:
         """Whether the job trains on several GPUs of each machine of a type with `machine_gpus` GPUs."""
         return max(self.gpu_counts(machine_gpus)) > 1

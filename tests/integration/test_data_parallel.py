@@ -130,10 +130,22 @@ def test_a_type_with_no_published_network_clusters_at_the_jobs_figure(api_only: 
     assert two[2]["internode_gbps"] == 25.0 and two[2]["exposed_allreduce_ms"] > two[1]["exposed_allreduce_ms"]
 
 
+def test_types_of_one_and_eight_gpus_are_each_answered_for_the_counts_they_hold(clean_db: None) -> None:
+    """gpus 1 and 8 over g5.xlarge (1 GPU) and p5 (8): g5.xlarge at 1 only, p5 at both; the note says so."""
+    job = run(cnns=["resnet18"], machines=["g5.xlarge", P5], batch_sizes=[64], image_size=224, gpus=[1, 8])
+    layouts = {(p["machine"], p["gpus_used"]) for p in points_of(job)}
+    assert layouts == {("g5.xlarge", 1), (P5, 1), (P5, 8)}
+    assert "g5.xlarge has 1 GPU, so it is answered for gpus 1 only" in job["result"]["parallel_note"]
+
+
 @pytest.mark.parametrize(
     ("changes", "words"),
     [
         ({"machines": [P5], "gpus": 16}, "have fewer: p5.48xlarge (8)"),
+        (
+            {"machines": ["g5.xlarge", P5], "gpus": [2, 8]},
+            "at least 2 GPUs a machine; these machine types have fewer: g5.xlarge (1)",
+        ),
         ({"machines": ["local"], "nodes": 2}, "nodes > 1 needs machine types that come as several machines"),
         ({"machines": [NO_NETWORK], "nodes": 2}, "these machine types have none: Standard_NC24s_v3: give internode"),
         ({"machines": [P5], "internode_gbps": 5}, "internode_gbps is the bandwidth between machines: it needs nodes"),

@@ -72,3 +72,14 @@ def test_a_best_choice_says_its_layout_in_words() -> None:
     assert render._on(choice | {"gpus": 8, "nodes": 2}, True) == " on 8 GPUs x 2 nodes"
     assert render._on(choice | {"gpus": 1, "nodes": 4}, True) == " on one GPU x 4 nodes"
     assert render._on(choice | {"gpus": 8, "nodes": 2}, False) == ""
+
+
+def test_a_type_with_fewer_gpus_than_asked_says_which_counts_it_was_not_answered_for() -> None:
+    """gpus 1 and 8 over a 1-GPU and an 8-GPU type: one line for the 1-GPU type, none for the other."""
+    small = point(64, fits=True, seconds=0.4)
+    big = [point(64, fits=True, seconds=0.4) | {"machine": "p4d.24xlarge", "gpus_used": g} for g in (1, 8)]
+    job = {"request": {"gpus": [1, 8]}, "result": {"predictions": [small, *big], "best": [], "models": {}}}
+    lines = render.result(job).splitlines()
+    assert "g4dn.xlarge: not answered for gpus 8 (it has fewer GPUs)" in lines
+    assert not any(line.startswith("p4d.24xlarge: not answered") for line in lines)
+    assert "not answered" not in render.result(job | {"request": {"gpus": 8}})
