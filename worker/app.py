@@ -8,7 +8,7 @@ from typing import Any
 
 from celery.signals import worker_init, worker_ready
 
-from prediction.reference.model import file_version
+from prediction.reference.model import file_version, stored_version
 from shared.core import logs, secrets, tasks
 from shared.core.settings import get_settings
 from worker import planning, reconcile, reference_store, refit
@@ -63,7 +63,7 @@ def lower_priority(**_kwargs: Any) -> None:
 
 @worker_ready.connect
 def prune_reference_predictions(**_kwargs: Any) -> None:
-    """At start, the stored reference predictions of older model versions go (a new model.json makes new rows)."""
-    removed = reference_store.prune(version=file_version())
+    """At start, the stored reference predictions of older model versions (or older code computing them) go."""
+    removed = reference_store.prune(version=stored_version(file_version()))
     if removed:
         logging.getLogger(__name__).info("deleted %d reference conv predictions of older model versions", removed)

@@ -170,7 +170,7 @@ class ReferenceModel:
             if self.store is not None:
                 with self._lock:
                     computed = {self.store_key(k): _arrays(entries[k]) for k in todo}
-                self.store.save(self.version, computed)
+                self.store.save(stored_version(self.version), computed)
         out = np.empty((len(keys), len(sizes), 3))
         on_tensor = np.empty((len(keys), len(sizes), 3), dtype=bool)
         for i, k in enumerate(keys):
@@ -230,7 +230,7 @@ class ReferenceModel:
         """A layer's name in the store: this model's version, the GPU's figures, the precision and the conv."""
         gpu, precision, spec = key
         text = json.dumps(
-            [self.version, PREDICTION_REVISION, dataclasses.asdict(gpu), precision, spec], sort_keys=True, default=str
+            [stored_version(self.version), dataclasses.asdict(gpu), precision, spec], sort_keys=True, default=str
         )
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -468,6 +468,11 @@ def _lacking(entry: _Layer | None, sizes: np.ndarray) -> np.ndarray:
 def from_json_text(text: str) -> ReferenceModel:
     """A model from model.json text; its version is the text's sha256."""
     return ReferenceModel(json.loads(text), _version(text))
+
+
+def stored_version(version: str) -> str:
+    """What stored layer predictions of a model version are filed under: the version and PREDICTION_REVISION."""
+    return f"{version}-r{PREDICTION_REVISION}"
 
 
 def file_version() -> str:

@@ -57,14 +57,16 @@ def clean_reference() -> None:
 
 
 def test_a_starting_worker_deletes_other_model_versions(clean_reference: None) -> None:
-    """Rows of another model.json's version go when a worker starts; this version's stay."""
-    from prediction.reference.model import file_version, load
+    """Rows of another model.json's version, or of this one computed by older code (another PREDICTION_REVISION), go
+    when a worker starts; this version's stay."""
+    from prediction.reference.model import file_version, load, stored_version
     from worker.app import prune_reference_predictions
 
     assert file_version() == load().version
     store = reference_store.PostgresLayers()
     layer = (np.ones((2, 3)), np.zeros((2, 3), dtype=bool), np.array([False, True]))
     store.save("an-older-model", {"old": layer})
-    store.save(file_version(), {"current": layer})
+    store.save(file_version(), {"older-code": layer})  # filed before the revision was part of the version
+    store.save(stored_version(file_version()), {"current": layer})
     prune_reference_predictions()
-    assert set(store.load(["old", "current"])) == {"current"}
+    assert set(store.load(["old", "older-code", "current"])) == {"current"}

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from prediction.reference import ReferenceModel
+from prediction.reference import model as reference_model
 from prediction.reference.model import MODEL_JSON, Stored, from_json_text
 from tests.unit.test_reference_cache import A100, T4, layers_of
 
@@ -71,7 +72,8 @@ def test_a_second_process_reads_what_the_first_computed(monkeypatch: pytest.Monk
 
 
 def test_another_gpu_precision_or_model_version_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The key holds the model's version, the GPU's figures and the precision: none of the others' rows answer."""
+    """The key holds the model's version (with the code's revision), the GPU's figures and the precision: none of the
+    others' rows answer."""
     store, specs = DictStore(), [s for s, _ in layers_of("resnet18")]
     with_store(store).predict_convs(specs=specs, batch_sizes=[4], gpu=A100, precision="fp32")
     rows = lightgbm_rows(monkeypatch)
@@ -82,3 +84,8 @@ def test_another_gpu_precision_or_model_version_is_not_read(monkeypatch: pytest.
         rows[:] = []
         model.predict_convs(specs=specs, batch_sizes=[4], gpu=gpu, precision=precision)
         assert sum(rows) > 0, (gpu.name, precision, version)
+    # The same model computed by other code (a PREDICTION_REVISION of its own) reads none of them either.
+    monkeypatch.setattr(reference_model, "PREDICTION_REVISION", reference_model.PREDICTION_REVISION + 1)
+    rows[:] = []
+    with_store(store).predict_convs(specs=specs, batch_sizes=[4], gpu=A100, precision="fp32")
+    assert sum(rows) > 0
