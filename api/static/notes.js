@@ -14,8 +14,18 @@ export function settingsText(t) {
 
 // Say where the numbers come from, and why a CNN × machine × batch size has no point: no model for the machine,
 // or out of memory.
-export function explainGaps(result, cnns, machines, pairs) {
+export function explainGaps(result, cnns, machines, pairs, request) {
   const models = result.models || {};
+  // A type with fewer GPUs than some counts asked is answered for those it holds: say which lines it has not.
+  const asked = request && Array.isArray(request.gpus) ? request.gpus : [];
+  for (const machine of machines) {
+    const held = new Set((result.predictions || []).filter((p) => p.machine === machine).map((p) => p.gpus_used));
+    const lacking = asked.filter((g) => !held.has(g));
+    if (held.size && lacking.length) {
+      note(`${machine} has fewer GPUs than ${lacking.join(" and ")}: it is drawn for ${[...held].sort((a, b) => a - b)
+        .join(" and ")} GPU${held.size > 1 || !held.has(1) ? "s" : ""} only.`, "info", `fewer-gpus-${machine}`);
+    }
+  }
   if (result.training) note(`Answers are for ${settingsText(result.training)}.`, "info", "settings-note");
   const requested = [...new Set((result.predictions || []).map((p) => p.batch_size))].sort((a, b) => a - b);
   const reference = machines.filter((m) => models[m] && models[m].status === "reference");

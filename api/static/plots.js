@@ -73,7 +73,7 @@ export function render(result, request) {
   const batchTitle = predictions.some((p) => (p.gpus_used || 1) * (p.nodes || 1) > 1)
     ? "Mini-batch size per GPU (images)" : "Mini-batch size (images)";
   $("#notes").replaceChildren();  // drawn again from this result (render may run twice for one job)
-  explainGaps(result, cnns, machines, pairs);
+  explainGaps(result, cnns, machines, pairs, request);
 
   // Left out: no number, or known not to fit. A null fit (reference: memory not modelled) is plotted.
   const drawable = (p) => p.total_seconds != null && p.fits_in_memory !== false;

@@ -806,6 +806,22 @@ def test_every_chosen_cnn_chip_stays_in_view(page: Page) -> None:
     assert page.find("#cnn-picker .picker-selected .count").text == f"{len(names)} chosen:"
 
 
+def test_a_type_with_fewer_gpus_than_asked_is_drawn_for_those_it_holds(page: Page) -> None:
+    """GPUs 1 and 8 over a 1-GPU and an 8-GPU type: the job runs, and a note says the 1-GPU type is drawn at 1 only."""
+    page.open()
+    page.choose("cnn-picker", "resnet18")
+    page.choose("machine-picker", "g5.xlarge")
+    page.choose("machine-picker", "p5.48xlarge")
+    page.type_into("#batch-list", "64")
+    page.type_into("#gpus", "1,8")
+    assert page.search(timeout=120) == "done", page.find("#error").text
+    layouts = {(p["machine"], p["gpus_used"]) for p in job_of(page)["result"]["predictions"]}
+    assert layouts == {("g5.xlarge", 1), ("p5.48xlarge", 1), ("p5.48xlarge", 8)}
+    said = page.find('[id="fewer-gpus-g5.xlarge"]').text
+    assert said == "g5.xlarge has fewer GPUs than 8: it is drawn for 1 GPU only.", said
+    assert not page.driver.find_elements(By.CSS_SELECTOR, '[id="fewer-gpus-p5.48xlarge"]')
+
+
 def test_gpu_and_node_counts_are_compared_and_plotted(page: Page) -> None:
     """ResNet-50 on a p5.48xlarge over 1, 2, 4, 8 GPUs and 1 or 2 machines at 25 Gbit/s between them: the form sends
     the counts and the bandwidth, the batch plot draws a line per layout, the GPUs plot the fastest time per GPU count
