@@ -94,7 +94,7 @@ def test_a_known_gpu_by_name_or_alias_brings_its_figures(api_only: Stack) -> Non
     """Name, GPU, count and price: every figure is data/gpus.csv's for that GPU (found by an alias too), said in
     specs_source; a figure given wins over the table's, and the answer says which came from where."""
     rows = {r["gpu"]: r for r in machine_types.gpu_rows()}
-    body = {"name": "lab-4090x2", "gpu": "GeForce RTX 4090", "gpu_count": 2, "price_usd_per_hour": 0.0}
+    body = {"name": "lab-4090x2", "gpu": "GeForce RTX 4090", "gpu_count": 2, "price_usd_per_hour": 0.8}
     created = http.post(f"{api_only.url}/v1/machines", json=body)
     assert created.status_code == 201, created.text
     got, want = created.json(), rows["RTX-4090"]

@@ -669,7 +669,7 @@ def test_a_known_gpu_is_registered_from_the_page_by_its_name(page: Page) -> None
     name = f"web-l40s-{uuid.uuid4().hex[:8]}"
     page.open()
     page.find("#add-gpu summary").click()
-    for field, value in {"name": name, "gpu": "NVIDIA L40S", "gpu_count": "4", "price_usd_per_hour": "0"}.items():
+    for field, value in {"name": name, "gpu": "NVIDIA L40S", "gpu_count": "4", "price_usd_per_hour": "3.5"}.items():
         page.type_into(f'#gpu-form input[name="{field}"]', value)
     page.find("#gpu-button").click()
     wait_until(lambda: "Registered" in page.find("#gpu-message").text, 30, "the GPU to be registered")
