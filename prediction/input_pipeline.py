@@ -92,7 +92,8 @@ def sourced(machine_type: str, rates: dict[str, InputRate]) -> Sourced:
         return Sourced(own, "measured", detail, own.per_cpu, cpu)
     shipped = not rates
     if shipped:
-        rates = {rate.machine_type: rate for rate in [shipped_rate()]}
+        rate = shipped_rate()
+        rates = {rate.machine_type: rate}
     moved = {name: scaled(r, cpu) for name, r in rates.items()}
     per_cpu = statistics.median(v for v, _ in moved.values())
     ref = min(rates.values(), key=lambda r: abs(moved[r.machine_type][0] - per_cpu))
@@ -129,6 +130,7 @@ def _shipped() -> dict[str, object]:
     return doc
 
 
+@cache
 def shipped_rate() -> InputRate:
     """The input rate Traincast ships (data/reference/input_rate.json), as measured."""
     return InputRate.model_validate(_shipped()["rate"])

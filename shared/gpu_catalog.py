@@ -7,12 +7,15 @@ from functools import cache
 from pathlib import Path
 
 GPUS_CSV = Path(__file__).resolve().parent.parent / "data" / "gpus.csv"
-# A machine type's figure → data/gpus.csv's column: what registering a type by a known GPU's name fills in.
-FIGURES = {
-    "gpu_memory_gib": "memory_gib", "gpu_fp32_tflops": "fp32_tflops", "gpu_fp16_tflops": "fp16_tflops",
-    "gpu_mem_bandwidth_gbs": "mem_bandwidth_gbs", "gpu_sm_count": "sm_count", "gpu_l2_mib": "l2_mib",
-    "gpu_tdp_watts": "tdp_watts", "gpu_tf32_tflops": "tf32_tflops", "gpu_fp16_acc16_tflops": "fp16_acc16_tflops",
+# The numeric GPU figures a machine type row carries, as named in data/gpus.csv → machine_types column.
+COLUMNS = {
+    "memory_gib": "gpu_memory_gib", "fp32_tflops": "gpu_fp32_tflops", "tf32_tflops": "gpu_tf32_tflops",
+    "fp16_tflops": "gpu_fp16_tflops", "fp16_acc16_tflops": "gpu_fp16_acc16_tflops",
+    "mem_bandwidth_gbs": "gpu_mem_bandwidth_gbs", "sm_count": "gpu_sm_count", "l2_mib": "gpu_l2_mib",
+    "tdp_watts": "gpu_tdp_watts",
 }  # fmt: skip
+# A machine type's figure → data/gpus.csv's column: what registering a type by a known GPU's name fills in.
+FIGURES = {figure: column for column, figure in COLUMNS.items()}
 
 
 @cache

@@ -15,16 +15,10 @@ from shared.core.errors import Conflict, Forbidden, NotFound
 from shared.jobs.request import MachineCreate
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-GPUS_CSV = DATA / "gpus.csv"
+GPUS_CSV = gpu_catalog.GPUS_CSV
 MACHINES_CSV = DATA / "cloud_gpu_machines.csv"
 MEMORY_CSV = DATA / "gpu_memory.csv"
-# The numeric GPU figures a machine type row carries, as named in data/gpus.csv → machine_types column.
-GPU_COLUMNS = {
-    "memory_gib": "gpu_memory_gib", "fp32_tflops": "gpu_fp32_tflops", "tf32_tflops": "gpu_tf32_tflops",
-    "fp16_tflops": "gpu_fp16_tflops", "fp16_acc16_tflops": "gpu_fp16_acc16_tflops",
-    "mem_bandwidth_gbs": "gpu_mem_bandwidth_gbs", "sm_count": "gpu_sm_count", "l2_mib": "gpu_l2_mib",
-    "tdp_watts": "gpu_tdp_watts",
-}  # fmt: skip
+GPU_COLUMNS = gpu_catalog.COLUMNS
 
 
 class MachineTypeInfo(TypedDict):

@@ -111,10 +111,11 @@ def _check_layouts(request: JobRequest) -> None:
         return
     infos = machine_types.by_names(names=request.machines)
     # A type answers the counts it holds; one that holds none of them cannot be answered.
-    least = min(request.gpu_counts(0))
+    counts = request.gpu_counts(0)
+    least = min(counts)
     over = [f"{m} ({i['gpu_count']})" for m, i in infos.items() if least > max(1, i["gpu_count"] or 0)]
     if over and request.gpus is not None:
-        asks = f"{least} GPUs" if len(request.gpu_counts(0)) == 1 else f"at least {least} GPUs"
+        asks = f"{least} GPUs" if len(counts) == 1 else f"at least {least} GPUs"
         raise InvalidRequest(f"gpus asks for {asks} a machine; these machine types have fewer: {', '.join(over)}")
     if max(request.node_counts()) > 1:
         local = [m for m, i in infos.items() if i["provider"] == "local"]
