@@ -16,8 +16,10 @@ recorded as data ("error"), not skipped.
 
 import argparse
 import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from typing import Any
@@ -135,9 +137,23 @@ def environment() -> dict:
         p = torch.cuda.get_device_properties(0)
         meta.update(gpu=p.name, sms=p.multi_processor_count, memory_bytes=p.total_memory,
                     cudnn=torch.backends.cudnn.version(), cuda=torch.version.cuda)  # fmt: skip
+        meta.update(_smi())
     else:
         meta["gpu"] = None
+    meta["cpu_cores"] = os.cpu_count()
     return {"meta": meta, "date": time.strftime("%Y-%m-%d")}
+
+
+def _smi() -> dict[str, Any]:
+    """The driver, power limit and top SM clock nvidia-smi reports (nothing where it cannot be run)."""
+    query = "driver_version,power.limit,clocks.max.sm"
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout  # fmt: skip
+        driver, power, clock = (v.strip() for v in out.splitlines()[0].split(","))
+        return {"driver": driver, "power_limit_w": float(power), "sm_clock_max_mhz": int(float(clock))}
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 Run: .venv/bin/python bench/measured_gpus.py
 Each bundle's steps are predicted by the reference refitted without anything of any bundle (whole-step constants,
-operators' passes, conv models on public layer data alone): what a GPU nobody measured gets. Beside it, the shipped
+operators' passes, conv models on public layer data alone) nor our other steps of the same GPUs
+(data/reference/h200/): what a GPU nobody measured gets. Beside it, the shipped
 model.json (which learnt from the bundles: in-sample) and the baseline of FLOPs at the GPU's peak. Per configuration
 and CNN, into docs/PERFORMANCE.md; then the bundles' conv layers, held out and in-sample.
 """
@@ -22,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.perf_doc import write_section  # noqa: E402
 from prediction.reference import fit, layerfit, measured, wholestep  # noqa: E402
 from prediction.reference.model import MODEL_JSON, ReferenceModel, load  # noqa: E402
-from prediction.reference.step_rows import StepRow  # noqa: E402
+from prediction.reference.step_rows import H200_FILES, StepRow  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/measured_gpus.py"
 
@@ -41,7 +42,9 @@ def without_bundles(conv: dict[str, Any]) -> ReferenceModel:
     gpus = fit.gpu_table()
     step = {k: v for k, v in fit.base_step(gpus).items() if not k.startswith("passes_")}
     base = ReferenceModel({**params, "conv": conv, "step": step, "step_families": {}})
-    shared, families = fit.fit_steps(base, gpus, leave_out=lambda r: r.set.startswith(measured.SET_PREFIX))
+    shared, families = fit.fit_steps(
+        base, gpus, leave_out=lambda r: r.set.startswith((measured.SET_PREFIX, *H200_FILES))
+    )
     return ReferenceModel({**params, "step": {**step, **shared}, "step_families": families})
 
 

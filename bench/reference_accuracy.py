@@ -240,10 +240,11 @@ def body(acc: dict[str, Any], version: str, seconds: float) -> str:
         f"Command: `{COMMAND}` (model `{version}`; the evaluation takes a few minutes on 2 cores"
         + (f", this run {seconds:.0f} s). " if seconds > 1 else ", run inside the fit). ")
         + "Fitted on public "
-        "measurements (data/reference/LAYERS.md) and our own H100 steps (data/reference/h100/); every figure below "
-        "is held out: the GPU family predicted (all its board variants, and our H100 steps for the H100) was left out "
-        "of every fit that predicts it: layer models and the whole-step constants (nested leave-one-GPU-family-out); "
-        "on our H100 steps, the CNN predicted.",
+        "measurements (data/reference/LAYERS.md) and our own H100 and H200 steps (data/reference/h100/, h200/); "
+        "every figure below is held out: the GPU family predicted (all its board variants, and our H100 and H200 "
+        "steps for the H100 family) was left out of every fit that predicts it: layer models and the whole-step "
+        "constants (nested leave-one-GPU-family-out); on our H100 steps, the CNN predicted (the H200's: "
+        "bench/crossed.py).",
         "",
         "### Conv layers, leave-one-GPU-out (MAPE per phase; roofline = max(FLOPs/peak, bytes/bandwidth))",
         "",

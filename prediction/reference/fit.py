@@ -26,6 +26,7 @@ import json
 import platform
 import sys
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +132,10 @@ def fit_steps(
     its steps at full weight): model.json "step" and "step_families". leave_out: rows kept out of every fit.
 
     A bundle's steps (data/measured/) teach their own GPU's constants, not yet the shared ones: bf16's device costs
-    are learnt from Hopper steps alone, and our H200's moved every Ampere GPU's bf16 answer by 9% (the L4's below its
-    fp32), so one chip's machines must not set them until a second chip's bf16 steps are measured."""
+    are learnt from Hopper steps alone, and those of our H200 bundle moved every Ampere GPU's bf16 answer by 9% (the
+    L4's below its fp32). Our H200 steps of data/reference/h200/ do join the shared fit: they alone cross the
+    optimizer with the precision, and constants fitted on them predict our H100 better than the public rows alone
+    (bench/crossed.py), where the H100's steps, which tie AdamW to fp16, teach constants that predict the H200 worse."""
     from prediction.reference import measured, wholestep
 
     skip = list(exclude)
@@ -173,6 +176,7 @@ def conv_without(
 
     timed = measured.layer_rows()
 
+    @cache  # the H100's and the H200's evaluations hold out many of the same CNNs
     def conv_of(cnn: str) -> dict[str, Any]:
         layers, _ = wholestep.network(cnn, 224)
         shapes = frozenset(layerfit.layer_shape(spec) for spec, _ in layers)
@@ -189,13 +193,14 @@ def _layer_predict(fitted: dict[str, Any], x: np.ndarray, roof: np.ndarray) -> n
 
 
 def accuracy(gpus: dict[str, GpuSpecs], matrix: layerfit.LayerMatrix, params: dict[str, Any]) -> dict[str, Any]:
-    """Held-out figures: leave-one-GPU-out on layers and public whole steps, leave-one-CNN-out on our H100 steps
-    (see bench/reference_accuracy.py)."""
-    from prediction.reference import h100, wholestep
+    """Held-out figures: leave-one-GPU-out on layers and public whole steps, leave-one-CNN-out on our H100 and H200
+    steps (see bench/reference_accuracy.py, bench/crossed.py)."""
+    from prediction.reference import h100, h200, wholestep
 
     layers = layerfit.logo_layers(matrix, _layer_predict)
     steps = wholestep.evaluate(gpus, matrix, fit_params)
-    own = h100.evaluate(ReferenceModel(params), gpus, conv_without(matrix, params, gpus))
+    conv_of = conv_without(matrix, params, gpus)
+    own = h100.evaluate(ReferenceModel(params), gpus, conv_of)
     head = steps["headline"]
     return {
         "whole_step_mape": head["mape"],
@@ -216,6 +221,7 @@ def accuracy(gpus: dict[str, GpuSpecs], matrix: layerfit.LayerMatrix, params: di
         "layers": layers,
         "whole_steps": steps,
         "h100": own,
+        "h200": h200.evaluate(ReferenceModel(params), gpus, conv_of),
     }
 
 
@@ -236,7 +242,8 @@ def inputs() -> list[Path]:
     """Every file the fit reads, in a fixed order: GPU figures, layer timings, whole steps, our own steps."""
     from prediction.reference import measured, wholestep
 
-    own = [p for p in (step_rows.STEPS, *step_rows.SETTINGS_FILES.values()) if p.exists()]
+    ours = (step_rows.STEPS, *step_rows.SETTINGS_FILES.values(), *step_rows.H200_FILES.values())
+    own = [p for p in ours if p.exists()]
     return [data.GPUS_CSV, *sorted(data.LAYERS.glob("*.csv.gz")), wholestep.WHOLE_STEPS, *own, *measured.files()]
 
 

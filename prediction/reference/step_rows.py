@@ -1,8 +1,10 @@
-"""Whole training steps as the reference's step fit reads them: the row type, and our own H100 steps
-(data/reference/h100/). The public rows are read by wholestep.py, bundles' rows by measured.py."""
+"""Whole training steps as the reference's step fit reads them: the row type, and our own steps timed by
+bench/gpu_settings.py's method (data/reference/h100/, data/reference/h200/). The public rows are read by
+wholestep.py, bundles' rows by measured.py."""
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prediction.reference.data import ROOT
@@ -51,6 +53,9 @@ CONFIGS = {
     "sgd/fp32": TrainConfig(optimizer="sgd", precision="fp32"),
     "sgd+momentum/amp_bf16": TrainConfig(optimizer="sgd", momentum=0.9, precision="amp_bf16"),
     "adamw+wd/amp_fp16": TrainConfig(optimizer="adamw", weight_decay=0.01, precision="amp_fp16"),
+    # the optimizer and the precision crossed (data/reference/h200/): what separates fp16 from AdamW
+    "sgd+momentum/amp_fp16": TrainConfig(optimizer="sgd", momentum=0.9, precision="amp_fp16"),
+    "adamw+wd/amp_bf16": TrainConfig(optimizer="adamw", weight_decay=0.01, precision="amp_bf16"),
 }
 GRID = (16, 32, 64, 128, 256)  # every CNN and configuration; the sweep's other sizes are vgg16 and resnet50 only
 
@@ -64,10 +69,28 @@ SETTINGS_FILES = {
 }
 
 
+# Our steps on an H200 (a lent machine, 2026-11-28): the five configurations above in the default setting, each CNN's
+# back to back in one run, so that fp16 with SGD and bf16 with AdamW sit beside the three the H100 ties together.
+# They teach the H200's own constants and, being the only steps that cross optimizer and precision, the shared ones.
+H200_GPU = "H200-SXM-141GB"
+H200_FILES = {
+    "h200_own_crossed": ROOT / "data" / "reference" / "h200" / "steps_crossed.jsonl",
+    "h200_own_more": ROOT / "data" / "reference" / "h200" / "steps_more.jsonl",
+}
+
+
 def load_h100(settings: bool = True) -> list[StepRow]:
     """The measured steps (rows with an error, a CNN that cannot run, are left out); settings: with the rows of
     SETTINGS_FILES (channels_last, cudnn.benchmark) beside the default-setting rows of STEPS."""
-    files = {SET: STEPS, **(SETTINGS_FILES if settings else {})}
+    return _load({SET: STEPS, **(SETTINGS_FILES if settings else {})}, GPU)
+
+
+def load_own() -> list[StepRow]:
+    """Every step of ours in these files: the H100's (all settings) and the H200's."""
+    return [*load_h100(), *_load(H200_FILES, H200_GPU)]
+
+
+def _load(files: dict[str, Path], gpu: str) -> list[StepRow]:
     rows = []
     for name, path in ((n, f) for n, f in files.items() if f.exists()):
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -82,7 +105,7 @@ def load_h100(settings: bool = True) -> list[StepRow]:
             rows.append(
                 StepRow(
                     name,
-                    GPU,
+                    gpu,
                     r["cnn"],
                     int(r["image"]),
                     int(r["batch"]),

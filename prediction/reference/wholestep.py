@@ -108,7 +108,7 @@ def steps_only(row: StepRow) -> bool:
 def fit_rows(gpus: dict[str, GpuSpecs], exclude: list[str], leave_out: Callable[[StepRow], bool]) -> list[StepRow]:
     """The rows the whole-step constants are fitted on: step-only public rows and our own steps, each of a GPU
     family not excluded and not left out (a held-out CNN's rows)."""
-    rows = [*load_rows(), *step_rows.load_h100(), *measured.load_rows()]
+    rows = [*load_rows(), *step_rows.load_own(), *measured.load_rows()]
     return [
         r for r in rows
         if steps_only(r) and r.gpu in gpus and family_of(r.gpu) not in exclude and _known(r) and not leave_out(r)
@@ -143,7 +143,7 @@ def own_families(exclude: list[str], leave_out: Callable[[StepRow], bool] = lamb
     """GPU models with whole steps of our own (board variants together; not excluded by family, not all left out):
     each gets constants fitted with its steps at full weight (model.json "step_families", ReferenceModel.step_of),
     where every other GPU gets the balanced ones."""
-    rows = [*step_rows.load_h100(), *measured.load_rows()]
+    rows = [*step_rows.load_own(), *measured.load_rows()]
     return sorted(
         {
             gpu_family(r.gpu)

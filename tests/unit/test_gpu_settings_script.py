@@ -15,7 +15,7 @@ def test_the_crossed_configurations_time_a_step_each_in_the_default_setting(tmp_
     configs = ",".join(gpu_settings.CROSSED)
     assert gpu_settings.main(["--dry-run", "--configs", configs, "--default-only", "--out", str(out)]) == 0
     meta, *rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert "torch" in meta["meta"] and meta["date"]
+    assert "torch" in meta["meta"] and meta["date"] and meta["meta"]["cpu_cores"] >= 1
     assert [r["config"] for r in rows] == list(gpu_settings.CROSSED)
     assert all(r["ms"] > 0 and not r["channels_last"] and not r["cudnn_benchmark"] for r in rows), rows
 

@@ -158,7 +158,7 @@ def test_the_committed_model_was_scored_on_the_h100_steps_per_configuration() ->
     """model.json holds the leave-one-CNN-out figures of every configuration of data/reference/h100/."""
     own = load().accuracy["h100"]
     configs = {json.loads(line)["config"] for line in step_rows.STEPS.read_text().splitlines()}
-    assert set(own["by_config"]) == configs == set(step_rows.CONFIGS)
+    assert set(own["by_config"]) == configs and configs < set(step_rows.CONFIGS)
     rows = len([r for r in step_rows.load_h100(settings=False) if r.batch in step_rows.GRID])
     assert sum(v["rows"] for v in own["by_config"].values()) == rows
     # Every step in another setting is scored too, as the setting's effect on the same run's default step.

@@ -1,0 +1,86 @@
+"""Our H200 steps: the optimizer and precision crossed, loaded beside the H100's and scored as pairs of one run."""
+
+import json
+
+import pytest
+
+from prediction.reference import step_rows
+from prediction.reference.h200 import PAIRS, summarise
+from prediction.reference.step_rows import CONFIGS, H200_FILES, H200_GPU, StepRow
+
+
+def test_the_h200_steps_load_in_five_configurations_each_cnn_in_every_one() -> None:
+    """Every measured line of the H200 files is a row of the H200 in a known configuration, none dropped."""
+    rows = [r for r in step_rows.load_own() if r.set in H200_FILES]
+    lines = [json.loads(line) for path in H200_FILES.values() for line in path.read_text().splitlines()]
+    assert len(rows) == len([x for x in lines if "ms" in x]) > 300
+    assert {r.gpu for r in rows} == {H200_GPU}
+    assert {x["config"] for x in lines if "config" in x} == set(CONFIGS)
+    for r in rows:
+        assert r.training == CONFIGS[next(k for k, v in CONFIGS.items() if v == r.training)]
+    # each (run, CNN, batch) was timed in all five, so every pair is measured in one run
+    seen: dict[tuple[str, str, int], int] = {}
+    for r in rows:
+        seen[(r.set, r.cnn, r.batch)] = seen.get((r.set, r.cnn, r.batch), 0) + 1
+    assert set(seen.values()) == {len(CONFIGS)}
+    assert not [r for r in step_rows.load_h100() if r.gpu != step_rows.GPU]
+
+
+def _row(run: str, cnn: str, batch: int, config: str, ms: float) -> StepRow:
+    c = CONFIGS[config]
+    return StepRow(run, H200_GPU, cnn, 224, batch, c.precision, "pytorch", c.optimizer, "fwd+bwd+opt", ms, False, c,
+                   autotuned=False)  # fmt: skip
+
+
+def test_pairs_compare_the_ratio_within_one_run_and_configurations_by_batch_regime() -> None:
+    """A pair's error is that of the predicted ratio against the measured one; rows of two runs never pair."""
+    sgd_bf16, sgd_fp16 = "sgd+momentum/amp_bf16", "sgd+momentum/amp_fp16"
+    rows = [
+        _row("a", "resnet18", 16, sgd_bf16, 10.0), _row("a", "resnet18", 16, sgd_fp16, 12.0),
+        _row("a", "resnet18", 256, sgd_bf16, 40.0), _row("a", "resnet18", 256, sgd_fp16, 30.0),
+        _row("b", "vgg11", 16, sgd_fp16, 9.0),  # its bf16 step is in run "a": no pair
+        _row("a", "vgg11", 16, sgd_bf16, 8.0),
+    ]  # fmt: skip
+    predicted = {id(rows[0]): 10.0, id(rows[1]): 10.0, id(rows[2]): 44.0, id(rows[3]): 33.0,
+                 id(rows[4]): 9.0, id(rows[5]): 8.0}  # fmt: skip
+    got = summarise(rows, predicted)
+    pair = got["pairs"][f"{sgd_fp16} / {sgd_bf16}"]
+    assert pair["rows"] == 2
+    # measured 1.2 and 0.75, predicted 1.0 and 0.75
+    assert pair["ratio_mape"] == pytest.approx((abs(1.0 / 1.2 - 1) * 100 + 0.0) / 2)
+    assert pair["measured_mean"] == pytest.approx((1.2 + 0.75) / 2)
+    assert got["by_config"][sgd_bf16] == {"mape_small": pytest.approx(0.0), "mape_large": pytest.approx(10.0)}
+    assert got["by_config"][sgd_fp16]["mape_small"] == pytest.approx((abs(10 / 12 - 1) * 100 + 0.0) / 2)
+    assert all(got["pairs"][f"{a} / {b}"]["rows"] == 0 for a, b in PAIRS[1:])
+
+
+def test_the_committed_model_was_scored_on_the_h200_steps_in_every_configuration() -> None:
+    """model.json holds the H200's leave-one-CNN-out figures for all five configurations and the three pairs."""
+    from prediction.reference import load
+
+    own = load().accuracy["h200"]
+    rows = [r for r in step_rows.load_own() if r.set in H200_FILES]
+    assert own["rows"] == len(rows) and set(own["by_config"]) == set(CONFIGS)
+    assert all(own["pairs"][f"{a} / {b}"]["rows"] > 50 for a, b in PAIRS)
+
+
+def test_our_h200_steps_teach_constants_that_predict_our_h100_better_than_public_rows_alone() -> None:
+    """The H100 as a GPU nobody measured: constants fitted on the public rows and our H200's steps (optimizer and
+    precision crossed) predict its steps closer than the public rows alone, in every precision where the host sets
+    the step, and no worse overall where the device does."""
+    from prediction.reference import load
+    from prediction.reference.fit import gpu_table
+    from prediction.reference.h200 import transfer
+
+    model, gpus = load(), gpu_table()
+    alone = transfer(model, gpus, step_rows.GPU, other_too=False)
+    taught = transfer(model, gpus, step_rows.GPU, other_too=True)
+    assert set(alone) == set(taught) == {(g, small) for g in ("fp32", "bf16", "fp16") for small in (True, False)}
+
+    def mape(errs: dict[tuple[str, bool], list[float]], small: bool, group: str | None = None) -> float:
+        got = [e for (g, s), v in errs.items() if s == small and group in (None, g) for e in v]
+        return sum(got) / len(got)
+
+    for group in ("fp32", "bf16", "fp16"):
+        assert mape(taught, True, group) < mape(alone, True, group)
+    assert mape(taught, False) <= mape(alone, False)
