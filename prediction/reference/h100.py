@@ -25,6 +25,7 @@ from prediction.reference.step_rows import (
     SETTINGS_SET,
     StepRow,
     load_h100,
+    load_own,
 )
 from prediction.reference.steps import precision_group
 from prediction.reference.wholestep import calibrate, flops_baseline, network, of_another_gpu, setting_pairs
@@ -76,7 +77,8 @@ def evaluate(
             return (r.cnn == cnn and r.training is not None) or another(r)
 
         base = model if conv_of is None else ReferenceModel({**model.params, **conv_of(cnn)})
-        step = calibrate(base, gpus, [], leave_out=held_out)
+        ratio_rows = [r for r in load_own() if another(r) and r.cnn != cnn]  # as fit.fit_steps, less the CNN
+        step = calibrate(base, gpus, [], leave_out=held_out, ratio_rows=ratio_rows)
         fitted = ReferenceModel(
             {**base.params, "step": {**base.params["step"], **step}, "step_families": {}}, f"without {cnn}"
         )

@@ -9,20 +9,21 @@ import numpy as np
 from prediction.reference.layerfit import gpu_family
 from prediction.reference.model import ReferenceModel
 from prediction.reference.specs import GpuSpecs
-from prediction.reference.step_rows import CONFIGS, GPU, H200_FILES, H200_GPU, SET, StepRow, load_own
+from prediction.reference.step_rows import (
+    CONFIGS,
+    CROSSED_PAIRS,
+    GPU,
+    H200_FILES,
+    H200_GPU,
+    SET,
+    StepRow,
+    config_name,
+    crossed_pairs,
+    load_own,
+)
 from prediction.reference.wholestep import calibrate, network, of_another_gpu
 
-# (changed, reference) configurations whose step ratio one run measured: one thing differs in each pair.
-PAIRS = (
-    ("sgd+momentum/amp_fp16", "sgd+momentum/amp_bf16"),  # fp16 and its GradScaler against bf16, same optimizer
-    ("adamw+wd/amp_fp16", "sgd+momentum/amp_fp16"),  # AdamW against SGD with momentum, in fp16
-    ("adamw+wd/amp_bf16", "sgd+momentum/amp_bf16"),  # the same in bf16
-)
-
-
-def config_name(row: StepRow) -> str:
-    """The name in CONFIGS of the configuration a row of ours trained in."""
-    return next(k for k, v in CONFIGS.items() if v == row.training)
+PAIRS = CROSSED_PAIRS
 
 
 def evaluate(
@@ -61,14 +62,12 @@ def summarise(rows: list[StepRow], predicted: dict[int, float]) -> dict[str, Any
                     if config_name(r) == name and r.batch in sizes]  # fmt: skip
             if errs:
                 by_config.setdefault(name, {})[f"mape_{label}"] = float(np.mean(errs))
-    found = {(r.set, r.cnn, r.batch, config_name(r)): r for r in rows}
+    matched = crossed_pairs(rows)
     pairs: dict[str, Any] = {}
     for changed, reference in PAIRS:
-        points: list[tuple[str, int, float, float]] = []  # CNN, batch, measured and predicted ratio
-        for (run, cnn, batch, name), r in found.items():
-            d = found.get((run, cnn, batch, reference))
-            if name == changed and d is not None:
-                points.append((cnn, batch, r.step_ms / d.step_ms, predicted[id(r)] / predicted[id(d)]))
+        # CNN, batch, measured and predicted ratio
+        points = [(r.cnn, r.batch, r.step_ms / d.step_ms, predicted[id(r)] / predicted[id(d)])
+                  for r, d in matched if config_name(r) == changed and config_name(d) == reference]  # fmt: skip
         errs = [abs(p[3] / p[2] - 1) * 100 for p in points]
         pairs[f"{changed} / {reference}"] = {
             "rows": len(points), "ratio_mape": float(np.mean(errs)) if errs else None,

@@ -57,6 +57,13 @@ CONFIGS = {
     "sgd+momentum/amp_fp16": TrainConfig(optimizer="sgd", momentum=0.9, precision="amp_fp16"),
     "adamw+wd/amp_bf16": TrainConfig(optimizer="adamw", weight_decay=0.01, precision="amp_bf16"),
 }
+# (changed, reference) configurations whose step ratio one run measured, one thing swapped in each: fp16 and its
+# GradScaler against bf16 under the same optimizer, AdamW against SGD with momentum in fp16 and in bf16.
+CROSSED_PAIRS = (
+    ("sgd+momentum/amp_fp16", "sgd+momentum/amp_bf16"),
+    ("adamw+wd/amp_fp16", "sgd+momentum/amp_fp16"),
+    ("adamw+wd/amp_bf16", "sgd+momentum/amp_bf16"),
+)
 GRID = (16, 32, 64, 128, 256)  # every CNN and configuration; the sweep's other sizes are vgg16 and resnet50 only
 
 
@@ -88,6 +95,22 @@ def load_h100(settings: bool = True) -> list[StepRow]:
 def load_own() -> list[StepRow]:
     """Every step of ours in these files: the H100's (all settings) and the H200's."""
     return [*load_h100(), *_load(H200_FILES, H200_GPU)]
+
+
+def config_name(row: StepRow) -> str:
+    """The name in CONFIGS of the configuration a row of ours trained in ("" for another)."""
+    return next((k for k, v in CONFIGS.items() if v == row.training), "")
+
+
+def crossed_pairs(rows: list[StepRow]) -> list[tuple[StepRow, StepRow]]:
+    """(changed, reference) rows of one run, CNN and batch size for each of CROSSED_PAIRS."""
+    found = {(r.set, r.cnn, r.image_size, r.batch, config_name(r)): r for r in rows}
+    return [
+        (r, d)
+        for (run, cnn, image, batch, name), r in found.items()
+        for changed, reference in CROSSED_PAIRS
+        if name == changed and (d := found.get((run, cnn, image, batch, reference))) is not None
+    ]
 
 
 def _load(files: dict[str, Path], gpu: str) -> list[StepRow]:

@@ -114,10 +114,14 @@ def _penalty(theta: np.ndarray) -> np.ndarray:
     ])  # fmt: skip
 
 
-def fit(rows: Rows, held: Mapping[str, float] | None = None) -> dict[str, float]:
+def fit(
+    rows: Rows, held: Mapping[str, float] | None = None, ratios: tuple[Rows, Rows] | None = None
+) -> dict[str, float]:
     """Constants minimising the weighted squared log error of rows, with the ridge penalties (deterministic); the
     settings' multipliers stay at 1x (fit_settings learns them from ratios). held: the host's costs and their
-    overlap with the device (HOST_NAMES) kept at these values instead of fitted."""
+    overlap with the device (HOST_NAMES) kept at these values instead of fitted. ratios: (changed, reference) steps
+    of another machine, row for row, whose measured ratio each predicted ratio is fitted to as well (weights of
+    changed): what swapping one thing does, where these rows never swap it."""
     theta0 = np.log(np.array([PRIORS[k] for k in NAMES]))
     if held is not None:
         theta0[_OWN] = np.log([held[NAMES[i]] for i in _OWN])
@@ -127,12 +131,20 @@ def fit(rows: Rows, held: Mapping[str, float] | None = None) -> dict[str, float]
     pinned = np.concatenate([_TUNED, _NHWC.ravel()])
     kept = _OWN if held is not None else np.array([], dtype=int)
 
+    changed, reference = ratios if ratios is not None and len(ratios[0].measured) else (None, None)
+
     def residual(theta: np.ndarray) -> np.ndarray:
         theta = theta.copy()
         theta[pinned] = 0.0
         theta[kept] = theta0[kept]
-        step, _, _ = predict(rows, _params(theta))
-        return np.concatenate([w * np.log(step / rows.measured), _penalty(theta)])
+        p = _params(theta)
+        step, _, _ = predict(rows, p)
+        out = [w * np.log(step / rows.measured), _penalty(theta)]
+        if changed is not None and reference is not None:
+            a, _, _ = predict(changed, p)
+            b, _, _ = predict(reference, p)
+            out.append(np.sqrt(changed.weight) * (np.log(a / b) - np.log(changed.measured / reference.measured)))
+        return np.concatenate(out)
 
     lower, upper = theta0 - 8.0, theta0 + 8.0
     lower[_INDEX["smooth_max_q"]] = 0.0  # q >= 1: a step takes no longer than host and device one after the other

@@ -6,7 +6,7 @@ fit and the benchmark, never by the worker's prediction path.
 
 import csv
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
@@ -167,9 +167,11 @@ def calibrate(
     leave_out: Callable[[StepRow], bool] = lambda _: False,
     balance: bool = False,
     held: dict[str, float] | None = None,
+    ratio_rows: Sequence[StepRow] = (),
 ) -> dict[str, float]:
     """Whole-step constants fitted on the step-only rows of every GPU family not excluded, then the settings'
-    multipliers on our own steps in those settings (stepfit.fit_settings).
+    multipliers on our own steps in those settings (stepfit.fit_settings). ratio_rows: our steps on another machine
+    whose crossed pairs (step_rows.CROSSED_PAIRS) teach the ratios alone, not the times (its host is not this one's).
 
     Rows timed while real-data loaders ran concurrently (Pollux, Sia) are left out of the fit: their
     step times include input-pipeline stalls the GPU model must not learn (they are still evaluated). The public
@@ -183,7 +185,19 @@ def calibrate(
     base = [r for r in rows if not settings_row(r) and r.set != step_rows.SETTINGS_SET]
     parts = [row_parts(model, r, gpus[r.gpu]) for r in base]
     weights = balanced(base, row_weights(base)) if balance else row_weights(base)
-    step = stepfit.fit(stepfit.Rows.stack(parts, [r.step_ms for r in base], weights), held)
+    crossed = step_rows.crossed_pairs(list(ratio_rows))
+    ratios = None
+    if crossed:
+        w = row_weights([r for r, _ in crossed])
+        ratios = (
+            stepfit.Rows.stack(
+                [row_parts(model, r, gpus[r.gpu]) for r, _ in crossed], [r.step_ms for r, _ in crossed], w
+            ),
+            stepfit.Rows.stack(
+                [row_parts(model, d, gpus[d.gpu]) for _, d in crossed], [d.step_ms for _, d in crossed], w
+            ),
+        )
+    step = stepfit.fit(stepfit.Rows.stack(parts, [r.step_ms for r in base], weights), held, ratios)
     pairs = setting_pairs(rows, fallback=step_rows.SET)
     if pairs:
         tuned = [row_parts(model, r, gpus[r.gpu]) for r, _ in pairs]

@@ -84,3 +84,30 @@ def test_our_h200_steps_teach_constants_that_predict_our_h100_better_than_public
     for group in ("fp32", "bf16", "fp16"):
         assert mape(taught, True, group) < mape(alone, True, group)
     assert mape(taught, False) <= mape(alone, False)
+
+
+def test_the_h100_answers_the_swapped_configurations_as_the_h200_measured_them() -> None:
+    """Our H100 never ran SGD in fp16 nor AdamW in bf16; its own constants learnt what swapping one of them does from
+    the H200's same-run ratios, so its answers at batch 16-64 swap as those steps did (geometric mean within 3.5%;
+    constants fitted on its own steps alone were 4.6-5.5% off, fp16 taken for slower than bf16)."""
+    import numpy as np
+
+    from prediction.reference import load
+    from prediction.reference.fit import gpu_table
+    from prediction.reference.step_rows import config_name, crossed_pairs
+    from prediction.reference.wholestep import network
+
+    model, gpu = load(), gpu_table()[step_rows.GPU]
+    pairs = [
+        (r, d) for r, d in crossed_pairs([r for r in step_rows.load_own() if r.set in H200_FILES]) if r.batch <= 64
+    ]
+    for changed, reference in PAIRS:
+        logs = []
+        for r, d in ((r, d) for r, d in pairs if (config_name(r), config_name(d)) == (changed, reference)):
+            convs, work = network(r.cnn, r.image_size)
+            a, b = (
+                model.predict_steps(convs=convs, workload=work, batch_sizes=[r.batch], gpu=gpu, training=x.training)[0]
+                for x in (r, d)
+            )
+            logs.append(np.log(a.step_ms / b.step_ms) - np.log(r.step_ms / d.step_ms))
+        assert len(logs) > 40 and abs(np.exp(np.mean(logs)) - 1) < 0.035, (changed, np.exp(np.mean(logs)))

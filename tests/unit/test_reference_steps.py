@@ -195,3 +195,43 @@ def test_repeatability_pairs_the_same_default_step_of_two_runs_and_nothing_else(
     assert sorted(entry["pairs"]) == [["resnet18", 10.0, 12.5], ["vgg11", 20.0, 20.0]]
     assert entry["mape"] == pytest.approx((25.0 + 20.0 + 0.0 + 0.0) / 4)
     assert entry["largest"] == pytest.approx(25.0)
+
+
+def test_ratios_of_another_machine_teach_what_these_rows_never_swap() -> None:
+    """Rows with no fp16 step learn fp16's costs from another machine's fp16 / bf16 ratios alone: its absolute times
+    (a host twice as fast) are not fitted, the ratios are."""
+    rng = np.random.default_rng(5)
+    truth = dict(stepfit.PRIORS)
+    truth.update({"dev_conv_tensor_fp16": 0.5, "dev_other_fp16": 0.7, "dev_conv_calls_fp16": 0.01})
+
+    def rows_of(group: np.ndarray, work: np.ndarray, scale: float = 1.0) -> stepfit.Rows:
+        n = len(group)
+        rows = stepfit.Rows(
+            device=np.column_stack([work, np.full(n, 50.0)]), optimizer_ms=np.full(n, 0.5),
+            kernels=np.full(n, 300.0), casts=np.full(n, 40.0), tensors=np.full(n, 160.0), group=group,
+            passes=np.full(n, 3.0), synced=np.zeros(n, dtype=bool), autotuned=np.zeros(n, dtype=bool),
+            nhwc=np.zeros(n, dtype=bool), measured=np.ones(n), weight=np.ones(n),
+        )  # fmt: skip
+        made, _, _ = stepfit.predict(rows, truth)
+        return stepfit.Rows(**{**vars(rows), "measured": made * scale})
+
+    n = 40
+    work = rng.uniform(0.5, 40, (n, 5))
+    own = rows_of(rng.integers(0, 2, n), work)  # fp32 and bf16 only
+    pair_work = rng.uniform(0.5, 40, (20, 5))
+    changed = rows_of(np.full(20, 2), pair_work, scale=0.5)  # fp16, on a machine whose steps all take half as long
+    reference = rows_of(np.full(20, 1), pair_work, scale=0.5)
+
+    def ratio_error(p: dict[str, float]) -> float:
+        a, _, _ = stepfit.predict(changed, p)
+        b, _, _ = stepfit.predict(reference, p)
+        return float(np.mean(np.abs(np.log(a / b) - np.log(changed.measured / reference.measured))))
+
+    without = stepfit.fit(own)
+    taught = stepfit.fit(own, ratios=(changed, reference))
+    assert ratio_error(taught) < 0.02 < ratio_error(without)
+    assert taught["dev_conv_tensor_fp16"] < 0.75 < without["dev_conv_tensor_fp16"]
+    # the own rows are still fitted as well as without the ratios
+    for p in (without, taught):
+        got, _, _ = stepfit.predict(own, p)
+        assert np.mean(np.abs(got / own.measured - 1)) < 0.02
