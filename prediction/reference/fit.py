@@ -145,18 +145,8 @@ def fit_steps(
 
     full = wholestep.calibrate(model, gpus, skip, shared_out)
     families = {}
-    ours = step_rows.load_own()
     for family in wholestep.own_families(skip, leave_out):
-        another = wholestep.of_another_gpu(family)
-
-        def kept_out(r: step_rows.StepRow, another: Callable[[step_rows.StepRow], bool] = another) -> bool:
-            return leave_out(r) or another(r)
-
-        # Another machine's steps teach this one's constants only what swapping the optimizer or the precision does.
-        ratio_rows = [r for r in ours if another(r) and not leave_out(r)]
-        families[family] = {
-            **model.params["step"], **wholestep.calibrate(model, gpus, skip, kept_out, ratio_rows=ratio_rows)
-        }  # fmt: skip
+        families[family] = {**model.params["step"], **wholestep.own_constants(model, gpus, family, skip, leave_out)}
     # The host's costs come from our own steps alone (public sets time large batches): the full fit's.
     return wholestep.calibrate(model, gpus, skip, shared_out, balance=True, held=full), families
 

@@ -24,11 +24,11 @@ from prediction.reference.step_rows import (
     SET,
     SETTINGS_SET,
     StepRow,
+    config_name,
     load_h100,
-    load_own,
 )
 from prediction.reference.steps import precision_group
-from prediction.reference.wholestep import calibrate, flops_baseline, network, of_another_gpu, setting_pairs
+from prediction.reference.wholestep import calibrate, flops_baseline, network, own_constants, setting_pairs
 
 # A point's band: these quantiles of the held-out errors of its kind. The 10th and 90th held 71% of a held-out
 # CNN's steps (errors cluster by CNN), the 5th and 95th 82% (nested, 2026-11-25): the band meant to hold ~80%.
@@ -64,7 +64,6 @@ def evaluate(
     rows = [r for r in load_h100() if r.gpu in gpus]
     gpu = gpus[GPU]
     public = calibrate(model, gpus, [], leave_out=lambda r: r.training is not None)  # none of our own steps
-    another = of_another_gpu(FAMILY)
     baseline = ReferenceModel(
         {**model.params, "step": {**model.params["step"], **public}, "step_families": {}}, "public rows only"
     )
@@ -73,12 +72,11 @@ def evaluate(
     for cnn in sorted({r.cnn for r in rows}):
 
         def held_out(r: StepRow, cnn: str = cnn) -> bool:
-            # As the H100's own constants are fitted (never another GPU's steps), less the CNN on every GPU.
-            return (r.cnn == cnn and r.training is not None) or another(r)
+            return r.cnn == cnn and r.training is not None
 
         base = model if conv_of is None else ReferenceModel({**model.params, **conv_of(cnn)})
-        ratio_rows = [r for r in load_own() if another(r) and r.cnn != cnn]  # as fit.fit_steps, less the CNN
-        step = calibrate(base, gpus, [], leave_out=held_out, ratio_rows=ratio_rows)
+        # As the H100's own constants are fitted, less the CNN's steps on every GPU.
+        step = own_constants(base, gpus, FAMILY, [], held_out)
         fitted = ReferenceModel(
             {**base.params, "step": {**base.params["step"], **step}, "step_families": {}}, f"without {cnn}"
         )
@@ -138,7 +136,7 @@ def summarise(preds: list[tuple[StepRow, float, bool, float, float]]) -> dict[st
     group = np.array([precision_group(p[0].precision) for p in preds])
     regime = np.array(["host" if p[2] else "device" for p in preds])
     cnn = np.array([p[0].cnn for p in preds])
-    config = np.array([next(k for k, v in CONFIGS.items() if v == p[0].training) for p in preds])
+    config = np.array([config_name(p[0]) for p in preds])
     out: dict[str, Any] = {
         "environment": ENVIRONMENT, "family": FAMILY, "by_config": {}, "by_group_regime": defaultdict(dict),
     }  # fmt: skip

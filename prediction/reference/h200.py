@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from prediction.reference.layerfit import gpu_family
+from prediction.reference.measured import SET_PREFIX
 from prediction.reference.model import ReferenceModel
 from prediction.reference.specs import GpuSpecs
 from prediction.reference.step_rows import (
@@ -21,7 +22,8 @@ from prediction.reference.step_rows import (
     crossed_pairs,
     load_own,
 )
-from prediction.reference.wholestep import calibrate, network, of_another_gpu
+from prediction.reference.steps import precision_group
+from prediction.reference.wholestep import calibrate, network, own_constants
 
 PAIRS = CROSSED_PAIRS
 
@@ -34,15 +36,15 @@ def evaluate(
     rows = [r for r in load_own() if r.set in H200_FILES and r.gpu in gpus]
     if not rows:
         return {}
-    gpu, another = gpus[H200_GPU], of_another_gpu(gpu_family(H200_GPU))
+    gpu = gpus[H200_GPU]
     predicted: dict[int, float] = {}
     for cnn in sorted({r.cnn for r in rows}):
 
         def held_out(r: StepRow, cnn: str = cnn) -> bool:
-            return (r.cnn == cnn and r.training is not None) or another(r)
+            return r.cnn == cnn and r.training is not None
 
         base = model if conv_of is None else ReferenceModel({**model.params, **conv_of(cnn)})
-        step = calibrate(base, gpus, [], leave_out=held_out)
+        step = own_constants(base, gpus, gpu_family(H200_GPU), [], held_out)
         fitted = ReferenceModel({**base.params, "step": {**base.params["step"], **step}, "step_families": {}})
         for r in (r for r in rows if r.cnn == cnn):
             convs, work = network(r.cnn, r.image_size)
@@ -91,7 +93,7 @@ def transfer(
 
     def leave_out(r: StepRow) -> bool:
         kept = other_too and r.set in ours and gpu_family(r.gpu) == other
-        return (r.training is not None or r.set.startswith("measured:")) and not kept
+        return (r.training is not None or r.set.startswith(SET_PREFIX)) and not kept
 
     full = calibrate(model, gpus, [], leave_out)
     step = calibrate(model, gpus, [], leave_out, balance=True, held=full)
@@ -102,6 +104,7 @@ def transfer(
         [est] = fitted.predict_steps(
             convs=convs, workload=work, batch_sizes=[r.batch], gpu=gpus[gpu], training=r.training
         )
-        group = {"fp32": "fp32", "amp_bf16": "bf16", "amp_fp16": "fp16"}[r.precision]
-        errs.setdefault((group, r.batch <= 64), []).append(abs(est.step_ms / r.step_ms - 1) * 100)
+        errs.setdefault((precision_group(r.precision), r.batch <= 64), []).append(
+            abs(est.step_ms / r.step_ms - 1) * 100
+        )
     return errs

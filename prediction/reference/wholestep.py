@@ -183,31 +183,34 @@ def calibrate(
     rows = fit_rows(gpus, exclude, leave_out)
     # Our default-setting steps of the settings run are baselines for its ratios, not more rows for the base fit.
     base = [r for r in rows if not settings_row(r) and r.set != step_rows.SETTINGS_SET]
-    parts = [row_parts(model, r, gpus[r.gpu]) for r in base]
-    weights = balanced(base, row_weights(base)) if balance else row_weights(base)
+
+    def stack(some: list[StepRow], weights: list[float]) -> stepfit.Rows:
+        return stepfit.Rows.stack([row_parts(model, r, gpus[r.gpu]) for r in some], [r.step_ms for r in some], weights)
+
     crossed = step_rows.crossed_pairs(list(ratio_rows))
-    ratios = None
-    if crossed:
-        w = row_weights([r for r, _ in crossed])
-        ratios = (
-            stepfit.Rows.stack(
-                [row_parts(model, r, gpus[r.gpu]) for r, _ in crossed], [r.step_ms for r, _ in crossed], w
-            ),
-            stepfit.Rows.stack(
-                [row_parts(model, d, gpus[d.gpu]) for _, d in crossed], [d.step_ms for _, d in crossed], w
-            ),
-        )
-    step = stepfit.fit(stepfit.Rows.stack(parts, [r.step_ms for r in base], weights), held, ratios)
+    w = row_weights([r for r, _ in crossed])
+    ratios = (stack([r for r, _ in crossed], w), stack([d for _, d in crossed], w)) if crossed else None
+    step = stepfit.fit(stack(base, balanced(base, row_weights(base)) if balance else row_weights(base)), held, ratios)
     pairs = setting_pairs(rows, fallback=step_rows.SET)
     if pairs:
-        tuned = [row_parts(model, r, gpus[r.gpu]) for r, _ in pairs]
-        default = [row_parts(model, d, gpus[d.gpu]) for _, d in pairs]
-        weights = row_weights([r for r, _ in pairs])
-        step.update(stepfit.fit_settings(
-            stepfit.Rows.stack(tuned, [r.step_ms for r, _ in pairs], weights),
-            stepfit.Rows.stack(default, [d.step_ms for _, d in pairs], weights), step,
-        ))  # fmt: skip
+        w = row_weights([r for r, _ in pairs])
+        step.update(stepfit.fit_settings(stack([r for r, _ in pairs], w), stack([d for _, d in pairs], w), step))
     return step
+
+
+def own_constants(
+    model: ReferenceModel,
+    gpus: dict[str, GpuSpecs],
+    family: str,
+    exclude: list[str],
+    leave_out: Callable[[StepRow], bool] = lambda _: False,
+) -> dict[str, float]:
+    """A GPU model's own whole-step constants: the public rows and its own steps, never another GPU's times (each
+    machine has its own host); our steps on another machine teach it only what swapping the optimizer or the
+    precision does (their same-run ratios). leave_out: rows kept out of it all (a held-out CNN's)."""
+    another = of_another_gpu(family)
+    ratio_rows = [r for r in step_rows.load_own() if another(r) and not leave_out(r)]
+    return calibrate(model, gpus, exclude, lambda r: leave_out(r) or another(r), ratio_rows=ratio_rows)
 
 
 def setting_pairs(rows: list[StepRow], fallback: str) -> list[tuple[StepRow, StepRow]]:
