@@ -114,8 +114,8 @@ def section(kinds: dict[str, dict[str, float]], rows: dict[str, int], runs: dict
         lines.append(f"| {name} | {op_passes.bytes_per_cycle(gpu):.1f} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "fp32's passes are used for fp32 and fp16, bf16's for bf16 only where scaled (prediction/reference/"
-        "op_passes.py `USED_BY` says why). Held out, refitted in this run three ways:",
+        "fp32's passes are used for fp32, bf16's for bf16 and (but batch norm's) fp16, only where scaled "
+        "(prediction/reference/op_passes.py `CUDNN_IN_FP16` says why). Held out, refitted in this run three ways:",
         "",
         "| figure | " + " | ".join(HEADS[v] for v in VARIANTS) + " | ratio shipped / first |",
         "|---|" + "---:|" * (len(VARIANTS) + 1),

@@ -50,15 +50,14 @@ IDEAL_PASSES = {"batch_norm": 4.0, "activation": 2.5, "pooling": 2.0, "elementwi
 Timing = tuple[str, float, float, float]
 # The agent's op variants read.
 VARIANTS = ("fp32", "bf16")
-# The precision groups fp32's passes cost (steps.other_ms) when bf16's cannot be scaled to a GPU (no GPU figures).
 # bf16 takes its own timings (from_bundles): on the H200 a bf16 batch norm took 1.2x an fp32 one's time, at half the
 # bytes (18 passes over them). Taken as they are on every GPU they made bf16 ResNet-50 slower than fp32 on every
 # Ampere and Ada GPU (tests/unit/test_reference_sanity.py); scaled like fp32's by bytes per SM cycle
-# (effective_passes), where those GPUs have a third to half of the H200's, they do not.
-USED_BY = ("fp32", "fp16")
-# fp16 takes bf16's timings for every kind but batch norm, which takes fp32's. PyTorch's elementwise, pooling and
-# concat kernels are one template for both 16-bit types (the same vector loads, math in fp32), but its batch norm
-# picks cuDNN for fp16 input with fp32 weights (autocast's case) and for fp32, and its own kernels for bf16
+# (effective_passes), where those GPUs have a third to half of the H200's, they do not; without the GPUs' figures
+# (no scaling) bf16 keeps the uniform rule and fp16 takes fp32's.
+# With them, fp16 takes bf16's timings for every kind but batch norm, which takes fp32's. PyTorch's elementwise,
+# pooling and concat kernels are one template for both 16-bit types (the same vector loads, math in fp32), but its
+# batch norm picks cuDNN for fp16 input with fp32 weights (autocast's case) and for fp32, and its own kernels for bf16
 # (aten/src/ATen/native/Normalization.cpp, _select_batch_norm_backend). Our H200's crossed steps show exactly that:
 # with the same optimizer, fp16 took what bf16 did in CNNs without batch norm (vgg16, convnext_tiny, squeezenet1_1:
 # 1.00-1.07x at batch 64-256) and 0.7-0.9x in those with it (data/reference/h200/).
@@ -148,22 +147,22 @@ def _per_variant(by_gpu: Mapping[tuple[str, str], list[Timing]]) -> dict[str, di
 
 def from_bundles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = None) -> dict[str, float]:
     """model.json's step constants `passes_<kind>_<group>`: fp32's timings for the fp32 group; with the GPUs'
-    figures, bf16's timings for bf16, and for fp16 bf16's but batch norm's, fp32's (CUDNN_IN_FP16), and
-    `passes_bytes_per_cycle`: the memory bandwidth per SM cycle of the GPUs they were timed on (the median), which
-    steps.other_ms scales their excess over IDEAL_PASSES by (bf16's only with it: unscaled they broke the sanity
-    orderings); without the GPUs' figures fp16 takes fp32's (USED_BY)."""
+    figures, bf16's for bf16, bf16's but batch norm's (CUDNN_IN_FP16: fp32's) for fp16, and `passes_bytes_per_cycle`:
+    the memory bandwidth per SM cycle of the GPUs they were timed on (the median), which steps.other_ms scales their
+    excess over IDEAL_PASSES by (the 16-bit timings only with it: unscaled they broke the sanity orderings); without
+    the GPUs' figures fp16 takes fp32's."""
     by_gpu = _by_gpu(paths)
     variants = _per_variant(by_gpu)
-    out = {f"passes_{kind}_{group}": v for kind, v in variants["fp32"].items() for group in USED_BY}
+    fp32, half = variants["fp32"], variants["bf16"]
+    out = {f"passes_{kind}_fp32": v for kind, v in fp32.items()}
+    fp16 = fp32
     timed = sorted({g for v, g in by_gpu if v == "fp32"} & set(gpus or {}))
     if out and gpus and timed:
         out["passes_bytes_per_cycle"] = statistics.median(bytes_per_cycle(gpus[g]) for g in timed)
-        half = variants["bf16"]
         out.update({f"passes_{kind}_bf16": v for kind, v in half.items()})
-        out = {k: v for k, v in out.items() if not k.endswith("_fp16")}
-        out.update({f"passes_{kind}_fp16": v for kind, v in half.items() if kind not in CUDNN_IN_FP16})
-        fp32 = variants["fp32"]
-        out.update({f"passes_{kind}_fp16": fp32[kind] for kind in CUDNN_IN_FP16 if kind in fp32})
+        fp16 = {kind: v for kind, v in half.items() if kind not in CUDNN_IN_FP16}
+        fp16.update({kind: fp32[kind] for kind in CUDNN_IN_FP16 if kind in fp32})
+    out.update({f"passes_{kind}_fp16": v for kind, v in fp16.items()})
     return out
 
 
