@@ -153,7 +153,11 @@ def fit(
     lower, upper = theta0 - 8.0, theta0 + 8.0
     lower[_INDEX["smooth_max_q"]] = 0.0  # q >= 1: a step takes no longer than host and device one after the other
     fitted = least_squares(
-        residual, np.maximum(theta0, lower + 1e-9), bounds=(lower, upper), ftol=TOLERANCE, xtol=TOLERANCE,
+        residual,
+        np.maximum(theta0, lower + 1e-9),
+        bounds=(lower, upper),
+        ftol=TOLERANCE,
+        xtol=TOLERANCE,
         gtol=TOLERANCE,
     ).x
     fitted[pinned] = 0.0
