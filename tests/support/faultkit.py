@@ -56,6 +56,7 @@ class FaultStack(Stack):
             pass
         elif name.startswith("worker"):
             command = [str(BIN / "celery"), "-A", "worker.app", "worker", "-Q", "jobs", "--concurrency", "2"]
+            command += ["--without-mingle", "--without-gossip"]
             command += ["--loglevel", "INFO", "-n", f"{name}@%h"]
         elif name == "beat":
             command = [str(BIN / "celery"), "-A", "worker.app", "beat", "--loglevel", "INFO"]

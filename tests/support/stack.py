@@ -105,6 +105,8 @@ class Stack:
                 "-B",
                 "-Q",
                 "jobs",
+                "--without-mingle",
+                "--without-gossip",
                 "--concurrency",
                 "2",
                 "--loglevel",
