@@ -98,7 +98,8 @@ class Stack:
             "api",
             server.command(str(bindir / "uvicorn"), host="127.0.0.1", port=port),
         )
-        self.worker_command = [*celery, "worker.app", "worker", "-Q", "jobs", *QUIET, "--concurrency", "2", "-l", "INFO"]
+        self.worker_command = [*celery, "worker.app", "worker", "-Q", "jobs", *QUIET, "--concurrency", "2"]
+        self.worker_command += ["-l", "INFO"]
         self._start("worker", self.worker_command)
         noop = [*celery, "bench.service:app", "worker", "-Q", NOOP_QUEUE, *QUIET, "--concurrency", "2", "-l", "WARNING"]
         self._start("noop", noop, BENCH_NOOP_WORKER="1")

@@ -11,24 +11,10 @@ from shared.core.settings import get_settings
 from tests.support.services import fresh_database, fresh_redis_db, servers
 from tests.support.stack import ADMIN_RATE_PER_S, Stack, broker, http, running
 
-# The files whose tests took longest together (a fresh clone's run, 2026-11-29: test_faults.py 189 s, the rest
-# 62-32 s, the median file 12 s) go first: a worker takes a whole file at a time (--dist loadfile), so one started
-# last would keep a worker busy long after the other had run out of files (longest first ends them together).
-LONGEST_FIRST = (
-    "test_faults.py", "test_web.py", "test_embedded.py", "test_agent_measure.py", "test_bundles.py",
-    "test_input_pipeline.py", "test_gpu_run.py", "test_end_to_end.py", "test_fleet_e2e.py", "test_fleet_boot.py",
-    "test_compose_redis_server.py", "test_up.py",
-)  # fmt: skip
 TRUNCATE = """
 TRUNCATE jobs, predictor_models, step_measurements, layer_benchmarks, op_benchmarks, cnn_ops, op_signatures,
          cnn_layers, conv_signatures, cnns, fleet_instances, fleet_targets, fleet_events,
          reference_conv_times, input_rates, allreduce_timings CASCADE"""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The LONGEST_FIRST files' tests first, in that order; every file's tests stay together and in their order."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 @pytest.fixture(scope="session", autouse=True)
