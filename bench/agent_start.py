@@ -22,11 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 RUNS = 3
-# The agent as `python -m gpu_agent` starts it, but with Celery's handshake: its worker arguments less the two flags.
+# The agent as `python -m gpu_agent` starts it, but with Celery's handshake: its worker arguments less WORKER_FLAGS.
 WITH_HANDSHAKE = (
-    "import gpu_agent.app as a, gpu_agent.__main__ as m; run = a.app.worker_main; "
-    "a.app.worker_main = lambda argv: run([x for x in argv if x not in ('--without-mingle', '--without-gossip')]); "
-    "m.main()"
+    "import gpu_agent.app as a, gpu_agent.__main__ as m, shared.core.tasks as t; run = a.app.worker_main; "
+    "a.app.worker_main = lambda argv: run([x for x in argv if x not in t.WORKER_FLAGS]); m.main()"
 )
 
 

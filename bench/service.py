@@ -42,7 +42,6 @@ sys.path.insert(0, str(ROOT))
 
 NOOP_TASK = "bench.noop"
 NOOP_QUEUE = "bench.noop"
-QUIET = ("--without-mingle", "--without-gossip")  # as scripts/up.sh starts the worker
 SMALL = {"cnns": ["resnet18"], "machines": ["g5.xlarge"], "batch_sizes": [16, 32, 64]}
 EXTRA_CNNS = ("resnet152", "densenet161")  # with calibration/run.py's full set: 31 CNNs
 GPU_TYPES = 8
@@ -98,10 +97,13 @@ class Stack:
             "api",
             server.command(str(bindir / "uvicorn"), host="127.0.0.1", port=port),
         )
-        self.worker_command = [*celery, "worker.app", "worker", "-Q", "jobs", *QUIET, "--concurrency", "2"]
-        self.worker_command += ["-l", "INFO"]
+        from shared.core.tasks import WORKER_FLAGS
+
+        jobs = ["worker.app", "worker", "-Q", "jobs", *WORKER_FLAGS, "--concurrency", "2", "-l", "INFO"]
+        self.worker_command = [*celery, *jobs]
         self._start("worker", self.worker_command)
-        noop = [*celery, "bench.service:app", "worker", "-Q", NOOP_QUEUE, *QUIET, "--concurrency", "2", "-l", "WARNING"]
+        noop = ["bench.service:app", "worker", "-Q", NOOP_QUEUE, *WORKER_FLAGS, "--concurrency", "2", "-l", "WARNING"]
+        noop = [*celery, *noop]
         self._start("noop", noop, BENCH_NOOP_WORKER="1")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

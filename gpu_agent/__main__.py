@@ -84,10 +84,7 @@ def main() -> None:
             "1",
             "--prefetch-multiplier",
             "1",
-            # Nothing here asks workers about each other (no revokes, no remote control, no events): the start-up
-            # handshake only cost a second of waiting for replies before the agent took its first task.
-            "--without-mingle",
-            "--without-gossip",
+            *tasks.WORKER_FLAGS,
             "--hostname",
             f"agent-{machine_type}@{socket.gethostname()}",
             "--loglevel",

@@ -45,8 +45,8 @@ start() {  # name, command…
 }
 
 start api "$VENV/bin/uvicorn" api.main:app --http api.server:Protocol --no-proxy-headers --host 127.0.0.1 --port "${API_PORT:-8000}"
-# Beat runs alone, so the reconciler is scheduled once however many workers run. Workers never ask each other
-# anything (no revokes, remote control or events), so they skip Celery's start-up handshake: a second less to ready.
+# Beat runs alone, so the reconciler is scheduled once however many workers run. The worker's flags skip Celery's
+# start-up handshake (shared/core/tasks.py WORKER_FLAGS says why).
 start worker "$VENV/bin/celery" -A worker.app worker -Q jobs --without-mingle --without-gossip --concurrency 2 --loglevel INFO
 start beat "$VENV/bin/celery" -A worker.app beat --loglevel INFO --schedule "$RUN/celerybeat-schedule"
 start agent "$VENV/bin/python" -m gpu_agent

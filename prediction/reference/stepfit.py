@@ -44,6 +44,7 @@ NHWC_PRIOR = 0.3
 # flat directions, and where it stopped depended on the CPU's summation order: a refit on another machine moved
 # constants 1.4%). Converged this far, a jittered start lands within 0.01%; the fit takes ~5% longer.
 TOLERANCE = 1e-12
+_CONVERGED = {"ftol": TOLERANCE, "xtol": TOLERANCE, "gtol": TOLERANCE}
 
 
 @dataclass(frozen=True)
@@ -152,14 +153,7 @@ def fit(
 
     lower, upper = theta0 - 8.0, theta0 + 8.0
     lower[_INDEX["smooth_max_q"]] = 0.0  # q >= 1: a step takes no longer than host and device one after the other
-    fitted = least_squares(
-        residual,
-        np.maximum(theta0, lower + 1e-9),
-        bounds=(lower, upper),
-        ftol=TOLERANCE,
-        xtol=TOLERANCE,
-        gtol=TOLERANCE,
-    ).x
+    fitted = least_squares(residual, np.maximum(theta0, lower + 1e-9), bounds=(lower, upper), **_CONVERGED).x
     fitted[pinned] = 0.0
     fitted[kept] = theta0[kept]
     return _params(fitted)
@@ -192,7 +186,5 @@ def fit_settings(rows: Rows, baseline: Rows, p: Mapping[str, float]) -> dict[str
             NHWC_PRIOR * nhwc.ravel(), ACROSS_GROUPS * (nhwc - nhwc.mean(axis=0)).ravel(),
         ])  # fmt: skip
 
-    theta = least_squares(
-        residual, np.zeros(len(free)), bounds=(-3.0, 3.0), ftol=TOLERANCE, xtol=TOLERANCE, gtol=TOLERANCE
-    ).x
+    theta = least_squares(residual, np.zeros(len(free)), bounds=(-3.0, 3.0), **_CONVERGED).x
     return {k: float(np.exp(v)) for k, v in zip(SETTINGS_NAMES, theta, strict=True)}

@@ -16,6 +16,7 @@ import psycopg2
 import psycopg2.extras
 import redis
 
+from shared.core import tasks
 from shared.core.db import transaction
 from tests.support.agent_role import agent_url
 from tests.support.stack import ROOT, Stack, free_port, http
@@ -56,7 +57,7 @@ class FaultStack(Stack):
             pass
         elif name.startswith("worker"):
             command = [str(BIN / "celery"), "-A", "worker.app", "worker", "-Q", "jobs", "--concurrency", "2"]
-            command += ["--without-mingle", "--without-gossip"]
+            command += tasks.WORKER_FLAGS
             command += ["--loglevel", "INFO", "-n", f"{name}@%h"]
         elif name == "beat":
             command = [str(BIN / "celery"), "-A", "worker.app", "beat", "--loglevel", "INFO"]

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from api import server
+from shared.core import tasks
 from shared.core.settings import get_settings
 from tests.support.agent_role import agent_url
 
@@ -105,8 +106,7 @@ class Stack:
                 "-B",
                 "-Q",
                 "jobs",
-                "--without-mingle",
-                "--without-gossip",
+                *tasks.WORKER_FLAGS,
                 "--concurrency",
                 "2",
                 "--loglevel",
