@@ -4,6 +4,8 @@ Times, costs, energies and conv_ms are given to SIGNIFICANT_DIGITS significant d
 """
 
 from collections.abc import Callable
+from itertools import compress, repeat
+from operator import is_not, itemgetter
 from typing import Any, cast
 
 import numpy as np
@@ -24,6 +26,11 @@ _NO_TIMES = {f"{name}{suffix}": None for name in TIMES for suffix in ("", "_p10"
 _FILLED = tuple(f"{name}{suffix}" for name in TIMES[:4] for suffix in _SUFFIXES)
 _ENERGY = [f"energy_kwh{suffix}" for suffix in _SUFFIXES]
 _NO_ENERGY = dict.fromkeys(_ENERGY)
+_BATCH = itemgetter("batch_size")
+_TOTAL, _COST, _FITS = itemgetter("total_seconds"), itemgetter("cost_usd"), itemgetter("fits_in_memory")
+_BAND = itemgetter("iteration_seconds_p10", "iteration_seconds", "iteration_seconds_p90")
+_BY_TIME = itemgetter("total_seconds", "batch_size")
+_BY_COST = itemgetter("cost_usd", "total_seconds", "batch_size")
 # A best choice leaves this share of memory free where some usable point does: the memory model's held-out error is
 # 3.7-4.7% (docs/PERFORMANCE.md, Memory), and allocators fragment.
 MIN_HEADROOM_PCT = 10.0
@@ -66,7 +73,7 @@ def blanks(cnn: str, machine_type: str, info: MachineTypeInfo, source: str) -> M
     }
 
     def make(bs: int, fits: bool | None, conv_ms: float | None) -> PointDict:
-        point = cast(PointDict, template.copy())
+        point: PointDict = template.copy()  # type: ignore[assignment]  # the template holds every key
         point["batch_size"], point["fits_in_memory"], point["conv_ms"] = bs, fits, conv_ms
         point["global_batch_size"] = bs
         point["layer_environments"], point["measured_on"] = [], []  # each point its own lists
@@ -91,14 +98,24 @@ def significant(x: np.ndarray, digits: int = SIGNIFICANT_DIGITS) -> np.ndarray:
     return np.where(exact, rounded, x)
 
 
-def fill_many(points: list[PointDict], ms: np.ndarray, info: MachineTypeInfo, request: JobRequest) -> None:
-    """Times, cost and energy of points from their (P10, median, P90) iteration times in ms, (points × 3)."""
+def fill_many(
+    points: list[PointDict], ms: np.ndarray, info: MachineTypeInfo, request: JobRequest,
+    *, layout: tuple[int, int] | None = None,
+) -> None:  # fmt: skip
+    """Times, cost and energy of points from their (P10, median, P90) iteration times in ms, (points × 3).
+
+    layout: the (GPUs, nodes) every one of the points is for, when the caller knows it (else read from each point).
+    """
     if not points:
         return
+    n = len(points)
     # Data parallel (prediction/layouts.py): batch_size is per GPU; a step takes it on every GPU of every node.
-    nodes = np.fromiter((p.get("nodes", 1) for p in points), dtype=np.float64, count=len(points))
-    used = np.fromiter((max(1, p.get("gpus_used", 1)) for p in points), dtype=np.float64, count=len(points))
-    batch = np.fromiter((p["batch_size"] for p in points), dtype=np.float64, count=len(points)) * used * nodes
+    if layout is None:
+        nodes = np.fromiter((p.get("nodes", 1) for p in points), dtype=np.float64, count=n)
+        used = np.fromiter((max(1, p.get("gpus_used", 1)) for p in points), dtype=np.float64, count=n)
+    else:
+        used, nodes = np.full(n, float(max(1, layout[0]))), np.full(n, float(layout[1]))
+    batch = np.fromiter(map(_BATCH, points), dtype=np.float64, count=n) * used * nodes
     iterations = np.ceil(request.dataset_size / batch) * request.epochs
     gpus = info.get("gpu_count") or 0
     # The GPUs that train draw power; a machine's idle ones are not counted.
@@ -117,24 +134,39 @@ def fill_many(points: list[PointDict], ms: np.ndarray, info: MachineTypeInfo, re
         rows.append(float(spot) * nodes * total[1:2] / 3600)
         keys.append("spot_cost_usd")
     # One rounding over every figure of every point: a call per figure cost 0.1 s in a 63,488-point job.
-    for point, values in zip(points, significant(np.vstack(rows)).T.tolist(), strict=True):
-        cast(dict[str, Any], point).update(zip(keys, values, strict=True))
+    plain = cast(list[dict[str, Any]], points)  # cast once: a call per point is measurable in a large job
+    for point, values in zip(plain, significant(np.vstack(rows)).T.tolist(), strict=True):
+        point.update(zip(keys, values, strict=True))
     if not np.any(power_kw):
-        for point in points:
-            cast(dict[str, Any], point).update(_NO_ENERGY)
+        for point in plain:
+            point.update(_NO_ENERGY)
 
 
 def withhold_unfit(points: list[PointDict]) -> None:
     """A point that does not fit in memory cannot run: no time or cost, so nothing that sorts by them picks it."""
-    for point in points:
+    for point in cast(list[dict[str, Any]], points):
         if point["fits_in_memory"] is False:
-            cast(dict[str, Any], point).update(_NO_TIMES, cost_per_gpu_usd=None, spot_cost_usd=None)
+            point.update(_NO_TIMES, cost_per_gpu_usd=None, spot_cost_usd=None)
+
+
+def iteration_ms_many(points: list[PointDict]) -> np.ndarray:
+    """Timed points' (P10, median, P90) iteration times in ms, (points × 3)."""
+    return np.array(list(map(_BAND, points)), dtype=float).reshape(-1, 3) * 1000
 
 
 def iteration_ms(point: PointDict) -> list[float]:
     """A timed point's (P10, median, P90) iteration time in ms."""
     band = (point["iteration_seconds_p10"], point["iteration_seconds"], point["iteration_seconds_p90"])
-    return [cast(float, s) * 1000 for s in band]
+    return [s * 1000 for s in band]  # type: ignore[operator]  # a timed point's band is given
+
+
+def timed_fitting(points: list[PointDict], *, priced: bool = False) -> list[PointDict]:
+    """The points with a time (and a cost, when priced) that fit in memory or may (their fit unknown)."""
+    # Filtered by C-level maps: a comprehension's two lookups per point were a tenth of choosing in a large job.
+    timed = list(compress(points, map(is_not, map(_TOTAL, points), repeat(None))))
+    if priced:
+        timed = list(compress(timed, map(is_not, map(_COST, timed), repeat(None))))
+    return list(compress(timed, map(is_not, map(_FITS, timed), repeat(False))))
 
 
 def with_headroom(points: list[PointDict], capacity_gib: float | None) -> list[PointDict]:
@@ -165,10 +197,7 @@ def best_of(
     """The fastest and the cheapest batch size (and GPU and node count) of one CNN on one machine type (None when no
     point is usable), among those leaving MIN_HEADROOM_PCT of memory free where any does."""
     # A point that does not fit is never best; one whose fit is unknown may be.
-    usable = [
-        p for p in points
-        if p["total_seconds"] is not None and p["cost_usd"] is not None and p["fits_in_memory"] is not False
-    ]  # fmt: skip
+    usable = timed_fitting(points, priced=True)
     # The memory model errs by a few per cent: a batch that just fits may not, so a choice keeps a margin if it can.
     usable = with_headroom(usable, capacity_gib) or usable
 
@@ -194,7 +223,7 @@ def best_of(
         "max_batch_size": max_batch_size,
         "memory_gib": None if capacity_gib is None else round(capacity_gib, 3),
         "memory_basis": basis,
-        "min_time": pick(lambda p: (p["total_seconds"], p["batch_size"])),
+        "min_time": pick(_BY_TIME),
         # Ties in cost (a free machine) go to the faster batch size.
-        "min_cost": pick(lambda p: (p["cost_usd"], p["total_seconds"], p["batch_size"])),
+        "min_cost": pick(_BY_COST),
     }

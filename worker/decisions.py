@@ -12,7 +12,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, Literal, cast
 
-from prediction.points import MIN_HEADROOM_PCT, headroom_pct, with_headroom
+from prediction.points import MIN_HEADROOM_PCT, headroom_pct, timed_fitting, with_headroom
 from shared.jobs.models import DecisionDict, OptionDict, PointDict
 from shared.jobs.request import JobRequest
 
@@ -25,6 +25,7 @@ Figure = Literal["total_seconds", "cost_usd"]
 # itemgetter: a large job ranks ~10^5 points per question, and a Python key function per point took a tenth of it.
 _BY_TIME = itemgetter("total_seconds", "cost_usd", "batch_size")
 _BY_COST = itemgetter("cost_usd", "total_seconds", "batch_size")
+_LAYOUT = itemgetter("gpus_used", "nodes")
 RANK: dict[str, tuple[Figure, Callable[[Any], tuple[Any, ...]]]] = {
     "fastest": ("total_seconds", _BY_TIME),
     "cheapest": ("cost_usd", _BY_COST),
@@ -96,7 +97,7 @@ def _layouts(mine: list[tuple[list[PointDict], float | None]]) -> tuple[Layouts,
     tight: Layouts = []
     alike = True
     for points, cap in mine:
-        usable = [p for p in points if p["total_seconds"] is not None and p["fits_in_memory"] is not False]
+        usable = timed_fitting(points)
         spacious = with_headroom(usable, cap)
         groups = [(group, cap) for group in _by_layout(usable)]
         tight += groups
@@ -110,6 +111,12 @@ def _layouts(mine: list[tuple[list[PointDict], float | None]]) -> tuple[Layouts,
 
 def _by_layout(points: list[Any]) -> list[list[Any]]:
     """The points grouped by (GPUs, nodes), in the order each layout first appears."""
+    try:
+        layouts = set(map(_LAYOUT, points))
+    except KeyError:  # a point without its layout named: grouped one by one below
+        layouts = set()
+    if len(layouts) == 1:  # one layout, as most machine types answer: no dict operation per point
+        return [list(points)]
     by_layout: dict[tuple[int, int], list[Any]] = {}
     for p in points:
         by_layout.setdefault((p.get("gpus_used", 1), p.get("nodes", 1)), []).append(p)

@@ -176,7 +176,7 @@ class Reference:
             points.append(point)
         step = steps.step_ms[finite]
         band = np.column_stack([step * np.exp(errors.low[finite]), step, step * np.exp(errors.high[finite])])
-        fill_many(answered, band, info, g.request)
+        fill_many(answered, band, info, g.request, layout=(1, 1))  # blanks are one GPU, one node
         return points
 
     def summary(self, machine: Machine) -> ModelSummaryDict:

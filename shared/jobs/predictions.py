@@ -49,16 +49,38 @@ def render(points: list[dict[str, Any]]) -> Iterator[tuple[int, int, bytes]]:
 
 def store(*, cur: Cursor, job_id: uuid.UUID, points: list[dict[str, Any]]) -> None:
     """Write a finishing job's points (in the caller's transaction, the one that marks it succeeded)."""
-    rows = io.BytesIO()
-    rows.write(_COPY_HEADER)
-    for part, (first, n, body) in enumerate(render(points)):
-        rows.write(_COPY_ROW.pack(5, 16, uuid.UUID(str(job_id)).bytes, 4, part, 4, first, 4, n, len(body)))
-        rows.write(body)
-    if rows.tell() > len(_COPY_HEADER):  # no parts, no COPY
-        rows.write(_COPY_TRAILER)
-        rows.seek(0)
-        # One COPY of ~40 MB for a large job: no per-value quoting, the bytes as rendered.
-        cur.copy_expert(COPY_PARTS, rows, size=1 << 20)
+    if points:
+        # Rendered as PostgreSQL reads: it compresses and writes the parts on another core while the rest render.
+        cur.copy_expert(COPY_PARTS, _CopyRows(uuid.UUID(str(job_id)).bytes, render(points)), size=1 << 20)
+
+
+class _CopyRows(io.RawIOBase):
+    """COPY's binary rows of a result's parts, rendered as they are read (a file for copy_expert)."""
+
+    def __init__(self, job_id: bytes, parts: Iterator[tuple[int, int, bytes]]) -> None:
+        super().__init__()
+        self._rows = self._encode(job_id, parts)
+        self._pending = b""
+
+    @staticmethod
+    def _encode(job_id: bytes, parts: Iterator[tuple[int, int, bytes]]) -> Iterator[bytes]:
+        yield _COPY_HEADER
+        for part, (first, n, body) in enumerate(parts):
+            yield _COPY_ROW.pack(5, 16, job_id, 4, part, 4, first, 4, n, len(body)) + body
+        yield _COPY_TRAILER
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        """The next rendered row (or the rest of one), at most `size` bytes when size is given."""
+        if not self._pending:
+            self._pending = next(self._rows, b"")
+        if size is None or size < 0 or size >= len(self._pending):
+            out, self._pending = self._pending, b""
+        else:
+            out, self._pending = self._pending[:size], self._pending[size:]
+        return out
 
 
 def chunks(*, job_id: uuid.UUID, offset: int = 0, limit: int | None = None) -> tuple[list[bytes], int]:

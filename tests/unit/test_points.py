@@ -138,3 +138,23 @@ def test_a_best_choice_leaves_memory_headroom_where_some_batch_does() -> None:
     assert best["max_batch_size"] == 166
     tight = made.best_of("resnet50", "g4dn.xlarge", [at(160, 96.0, 15.0), at(166, 95.0, 15.8)], 166, 16.0)
     assert tight["min_time"]["batch_size"] == 166 and tight["min_time"]["memory_headroom_pct"] == 1.2
+
+
+def test_timed_fitting_keeps_timed_points_that_fit_or_may_in_their_order() -> None:
+    """No time, a measured or modelled out-of-memory, or (priced) no cost: left out; an unknown fit stays."""
+    points = [point(1, 10.0, 1.0), point(2, None, None), point(3, 8.0, 0.5, fits=False),
+              point(4, 6.0, None, fits=None), point(5, 7.0, 0.4, fits=None)]  # fmt: skip
+    assert [p["batch_size"] for p in made.timed_fitting(points)] == [1, 4, 5]
+    assert [p["batch_size"] for p in made.timed_fitting(points, priced=True)] == [1, 5]
+    assert made.timed_fitting([]) == []
+
+
+def test_iteration_ms_many_is_iteration_ms_of_each_point() -> None:
+    """The (P10, median, P90) rows in ms, as iteration_ms gives them one point at a time."""
+    request = JobRequest(cnns=["resnet18"], machines=["g5.xlarge"], batch_sizes=[8, 16])
+    pts: list[Any] = [{"batch_size": 8}, {"batch_size": 16}]
+    made.fill_many(pts, np.array([[4.0, 5.0, 7.0], [9.0, 10.0, 12.5]]), G5, request)
+    rows = made.iteration_ms_many(pts)
+    assert rows.shape == (2, 3)
+    assert rows.tolist() == [pytest.approx(made.iteration_ms(p)) for p in pts]
+    assert made.iteration_ms_many([]).shape == (0, 3)
