@@ -16,9 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from shared import gpu_catalog
+
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ROOT / "data" / "reference" / "layers"
-GPUS_CSV = ROOT / "data" / "gpus.csv"
+GPUS_CSV = gpu_catalog.GPUS_CSV
 PUBLIC = ROOT.parent / "shared" / "data" / "public"
 NEUSIGHT_GPUS = ("NVIDIA_A100_80GB_PCIe", "Tesla_V100-PCIE-32GB", "Tesla_T4", "Tesla_P100-PCIE-16GB", "Tesla_P4")
 # DeepBench names its sheets by short names that data/gpus.csv does not list as aliases; the
@@ -78,9 +80,8 @@ def copy_public() -> None:
 
 
 def gpu_rows() -> list[dict[str, str]]:
-    """The rows of data/gpus.csv."""
-    with open(GPUS_CSV, newline="") as fh:
-        return list(csv.DictReader(fh))
+    """The rows of data/gpus.csv, as the catalog reads them (shared/gpu_catalog.py owns the file)."""
+    return gpu_catalog.rows()
 
 
 def alias_map() -> dict[str, str]:
