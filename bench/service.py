@@ -99,11 +99,10 @@ class Stack:
         )
         from shared.core.tasks import WORKER_FLAGS
 
-        jobs = ["worker.app", "worker", "-Q", "jobs", *WORKER_FLAGS, "--concurrency", "2", "-l", "INFO"]
-        self.worker_command = [*celery, *jobs]
+        pool = [*WORKER_FLAGS, "--concurrency", "2"]
+        self.worker_command = [*celery, "worker.app", "worker", "-Q", "jobs", *pool, "-l", "INFO"]
         self._start("worker", self.worker_command)
-        noop = ["bench.service:app", "worker", "-Q", NOOP_QUEUE, *WORKER_FLAGS, "--concurrency", "2", "-l", "WARNING"]
-        noop = [*celery, *noop]
+        noop = [*celery, "bench.service:app", "worker", "-Q", NOOP_QUEUE, *pool, "-l", "WARNING"]
         self._start("noop", noop, BENCH_NOOP_WORKER="1")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

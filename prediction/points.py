@@ -156,8 +156,7 @@ def iteration_ms_many(points: list[PointDict]) -> np.ndarray:
 
 def iteration_ms(point: PointDict) -> list[float]:
     """A timed point's (P10, median, P90) iteration time in ms."""
-    band = (point["iteration_seconds_p10"], point["iteration_seconds"], point["iteration_seconds_p90"])
-    return [s * 1000 for s in band]  # type: ignore[operator]  # a timed point's band is given
+    return [s * 1000 for s in _BAND(point)]
 
 
 def timed_fitting(points: list[PointDict], *, priced: bool = False) -> list[PointDict]:

@@ -25,13 +25,13 @@ Figure = Literal["total_seconds", "cost_usd"]
 # itemgetter: a large job ranks ~10^5 points per question, and a Python key function per point took a tenth of it.
 _BY_TIME = itemgetter("total_seconds", "cost_usd", "batch_size")
 _BY_COST = itemgetter("cost_usd", "total_seconds", "batch_size")
-_LAYOUT = itemgetter("gpus_used", "nodes")
 RANK: dict[str, tuple[Figure, Callable[[Any], tuple[Any, ...]]]] = {
     "fastest": ("total_seconds", _BY_TIME),
     "cheapest": ("cost_usd", _BY_COST),
     "cheapest_within_deadline": ("cost_usd", _BY_COST),
     "fastest_within_budget": ("total_seconds", _BY_TIME),
 }
+_LAYOUT = itemgetter("gpus_used", "nodes")
 
 
 def option(point: PointDict, capacity_gib: float | None) -> OptionDict:

@@ -37,11 +37,11 @@ def bench_queue(machine_type: str) -> str:
     return f"bench.{machine_type}"
 
 
-# kombu's Redis transport: a message of priority > 0 waits in "<queue>\x06\x16<step>".
 # Flags of every `celery worker` (jobs workers and agents; scripts/up.sh, docker-compose.yml and deploy/k8s spell them
 # out): nothing here asks workers about each other (no revokes, remote control or events), so they skip Celery's
 # start-up handshake, which cost each start a second of waiting for replies before it took a task.
 WORKER_FLAGS = ("--without-mingle", "--without-gossip")
+# kombu's Redis transport: a message of priority > 0 waits in "<queue>\x06\x16<step>".
 PRIORITY_SEP = "\x06\x16"
 PRIORITY_STEPS = (3, 6, 9)
 
