@@ -11,7 +11,7 @@ from celery.signals import worker_init, worker_ready
 from prediction.reference.model import file_version, stored_version
 from shared.core import logs, secrets, tasks
 from shared.core.settings import get_settings
-from worker import planning, reconcile, reference_store, refit
+from worker import planning, reconcile, reference_store, refit, warmup
 
 # Before the broker URL is read: with TRAINCAST_SSM_PATH set, DATABASE_URL and REDIS_URL come from SSM.
 secrets.load_from_environment()
@@ -54,6 +54,14 @@ def refit_models(machine_types: list[str]) -> None:
         logging.getLogger(__name__).info("refit after import", extra=fitted)
 
 
+@app.task(name=tasks.WARM, **LIMITS)
+def warm(step: int) -> None:
+    """One step of the warm-up (worker/warmup.py); then the next, below any job."""
+    following = warmup.run_step(step)
+    if following is not None:
+        tasks.send(tasks.WARM, args=[following], priority=warmup.PRIORITY)
+
+
 @worker_init.connect
 def lower_priority(**_kwargs: Any) -> None:
     """The worker's batch work yields the CPU to the API's interactive answers where they share a host (`make up`):
@@ -67,3 +75,10 @@ def prune_reference_predictions(**_kwargs: Any) -> None:
     removed = reference_store.prune(version=stored_version(file_version()))
     if removed:
         logging.getLogger(__name__).info("deleted %d reference conv predictions of older model versions", removed)
+
+
+@worker_ready.connect
+def start_warm_up(**_kwargs: Any) -> None:
+    """At start, the warm-up's first step (a no-op per step where everything is stored already)."""
+    if get_settings().warm_on_start:
+        tasks.send(tasks.WARM, args=[0], priority=warmup.PRIORITY)

@@ -62,6 +62,24 @@ class PostgresLayers:
             log.warning("reference conv predictions not stored (%s)", exc)
 
 
+# Rows whose batch sizes 1..n are all known: known_mask is one byte per size from 0, and bytes 2..n+1 hold no zero.
+SELECT_COMPLETE = """
+SELECT key FROM reference_conv_times
+WHERE key = ANY(%(keys)s) AND length(known_mask) > %(n)s
+  AND position('\\x00'::bytea IN substring(known_mask FROM 2 FOR %(n)s)) = 0"""
+
+
+def complete(keys: list[str], *, up_to: int) -> set[str]:
+    """Those of these keys stored with a prediction at every batch size 1..up_to (none if PostgreSQL cannot be read)."""
+    try:
+        with transaction() as cur:
+            cur.execute(SELECT_COMPLETE, {"keys": keys, "n": up_to})
+            return {row["key"] for row in cur.fetchall()}
+    except (psycopg2.Error, ServiceUnavailable) as exc:
+        log.warning("reference conv predictions not read (%s)", exc)
+        return set()
+
+
 DELETE_OTHER_VERSIONS = "DELETE FROM reference_conv_times WHERE model_version <> %s"
 
 

@@ -234,6 +234,10 @@ class ReferenceModel:
         )
         return hashlib.sha256(text.encode()).hexdigest()
 
+    def stored_name(self, spec: Mapping[str, Any], gpu: GpuSpecs, precision: str) -> str:
+        """The store's name for one conv's predictions on this GPU in this kernel precision (what _convs saves)."""
+        return self.store_key((gpu.filled(), precision, _spec_key(spec)))
+
     def _load_stored(
         self, entries: dict[tuple[GpuSpecs, str, str], _Layer | None], todo: dict[tuple[GpuSpecs, str, str], int]
     ) -> None:

@@ -84,6 +84,11 @@ class Settings(BaseSettings):
     # The Celery worker's niceness (0: as started): batch work below the API on a shared host. Never the agent's,
     # whose CPU timings are measurements.
     worker_nice: int = Field(default=10, ge=0, le=19)
+    # A worker that becomes ready extracts the built-in CNNs (WARM_CNNS, JSON; empty: all) at 224 px and predicts
+    # their reference convs on every GPU type, a few seconds a step below any job (worker/warmup.py), so that a new
+    # install's first large job reads them instead of computing them.
+    warm_on_start: bool = True
+    warm_cnns: list[str] = []
     # Limits per key, each replaced by the key's own (`keys create --max-jobs / --bench-seconds-per-day`):
     # jobs queued or running at once, and the benchmark seconds its jobs sent agents in the last 24 h (each
     # (signature, batch size) point a plan sends counts 3 phases x BENCH_TIME_CAP_S). Points per job: below.

@@ -22,6 +22,7 @@ PLAN_JOB = "worker.plan_job"
 ADVANCE_JOBS = "worker.advance_jobs"
 RECONCILE = "worker.reconcile"
 REFIT = "worker.refit"
+WARM = "worker.warm"
 BENCH_LAYERS = "gpu_agent.bench_layers"
 MEASURE_STEPS = "gpu_agent.measure_steps"
 BENCH_OPS = "gpu_agent.bench_ops"
@@ -174,26 +175,29 @@ def reset_client() -> None:
     _client = None
 
 
-def send(task: str, *, queue: str | None = None, args: list[Any] | None = None, **kwargs: Any) -> None:
-    """Send a task by name; the caller does not need the code that runs it.
+def send(
+    task: str, *, queue: str | None = None, args: list[Any] | None = None, priority: int = 0, **kwargs: Any
+) -> None:
+    """Send a task by name; the caller does not need the code that runs it. priority: 0 first, up to 9 (waits in
+    the queue's priority list, taken after every message of a higher priority).
 
     ServiceUnavailable (transient) when the broker connection is broken: the job is fine, its work is sent again.
     """
     try:
-        _send(task, queue, args, kwargs)
+        _send(task, queue, args, kwargs, priority)
     except AttributeError:
         # kombu 5.7's Redis transport, after Redis went away, can fail inside publish with AttributeError
         # ("'NoneType' object has no attribute 'client'"): the cached app's connection is broken for good. A new
         # app connects afresh; failing again, it is an outage like any other.
         reset_client()
         try:
-            _send(task, queue, args, kwargs)
+            _send(task, queue, args, kwargs, priority)
         except AttributeError as exc:
             reset_client()
             raise ServiceUnavailable(f"the broker connection is broken: {exc}") from exc
 
 
-def _send(task: str, queue: str | None, args: list[Any] | None, kwargs: dict[str, Any]) -> None:
+def _send(task: str, queue: str | None, args: list[Any] | None, kwargs: dict[str, Any], priority: int) -> None:
     global _client
     if _client is None:
         _client = make_app("traincast-client")
@@ -202,6 +206,7 @@ def _send(task: str, queue: str | None, args: list[Any] | None, kwargs: dict[str
         args=args or [],
         kwargs=kwargs,
         queue=queue or get_settings().jobs_queue,
+        priority=priority,
         # Fail fast when the broker is down: callers keep state in PostgreSQL and resend later.
         retry=True,
         retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},

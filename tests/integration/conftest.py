@@ -22,7 +22,11 @@ def service_env() -> Iterator[dict[str, str]]:
     """Point every Traincast setting of this process at this run's own database and Redis db."""
     with servers() as (admin_db, redis_server), fresh_database(admin_db) as db_url, fresh_redis_db(redis_server) as r:
         # Tests send wrong keys on purpose, all from 127.0.0.1: failed authentication is throttled in a test of its own.
-        env = {"DATABASE_URL": db_url, "REDIS_URL": r, "BENCH_TIME_CAP_S": "0.2", "API_AUTH_FAILURES_PER_MIN": "1e6"}
+        # No warm-up in the workers tests start (tests/integration/test_warmup.py starts one that does).
+        env = {
+            "DATABASE_URL": db_url, "REDIS_URL": r, "BENCH_TIME_CAP_S": "0.2", "API_AUTH_FAILURES_PER_MIN": "1e6",
+            "WARM_ON_START": "0",
+        }  # fmt: skip
         os.environ.update(env)
         get_settings.cache_clear()
         tasks.reset_client()

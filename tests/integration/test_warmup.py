@@ -1,0 +1,129 @@
+"""The warm-up (worker/warmup.py): what it stores is what a new install's first job would otherwise compute."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import lightgbm as lgb
+import pytest
+
+from prediction import reference
+from shared import jobs
+from shared.cnn import zoo
+from shared.core import tasks
+from shared.core.db import transaction
+from shared.core.settings import get_settings
+from shared.jobs.request import JobRequest
+from tests.integration.conftest import clean
+from tests.support.stack import Stack, broker
+from tests.support.wait import wait_until
+from worker import planning, reference_store, step_cache, warmup
+
+
+def warm_cnns(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    """WARM_CNNS for this process."""
+    monkeypatch.setenv("WARM_CNNS", str(list(names)).replace("'", '"'))
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def empty() -> Iterator[None]:
+    """Empty tables before, and this process's settings as they were after."""
+    clean()
+    yield
+    get_settings.cache_clear()
+
+
+def unwarmed() -> list[tuple[str, str]]:
+    """(GPU, kernel precision) pairs some warmed conv still lacks batch sizes 1-256 on."""
+    model, specs = reference.load(), warmup.warm_specs()
+    left = []
+    for gpu in warmup.gpus():
+        for precision in warmup.KERNEL_PRECISIONS:
+            names = [model.stored_name(s, gpu, precision) for s in specs]
+            if not specs or reference_store.complete(names, up_to=warmup.MAX_BATCH) != set(names):
+                left.append((gpu.name, precision))
+    return left
+
+
+def lightgbm_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rows of every LightGBM prediction from now on."""
+    rows: list[int] = []
+    real = lgb.Booster.predict
+
+    def predict(self: lgb.Booster, data: Any, *args: Any, **kwargs: Any) -> Any:
+        rows.append(len(data))
+        return real(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(lgb.Booster, "predict", predict)
+    return rows
+
+
+def test_a_first_job_after_the_warm_up_reads_everything(empty: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the warm-up every GPU type has every warmed conv in both kernel precisions; a second warm-up computes
+    nothing; a first job, in fp32 and in AMP, on reference GPUs reads them: no CNN read, no LightGBM run."""
+    warm_cnns(monkeypatch, "squeezenet1_1", "resnet18")
+    assert unwarmed()  # nothing stored yet
+    assert warmup.warm() >= len(warmup.plan(warmup.names(), warmup.gpus())) > 2  # a step past STEP_S runs again
+    assert unwarmed() == []
+
+    rows = lightgbm_rows(monkeypatch)
+    monkeypatch.setattr(zoo, "build", lambda *a, **k: pytest.fail("a warmed CNN was read again"))
+    warmup.warm()
+    assert rows == []
+
+    for precision in ("fp32", "amp_bf16"):
+        reference.load.cache_clear()  # a new worker process: nothing in memory, everything in PostgreSQL
+        step_cache.clear()
+        request = JobRequest.model_validate({
+            "cnns": ["squeezenet1_1", "resnet18"], "machines": ["g4dn.xlarge", "p4d.24xlarge"],
+            "batch_sizes": {"min": 1, "max": 256}, "precision": precision,
+        })  # fmt: skip
+        row, _ = jobs.create(request=request)
+        planning.plan_job(row["id"])
+        done = jobs.get(job_id=row["id"])
+        assert done["status"] == "succeeded", done.get("error")
+        assert done["result"] is not None
+        points = done["result"]["predictions"]
+        assert len(points) == 2 * 2 * 256 and {p["source"] for p in points} == {"reference"}
+    assert rows == []
+
+
+def test_a_step_resumes_where_it_stopped(empty: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step past its time is sent again and goes on from what it stored; one another process holds is passed."""
+    warm_cnns(monkeypatch, "alexnet")
+    steps = warmup.plan(warmup.names(), warmup.gpus())
+    assert [s.cnns for s in steps[:1]] == [("alexnet",)] and steps[1].precision == "fp32"
+    assert [s.precision for s in steps[1:]] == ["fp32"] * (len(steps) // 2) + ["amp_fp16"] * (len(steps) // 2)
+    assert warmup.run_step(0) == 1
+    monkeypatch.setattr(warmup, "STEP_S", 0.0)  # one LightGBM call a step
+    monkeypatch.setattr(warmup, "PREDICT_PER_CALL", 2)
+    assert warmup.run_step(1) == 1  # alexnet's 5 convs: 2 done, 3 left
+    assert warmup.run_step(1) == 1
+    assert warmup.run_step(1) == 2  # the last one
+    first, second = steps[1].gpu, steps[2].gpu
+    assert first is not None and second is not None
+    assert (first.name, "fp32") not in unwarmed()
+    with transaction() as cur:  # another worker is doing step 2
+        cur.execute(warmup.TRY_STEP_LOCK, (warmup.STEP_LOCK_CLASS, 2))
+        assert warmup.run_step(2) == 3
+    assert (second.name, "fp32") in unwarmed()
+    assert warmup.run_step(len(steps)) is None
+
+
+def test_a_starting_worker_warms_up_below_any_job(
+    empty: None, service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that becomes ready runs the warm-up to its end, each step sent at the lowest priority."""
+    tasks.send("tests.never-run", queue="warm-priority", priority=warmup.PRIORITY)
+    assert [broker().llen(k) for k in tasks.queue_keys("warm-priority")] == [0, 0, 0, 1]
+    broker().delete(*tasks.queue_keys("warm-priority"))
+
+    warm_cnns(monkeypatch, "mobilenet_v3_small")
+    stack = Stack(service_env, tmp_path_factory.mktemp("warm"))
+    stack.start("worker", WARM_ON_START="1", WARM_CNNS='["mobilenet_v3_small"]')
+    try:
+        wait_until(
+            lambda: warmup.warm_specs() and not unwarmed(), 240, "the warm-up to end", 1.0, lambda: stack.log("worker")
+        )
+    finally:
+        stack.stop_all()
