@@ -176,28 +176,36 @@ def reset_client() -> None:
 
 
 def send(
-    task: str, *, queue: str | None = None, args: list[Any] | None = None, priority: int = 0, **kwargs: Any
+    task: str,
+    *,
+    queue: str | None = None,
+    args: list[Any] | None = None,
+    priority: int = 0,
+    countdown: float | None = None,
+    **kwargs: Any,
 ) -> None:
     """Send a task by name; the caller does not need the code that runs it. priority: 0 first, up to 9 (waits in
-    the queue's priority list, taken after every message of a higher priority).
+    the queue's priority list, taken after every message of a higher priority); countdown: run no sooner (s).
 
     ServiceUnavailable (transient) when the broker connection is broken: the job is fine, its work is sent again.
     """
     try:
-        _send(task, queue, args, kwargs, priority)
+        _send(task, queue, args, kwargs, (priority, countdown))
     except AttributeError:
         # kombu 5.7's Redis transport, after Redis went away, can fail inside publish with AttributeError
         # ("'NoneType' object has no attribute 'client'"): the cached app's connection is broken for good. A new
         # app connects afresh; failing again, it is an outage like any other.
         reset_client()
         try:
-            _send(task, queue, args, kwargs, priority)
+            _send(task, queue, args, kwargs, (priority, countdown))
         except AttributeError as exc:
             reset_client()
             raise ServiceUnavailable(f"the broker connection is broken: {exc}") from exc
 
 
-def _send(task: str, queue: str | None, args: list[Any] | None, kwargs: dict[str, Any], priority: int) -> None:
+def _send(
+    task: str, queue: str | None, args: list[Any] | None, kwargs: dict[str, Any], when: tuple[int, float | None]
+) -> None:
     global _client
     if _client is None:
         _client = make_app("traincast-client")
@@ -206,7 +214,8 @@ def _send(task: str, queue: str | None, args: list[Any] | None, kwargs: dict[str
         args=args or [],
         kwargs=kwargs,
         queue=queue or get_settings().jobs_queue,
-        priority=priority,
+        priority=when[0],
+        countdown=when[1],
         # Fail fast when the broker is down: callers keep state in PostgreSQL and resend later.
         retry=True,
         retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
