@@ -89,3 +89,26 @@ def test_another_gpu_precision_or_model_version_is_not_read(monkeypatch: pytest.
     rows[:] = []
     with_store(store).predict_convs(specs=specs, batch_sizes=[4], gpu=A100, precision="fp32")
     assert sum(rows) > 0
+
+
+def test_a_stored_name_is_the_hash_of_its_inputs_as_json() -> None:
+    """The key spells out json.dumps of (version, GPU figures, precision, conv), so rows stored before read alike."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from prediction.reference.model import stored_version
+
+    model = from_json_text(MODEL_JSON.read_text())
+    for gpu, spec in ((A100, layers_of("resnet18")[0][0]), (T4, {"in_channels": 3, "note": 'é\\"x'})):
+        text = json.dumps(
+            [
+                stored_version(model.version),
+                dataclasses.asdict(gpu.filled()),
+                "amp_fp16",
+                json.dumps(spec, sort_keys=True),
+            ],
+            sort_keys=True,
+            default=str,
+        )
+        assert model.stored_name(spec, gpu, "amp_fp16") == hashlib.sha256(text.encode()).hexdigest()
