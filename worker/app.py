@@ -57,7 +57,7 @@ def refit_models(machine_types: list[str]) -> None:
 @app.task(name=tasks.WARM, **LIMITS)
 def warm(step: int) -> None:
     """One step of the warm-up (worker/warmup.py); then the next, below any job."""
-    if warmup.cpu_timed_here():
+    if warmup.timing_here():
         tasks.send(tasks.WARM, args=[step], priority=warmup.PRIORITY, countdown=warmup.YIELD_S)
         return
     following = warmup.run_step(step)

@@ -5,7 +5,7 @@ On a new install the first large job otherwise does both itself (31 CNNs on 8 GP
 store, one row per conv, GPU and kernel precision), so a job reads whatever is done and computes the rest, and a
 warm-up stopped half-way resumes where it stopped. A worker that becomes ready sends step 0 (worker/app.py); each step
 is a few seconds of work and sends the next at the lowest priority, so jobs never queue behind the warm-up; while an
-agent on the same host times on its CPU (`local` calibrating), the step waits instead.
+agent on the same host measures (`local` calibrating), the step waits instead.
 """
 
 import logging
@@ -39,7 +39,7 @@ EXTRACT_PER_STEP = 6  # CNNs read a step (~0.3 s each on the meta device)
 PREDICT_PER_CALL = 64  # convs a LightGBM call predicts at all 256 batch sizes (~60 MB of features)
 STEP_S = 2.0  # a step's work: a job that finds both worker children busy waits at most about this long
 PRIORITY = 9  # the lowest: a job's messages (priority 0) are all taken first
-YIELD_S = 5.0  # how long a step waits for a CPU agent on this host to finish what it times
+YIELD_S = 5.0  # how long a step waits for an agent on this host to finish what it measures
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,13 @@ def plan(cnn_names: Sequence[str], gpu_specs: Sequence[GpuSpecs]) -> list[Step]:
     return reads + [Step(gpu=g, precision=p) for p in KERNEL_PRECISIONS for g in gpu_specs]
 
 
-def cpu_timed_here() -> bool:
-    """Whether an agent on this host is timing on its CPU now: those timings are measurements (a busy core beside
-    them costs the agent its quiet blocks, and `make run` its calibration minutes), so the warm-up waits."""
+def timing_here() -> bool:
+    """Whether an agent on this host is measuring now: its timings are measurements (a busy core beside a CPU agent
+    costs it its quiet blocks, and `make run` its calibration minutes; a GPU's launch-bound steps are host time), so
+    the warm-up waits."""
     host = socket.gethostname()
     listed = agents.list_all(alive_after_s=get_settings().agent_alive_after_s)
-    return any(a["alive"] and a["current_work"] and a["host"] == host and a["device"] == "cpu" for a in listed)
+    return any(a["alive"] and a["current_work"] and a["host"] == host for a in listed)
 
 
 # Several workers starting at once each send step 0: a step one of them is doing, the others skip.

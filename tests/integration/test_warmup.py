@@ -133,32 +133,32 @@ def test_a_starting_worker_warms_up_below_any_job(
         stack.stop_all()
 
 
-def test_a_step_waits_while_an_agent_here_times_on_its_cpu(empty: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """While a CPU agent on this host measures, a step does nothing and comes back later; an agent elsewhere, or a
-    GPU agent here, or one idle, does not hold it."""
+def test_a_step_waits_while_an_agent_here_measures(empty: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While an agent on this host measures (on its CPU or a GPU), a step does nothing and comes back later; an agent
+    elsewhere, or one idle here, does not hold it."""
     from gpu_agent import environment
     from worker.app import warm
 
-    monkeypatch.setattr(warmup, "run_step", lambda index: pytest.fail(f"step {index} ran beside the CPU agent"))
+    monkeypatch.setattr(warmup, "run_step", lambda index: pytest.fail(f"step {index} ran beside the agent"))
     beat: dict[str, Any] = {"pid": 1, "started_at": datetime.now(UTC), "instance_id": None}
     beat |= {"environment_id": environment.environment_id("cpu"), "machine_type": "local"}
-    here, elsewhere, gpu = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    agents.beat(agent_id=here, host=socket.gethostname(), device="cpu", **beat)
+    cpu, elsewhere, gpu = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    agents.beat(agent_id=cpu, host=socket.gethostname(), device="cpu", **beat)
     agents.beat(agent_id=elsewhere, host="another-host", device="cpu", **beat)
     agents.beat(agent_id=gpu, host=socket.gethostname(), device="cuda:0 (NVIDIA H100)", **beat)
     try:
-        for agent in (elsewhere, gpu):
-            agents.set_work(agent_id=agent, work={"task": "timing"})
-        assert not warmup.cpu_timed_here()
-
-        agents.set_work(agent_id=here, work={"task": "timing"})
-        assert warmup.cpu_timed_here()
-        warm(7)
-        [message] = [json.loads(m) for m in broker().lrange(tasks.queue_keys("jobs")[-1], 0, -1)]
-        assert message["headers"]["task"] == tasks.WARM and message["headers"]["argsrepr"] == "[7]"
-        assert datetime.fromisoformat(message["headers"]["eta"]) > datetime.now(UTC)
-        agents.set_work(agent_id=here, work=None)
-        assert not warmup.cpu_timed_here()
+        agents.set_work(agent_id=elsewhere, work={"task": "timing"})
+        assert not warmup.timing_here()
+        for here in (cpu, gpu):
+            agents.set_work(agent_id=here, work={"task": "timing"})
+            assert warmup.timing_here()
+            warm(7)
+            [message] = [json.loads(m) for m in broker().lrange(tasks.queue_keys("jobs")[-1], 0, -1)]
+            assert message["headers"]["task"] == tasks.WARM and message["headers"]["argsrepr"] == "[7]"
+            assert datetime.fromisoformat(message["headers"]["eta"]) > datetime.now(UTC)
+            broker().delete(tasks.queue_keys("jobs")[-1])
+            agents.set_work(agent_id=here, work=None)
+        assert not warmup.timing_here()
     finally:  # no live agent left for the tests after this one
-        for agent in (here, elsewhere, gpu):
+        for agent in (cpu, elsewhere, gpu):
             agents.mark_stopped(agent_id=agent, reason="test over")
