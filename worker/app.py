@@ -83,5 +83,10 @@ def prune_reference_predictions(**_kwargs: Any) -> None:
 @worker_ready.connect
 def start_warm_up(**_kwargs: Any) -> None:
     """At start, the warm-up's first step (a no-op per step where everything is stored already)."""
-    if get_settings().warm_on_start:
+    settings = get_settings()
+    if settings.warm_on_start:
+        if passed := sorted(set(settings.warm_cnns) - set(warmup.names())):
+            logging.getLogger(__name__).warning(
+                "WARM_CNNS: not warmed, not built-ins that run at %d px: %s", warmup.IMAGE_SIZE, ", ".join(passed)
+            )
         tasks.send(tasks.WARM, args=[0], priority=warmup.PRIORITY)

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import lightgbm as lgb
 import pytest
 
 from prediction import reference
@@ -20,6 +19,7 @@ from shared.jobs.request import JobRequest
 from tests.integration.conftest import clean
 from tests.support.stack import Stack, broker
 from tests.support.wait import wait_until
+from tests.unit.test_reference_store import lightgbm_rows
 from worker import planning, reference_store, step_cache, warmup
 
 
@@ -47,19 +47,6 @@ def unwarmed() -> list[tuple[str, str]]:
             if not specs or reference_store.complete(names, up_to=warmup.MAX_BATCH) != set(names):
                 left.append((gpu.name, precision))
     return left
-
-
-def lightgbm_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The rows of every LightGBM prediction from now on."""
-    rows: list[int] = []
-    real = lgb.Booster.predict
-
-    def predict(self: lgb.Booster, data: Any, *args: Any, **kwargs: Any) -> Any:
-        rows.append(len(data))
-        return real(self, data, *args, **kwargs)
-
-    monkeypatch.setattr(lgb.Booster, "predict", predict)
-    return rows
 
 
 def test_a_first_job_after_the_warm_up_reads_everything(empty: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,18 +104,20 @@ def test_a_step_resumes_where_it_stopped(empty: None, monkeypatch: pytest.Monkey
 def test_a_starting_worker_warms_up_below_any_job(
     empty: None, service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A worker that becomes ready runs the warm-up to its end, each step sent at the lowest priority."""
+    """A worker that becomes ready runs the warm-up to its end, each step sent at the lowest priority; a name in
+    WARM_CNNS that is no built-in is said at start and passed over."""
     tasks.send("tests.never-run", queue="warm-priority", priority=warmup.PRIORITY)
     assert [broker().llen(k) for k in tasks.queue_keys("warm-priority")] == [0, 0, 0, 1]
     broker().delete(*tasks.queue_keys("warm-priority"))
 
     warm_cnns(monkeypatch, "mobilenet_v3_small")
     stack = Stack(service_env, tmp_path_factory.mktemp("warm"))
-    stack.start("worker", WARM_ON_START="1", WARM_CNNS='["mobilenet_v3_small"]')
+    stack.start("worker", WARM_ON_START="1", WARM_CNNS='["mobilenet_v3_small", "no_such_cnn"]')
     try:
         wait_until(
             lambda: warmup.warm_specs() and not unwarmed(), 240, "the warm-up to end", 1.0, lambda: stack.log("worker")
         )
+        assert "not built-ins that run at 224 px: no_such_cnn" in stack.log("worker")
     finally:
         stack.stop_all()
 
