@@ -5,9 +5,11 @@ import itertools
 import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any, TypedDict, cast
+
+import psycopg2
 
 from shared.core.db import Cursor, Json, pool, transaction
 from shared.core.errors import Conflict, NotFound
@@ -366,6 +368,7 @@ def _claim(lock_class: int, job_id: uuid.UUID) -> Iterator[bool]:
     owner = pool()
     conn = owner.borrow()
     key = (lock_class, str(job_id))
+    mine = False
     try:
         with conn, conn.cursor() as cur:
             cur.execute(TRY_PLANNING_LOCK, key)
@@ -376,6 +379,11 @@ def _claim(lock_class: int, job_id: uuid.UUID) -> Iterator[bool]:
             with conn, conn.cursor() as cur:
                 cur.execute(UNLOCK_PLANNING, key)
     except BaseException:
+        # Unlocked now where the session still answers (the block failed, not the connection): a closed session's
+        # lock goes only when its server process exits, and a retry right after (the next advance) could miss it.
+        if mine:
+            with suppress(psycopg2.Error), conn, conn.cursor() as cur:
+                cur.execute(UNLOCK_PLANNING, key)
         conn.close()  # whatever state the session is in, its lock ends with it
         raise
     finally:

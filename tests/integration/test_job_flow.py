@@ -4,13 +4,17 @@ import math
 import os
 import subprocess
 import sys
+from typing import Any
 
+import psycopg2
 import pytest
 
 from shared import jobs
 from shared.cnn import zoo as cnn_zoo
 from shared.core.db import transaction
 from shared.core.settings import get_settings
+from shared.jobs import store as job_store
+from shared.jobs.store import ASSEMBLY_LOCK_CLASS
 from tests.support.jobflow import drain_agent_queue, stored_conv_ms, submit, take_queued
 from tests.support.stack import broker, queued_tasks
 from tests.support.wait import wait_until
@@ -169,6 +173,73 @@ def test_a_planner_that_dies_leaves_the_job_to_the_next_plan_message(clean_db: N
     wait_until(lambda: _claimable(job["id"]), 10, "the killed planner's session to end")
     planning.plan_job(job["id"])
     assert jobs.get(job_id=job["id"])["status"] == "running"
+
+
+def test_a_claim_whose_block_fails_is_free_at_once(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An assembly that raised (an outage in its own queries) leaves the claim free before the error reaches the
+    caller, even while its closed session's server process is still there: the next advance takes the job up."""
+    job, late = submit(), LateClose()
+    monkeypatch.setattr(job_store, "pool", lambda: late)
+    try:
+        with pytest.raises(RuntimeError), jobs.assembly_claim(job_id=job["id"]) as mine:
+            assert mine and _claims_held(job["id"]) == 1
+            raise RuntimeError("the assembly failed")
+        assert late.sessions and _claims_held(job["id"]) == 0
+    finally:
+        late.end()
+
+
+class LateClose:
+    """A pool whose connections' close() ends nothing yet: each session (and any lock it holds) lives on until end(),
+    as a closed session's server process can for a moment."""
+
+    def __init__(self) -> None:
+        self.sessions: list[Any] = []
+
+    def borrow(self) -> Any:
+        conn = psycopg2.connect(get_settings().database_url)
+        self.sessions.append(conn)
+        return Session(conn)
+
+    def give_back(self, _conn: Any) -> None:
+        pass
+
+    def end(self) -> None:
+        for conn in self.sessions:
+            conn.close()
+
+
+class Session:
+    """A connection whose close() is late (LateClose)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> Any:
+        return self.conn.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self.conn.__exit__(*exc)
+
+    def cursor(self) -> Any:
+        return self.conn.cursor()
+
+    def close(self) -> None:
+        pass
+
+
+# The job's assembly claim, held by any session of this database (an advisory lock on (class, hashtext(job id))).
+HELD_CLAIM = """
+SELECT count(*) AS n FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND classid = %(class)s
+  AND objid::text::bigint = (hashtext(%(job)s)::bigint & 4294967295)
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"""
+
+
+def _claims_held(job_id: object) -> int:
+    with transaction() as cur:
+        cur.execute(HELD_CLAIM, {"class": ASSEMBLY_LOCK_CLASS, "job": str(job_id)})
+        return int(cur.fetchone()["n"])
 
 
 def _claimable(job_id: object) -> bool:

@@ -25,7 +25,7 @@ from worker import planning, reference_store, step_cache, warmup
 
 def warm_cnns(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
     """WARM_CNNS for this process."""
-    monkeypatch.setenv("WARM_CNNS", str(list(names)).replace("'", '"'))
+    monkeypatch.setenv("WARM_CNNS", json.dumps(list(names)))
     get_settings.cache_clear()
 
 
