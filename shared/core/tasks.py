@@ -189,22 +189,23 @@ def send(
 
     ServiceUnavailable (transient) when the broker connection is broken: the job is fine, its work is sent again.
     """
+    options = {"priority": priority, "countdown": countdown}
     try:
-        _send(task, queue, args, kwargs, (priority, countdown))
+        _send(task, queue, args, kwargs, options)
     except AttributeError:
         # kombu 5.7's Redis transport, after Redis went away, can fail inside publish with AttributeError
         # ("'NoneType' object has no attribute 'client'"): the cached app's connection is broken for good. A new
         # app connects afresh; failing again, it is an outage like any other.
         reset_client()
         try:
-            _send(task, queue, args, kwargs, (priority, countdown))
+            _send(task, queue, args, kwargs, options)
         except AttributeError as exc:
             reset_client()
             raise ServiceUnavailable(f"the broker connection is broken: {exc}") from exc
 
 
 def _send(
-    task: str, queue: str | None, args: list[Any] | None, kwargs: dict[str, Any], when: tuple[int, float | None]
+    task: str, queue: str | None, args: list[Any] | None, kwargs: dict[str, Any], options: dict[str, Any]
 ) -> None:
     global _client
     if _client is None:
@@ -214,8 +215,7 @@ def _send(
         args=args or [],
         kwargs=kwargs,
         queue=queue or get_settings().jobs_queue,
-        priority=when[0],
-        countdown=when[1],
+        **options,
         # Fail fast when the broker is down: callers keep state in PostgreSQL and resend later.
         retry=True,
         retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
