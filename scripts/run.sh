@@ -55,11 +55,16 @@ PY
 # GPUs nobody has measured here: answered at once from public measurements, each row labelled.
 "$VENV/bin/traincast" predict resnet18 --machine g4dn.xlarge,g2-standard-8,Standard_NC24ads_A100_v4 --batch-sizes 32,64,128 --quiet
 if [ -n "${refine:-}" ]; then
-  # After the predictions above, so that their own measurements do not queue behind it on the one local agent.
+  # After the predictions above, so that their own measurements do not queue behind it on the one local agent. After
+  # the warm-up too (worker/warmup.py), run here beside the worker's own steps: it waits while an agent on this host
+  # measures, so with the calibration first a large job on the GPU types would be answered cold for its minutes too.
   log="${TRAINCAST_RUN_DIR:-.run}/calibrate.log"
-  setsid "$VENV/bin/traincast" calibrate --machine local </dev/null >"$log" 2>&1 &
+  # shellcheck disable=SC2016 # $1 and $2 are the inner shell's arguments
+  setsid bash -c '"$1" -m worker.warmup --if-enabled; exec "$2" calibrate --machine local' refine \
+      "$VENV/bin/python" "$VENV/bin/traincast" </dev/null >"$log" 2>&1 &
   echo $! >"${TRAINCAST_RUN_DIR:-.run}/calibrate.pid"  # its own process group: make down ends it too
-  echo "calibrating the other 4 CNNs in the background (log $log): local's model is refit with all 7 when done"
+  echo "in the background (log $log): the GPU types' reference convs for the built-in CNNs (a few minutes), then the"
+  echo "other 4 CNNs calibrated on local, whose model is refit with all 7 when done"
 fi
 echo "the stack is still running (make down stops it); the web page: $TRAINCAST_API_URL/ , API docs: $TRAINCAST_API_URL/docs"
 echo "API key (admin; the page asks for one, curl sends it as -H \"Authorization: Bearer \$(cat .run/admin.key)\"): .run/admin.key"

@@ -8,6 +8,7 @@ is a few seconds of work and sends the next at the lowest priority, so jobs neve
 agent on the same host measures (`local` calibrating), the step waits instead.
 """
 
+import argparse
 import logging
 import socket
 import time
@@ -152,19 +153,35 @@ def predict(model: ReferenceModel, gpu: GpuSpecs, precision: str, *, seconds: fl
     return done, len(todo) - done
 
 
-def warm() -> int:
-    """Every step in this process (operators, benches: `python -m worker.warmup`); how many steps ran (a step past
-    STEP_S runs again)."""
+def warm(*, yielding: bool = False) -> int:
+    """Every step in this process (operators, benches, scripts/run.sh: `python -m worker.warmup`); how many steps ran
+    (a step past STEP_S runs again). yielding: before each step, wait while an agent on this host measures, as the
+    worker's steps do."""
     index: int | None = 0
     ran = 0
     while index is not None:
+        while yielding and timing_here():
+            time.sleep(YIELD_S)
         index = run_step(index)
         ran += 1
     return ran - 1
 
 
-if __name__ == "__main__":
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m worker.warmup [--if-enabled]`: the whole warm-up here, beside the workers' own steps (each step is
+    done once: a step one of them holds, the others pass over)."""
+    parser = argparse.ArgumentParser(prog="python -m worker.warmup", description=main.__doc__)
+    parser.add_argument("--if-enabled", action="store_true", help="nothing when WARM_ON_START is off")
+    args = parser.parse_args(argv)
+    if args.if_enabled and not get_settings().warm_on_start:
+        print("warm-up: off (WARM_ON_START)")
+        return 0
     started = time.perf_counter()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    steps = warm()
-    print(f"warm-up: {steps} steps in {time.perf_counter() - started:.1f} s")
+    steps = warm(yielding=True)
+    print(f"warm-up: {steps} steps in {time.perf_counter() - started:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
