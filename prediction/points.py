@@ -30,7 +30,7 @@ _BATCH = itemgetter("batch_size")
 _TOTAL, _COST, _FITS = itemgetter("total_seconds"), itemgetter("cost_usd"), itemgetter("fits_in_memory")
 _BAND = itemgetter("iteration_seconds_p10", "iteration_seconds", "iteration_seconds_p90")
 _BY_TIME = itemgetter("total_seconds", "batch_size")
-_BY_COST = itemgetter("cost_usd", "total_seconds", "batch_size")
+BY_COST = itemgetter("cost_usd", "total_seconds", "batch_size")  # also the decisions' order for cost
 # A best choice leaves this share of memory free where some usable point does: the memory model's held-out error is
 # 3.7-4.7% (docs/PERFORMANCE.md, Memory), and allocators fragment.
 MIN_HEADROOM_PCT = 10.0
@@ -224,5 +224,5 @@ def best_of(
         "memory_basis": basis,
         "min_time": pick(_BY_TIME),
         # Ties in cost (a free machine) go to the faster batch size.
-        "min_cost": pick(_BY_COST),
+        "min_cost": pick(BY_COST),
     }

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, Literal, cast
 
-from prediction.points import MIN_HEADROOM_PCT, headroom_pct, timed_fitting, with_headroom
+from prediction.points import BY_COST, MIN_HEADROOM_PCT, headroom_pct, timed_fitting, with_headroom
 from shared.jobs.models import DecisionDict, OptionDict, PointDict
 from shared.jobs.request import JobRequest
 
@@ -24,11 +24,10 @@ Figure = Literal["total_seconds", "cost_usd"]
 # (figure ranked, then the tie-breakers): the figure whose band decides a tie. Points and options alike.
 # itemgetter: a large job ranks ~10^5 points per question, and a Python key function per point took a tenth of it.
 _BY_TIME = itemgetter("total_seconds", "cost_usd", "batch_size")
-_BY_COST = itemgetter("cost_usd", "total_seconds", "batch_size")
 RANK: dict[str, tuple[Figure, Callable[[Any], tuple[Any, ...]]]] = {
     "fastest": ("total_seconds", _BY_TIME),
-    "cheapest": ("cost_usd", _BY_COST),
-    "cheapest_within_deadline": ("cost_usd", _BY_COST),
+    "cheapest": ("cost_usd", BY_COST),
+    "cheapest_within_deadline": ("cost_usd", BY_COST),
     "fastest_within_budget": ("total_seconds", _BY_TIME),
 }
 _LAYOUT = itemgetter("gpus_used", "nodes")

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg2.errors
+
 from prediction import reference
 from prediction.reference import GpuSpecs, ReferenceModel
 from prediction.reference.steps import kernel_precision
@@ -85,30 +87,43 @@ def timing_here() -> bool:
 
 # Several workers starting at once each send step 0: a step one of them is doing, the others skip.
 TRY_STEP_LOCK = "SELECT pg_try_advisory_xact_lock(%s, %s) AS mine"
+# The whole warm-up in one process waits instead: a worker holds a step for one piece of work (about STEP_S) at a
+# time, and the piece after it could wait minutes behind a calibration that starts once this process is done.
+STEP_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
+LOCK_WAIT = "SET LOCAL lock_timeout = '60s'"
 STEP_LOCK_CLASS = 16
 
 
-def run_step(index: int) -> int | None:
+def run_step(index: int, *, wait: bool = False) -> int | None:
     """Do step `index` of the plan as it reads now, for about STEP_S; the step to do next (this one again while it
-    has work left), or None when there is no such step (the warm-up is done).
+    has work left), or None when there is no such step (the warm-up is done). wait: a step another process holds is
+    waited for (up to a minute), then its rest done here, instead of passed over.
 
     A step that fails is logged and passed (a job does that work itself); PostgreSQL unreachable ends the warm-up.
     """
     steps = plan(names(), gpus())
     if index >= len(steps):
         return None
-    with transaction() as cur:  # the lock lasts as long as the step
-        cur.execute(TRY_STEP_LOCK, (STEP_LOCK_CLASS, index))
-        row = cur.fetchone()
-        if not (row and row["mine"]):
-            return index + 1
-        try:
-            return index if _do(steps[index]) else index + 1
-        except Exception as exc:
-            if is_transient(exc):
-                raise
-            log.exception("warm-up step %d of %d failed: passed over", index, len(steps))
-            return index + 1
+    try:
+        with transaction() as cur:  # the lock lasts as long as the step
+            if wait:
+                cur.execute(LOCK_WAIT)
+                cur.execute(STEP_LOCK, (STEP_LOCK_CLASS, index))
+            else:
+                cur.execute(TRY_STEP_LOCK, (STEP_LOCK_CLASS, index))
+                row = cur.fetchone()
+                if not (row and row["mine"]):
+                    return index + 1
+            try:
+                return index if _do(steps[index]) else index + 1
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                log.exception("warm-up step %d of %d failed: passed over", index, len(steps))
+                return index + 1
+    except psycopg2.errors.LockNotAvailable:
+        log.warning("warm-up step %d of %d: held elsewhere for over a minute, passed over", index, len(steps))
+        return index + 1
 
 
 def _do(step: Step) -> bool:
@@ -154,15 +169,16 @@ def predict(model: ReferenceModel, gpu: GpuSpecs, precision: str, *, seconds: fl
 
 
 def warm(*, yielding: bool = False) -> int:
-    """Every step in this process (operators, benches, scripts/run.sh: `python -m worker.warmup`); how many steps ran
-    (a step past STEP_S runs again). yielding: before each step, wait while an agent on this host measures, as the
+    """Every step in this process, each to its end when this returns (one a worker holds is waited for, then
+    finished here); how many steps ran (a step past STEP_S runs again). For operators, benches and scripts/run.sh
+    (`python -m worker.warmup`). yielding: before each step, wait while an agent on this host measures, as the
     worker's steps do."""
     index: int | None = 0
     ran = 0
     while index is not None:
         while yielding and timing_here():
             time.sleep(YIELD_S)
-        index = run_step(index)
+        index = run_step(index, wait=True)
         ran += 1
     return ran - 1
 

@@ -2,8 +2,9 @@
 
 import json
 import socket
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -99,6 +100,62 @@ def test_a_step_resumes_where_it_stopped(empty: None, monkeypatch: pytest.Monkey
         assert warmup.run_step(2) == 3
     assert (second.name, "fp32") in unwarmed()
     assert warmup.run_step(len(steps)) is None
+
+
+WAITING = (
+    "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = %s AND objid = %s"
+)
+
+
+def hold_step(index: int, held: threading.Event, release: Callable[[], bool]) -> None:
+    """Hold step `index`'s lock, as a worker doing it would, until release() says so."""
+    with transaction() as cur:
+        cur.execute(warmup.TRY_STEP_LOCK, (warmup.STEP_LOCK_CLASS, index))
+        row = cur.fetchone()
+        assert row is not None and row["mine"]
+        held.set()
+        wait_until(release, 60, "the moment to let the step go", 0.05)
+
+
+def test_the_whole_warm_up_finishes_a_step_a_worker_holds(empty: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In one process (python -m worker.warmup) a step another process holds is waited for and then done here, not
+    passed over; one held past the wait is passed over."""
+    warm_cnns(monkeypatch, "alexnet")
+    reference.load.cache_clear()  # a new process: no conv predicted in memory by an earlier test (none is stored)
+    steps = warmup.plan(warmup.names(), warmup.gpus())
+    assert warmup.run_step(0) == 1
+    gpu = steps[1].gpu
+    assert gpu is not None and (gpu.name, "fp32") in unwarmed()
+
+    def someone_waits() -> bool:
+        with transaction() as cur:
+            cur.execute(WAITING, (warmup.STEP_LOCK_CLASS, 1))
+            row = cur.fetchone()
+            return row is not None and row["n"] > 0
+
+    held = threading.Event()
+    holder = threading.Thread(target=hold_step, args=(1, held, someone_waits))
+    holder.start()
+    try:
+        assert held.wait(30)
+        assert warmup.run_step(1, wait=True) == 2  # let go only once this waited for it, then done here
+    finally:
+        holder.join(60)
+    assert (gpu.name, "fp32") not in unwarmed()
+
+    monkeypatch.setattr(warmup, "LOCK_WAIT", "SET LOCAL lock_timeout = '200ms'")
+    later, done = steps[2].gpu, threading.Event()
+    assert later is not None
+    held.clear()
+    holder = threading.Thread(target=hold_step, args=(2, held, done.is_set))
+    holder.start()
+    try:
+        assert held.wait(30)
+        assert warmup.run_step(2, wait=True) == 3  # held past the wait: passed over
+    finally:
+        done.set()
+        holder.join(60)
+    assert (later.name, "fp32") in unwarmed()
 
 
 def test_a_starting_worker_warms_up_below_any_job(

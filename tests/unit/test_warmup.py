@@ -17,7 +17,8 @@ def test_the_loop_waits_while_an_agent_here_measures(monkeypatch: pytest.MonkeyP
         calls.append("asked")
         return next(measuring)
 
-    def run_step(index: int) -> int | None:
+    def run_step(index: int, *, wait: bool) -> int | None:
+        assert wait  # the loop finishes a step another process holds instead of passing it over
         calls.append(f"step {index}")
         return next(steps)
 
