@@ -184,8 +184,8 @@ def warm(*, yielding: bool = False) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m worker.warmup [--if-enabled]`: the whole warm-up here, beside the workers' own steps (each step is
-    done once: a step one of them holds, the others pass over)."""
+    """`python -m worker.warmup [--if-enabled]`: the whole warm-up here, beside the workers' own steps (a step a
+    worker holds is waited for and finished here; a worker passes over one this process holds)."""
     parser = argparse.ArgumentParser(prog="python -m worker.warmup", description=main.__doc__)
     parser.add_argument("--if-enabled", action="store_true", help="nothing when WARM_ON_START is off")
     args = parser.parse_args(argv)
