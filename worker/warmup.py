@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg2.errors
+import psycopg2.extras
 
 from prediction import reference
 from prediction.reference import GpuSpecs, ReferenceModel
@@ -106,14 +107,8 @@ def run_step(index: int, *, wait: bool = False) -> int | None:
         return None
     try:
         with transaction() as cur:  # the lock lasts as long as the step
-            if wait:
-                cur.execute(LOCK_WAIT)
-                cur.execute(STEP_LOCK, (STEP_LOCK_CLASS, index))
-            else:
-                cur.execute(TRY_STEP_LOCK, (STEP_LOCK_CLASS, index))
-                row = cur.fetchone()
-                if not (row and row["mine"]):
-                    return index + 1
+            if not _lock_step(cur, index, wait=wait):
+                return index + 1
             try:
                 return index if _do(steps[index]) else index + 1
             except Exception as exc:
@@ -124,6 +119,18 @@ def run_step(index: int, *, wait: bool = False) -> int | None:
     except psycopg2.errors.LockNotAvailable:
         log.warning("warm-up step %d of %d: held elsewhere for over a minute, passed over", index, len(steps))
         return index + 1
+
+
+def _lock_step(cur: psycopg2.extras.RealDictCursor, index: int, *, wait: bool) -> bool:
+    """Whether this transaction now holds step `index` (wait: after waiting for its holder; LockNotAvailable past
+    LOCK_WAIT)."""
+    if wait:
+        cur.execute(LOCK_WAIT)
+        cur.execute(STEP_LOCK, (STEP_LOCK_CLASS, index))
+        return True
+    cur.execute(TRY_STEP_LOCK, (STEP_LOCK_CLASS, index))
+    row = cur.fetchone()
+    return bool(row and row["mine"])
 
 
 def _do(step: Step) -> bool:

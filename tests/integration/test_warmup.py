@@ -5,6 +5,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -107,14 +108,28 @@ WAITING = (
 )
 
 
-def hold_step(index: int, held: threading.Event, release: Callable[[], bool]) -> None:
-    """Hold step `index`'s lock, as a worker doing it would, until release() says so."""
-    with transaction() as cur:
-        cur.execute(warmup.TRY_STEP_LOCK, (warmup.STEP_LOCK_CLASS, index))
-        row = cur.fetchone()
-        assert row is not None and row["mine"]
-        held.set()
-        wait_until(release, 60, "the moment to let the step go", 0.05)
+@contextmanager
+def held_elsewhere(index: int, until: Callable[[], bool]) -> Iterator[None]:
+    """Step `index`'s lock held by another connection, as a worker doing it would, until until() says so or the
+    block ends."""
+    held, let_go = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with transaction() as cur:
+            cur.execute(warmup.TRY_STEP_LOCK, (warmup.STEP_LOCK_CLASS, index))
+            row = cur.fetchone()
+            assert row is not None and row["mine"]
+            held.set()
+            wait_until(lambda: let_go.is_set() or until(), 60, "the moment to let the step go", 0.05)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30)
+        yield
+    finally:
+        let_go.set()
+        holder.join(60)
 
 
 def test_the_whole_warm_up_finishes_a_step_a_worker_holds(empty: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -133,28 +148,15 @@ def test_the_whole_warm_up_finishes_a_step_a_worker_holds(empty: None, monkeypat
             row = cur.fetchone()
             return row is not None and row["n"] > 0
 
-    held = threading.Event()
-    holder = threading.Thread(target=hold_step, args=(1, held, someone_waits))
-    holder.start()
-    try:
-        assert held.wait(30)
+    with held_elsewhere(1, until=someone_waits):
         assert warmup.run_step(1, wait=True) == 2  # let go only once this waited for it, then done here
-    finally:
-        holder.join(60)
     assert (gpu.name, "fp32") not in unwarmed()
 
     monkeypatch.setattr(warmup, "LOCK_WAIT", "SET LOCAL lock_timeout = '200ms'")
-    later, done = steps[2].gpu, threading.Event()
+    later = steps[2].gpu
     assert later is not None
-    held.clear()
-    holder = threading.Thread(target=hold_step, args=(2, held, done.is_set))
-    holder.start()
-    try:
-        assert held.wait(30)
+    with held_elsewhere(2, until=lambda: False):
         assert warmup.run_step(2, wait=True) == 3  # held past the wait: passed over
-    finally:
-        done.set()
-        holder.join(60)
     assert (later.name, "fp32") in unwarmed()
 
 
