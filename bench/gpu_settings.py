@@ -5,7 +5,10 @@ GPU, 2 warm-up steps, 3 blocks of 4 steps with one synchronize per block, the me
 three configurations, at each batch size, in the four settings (channels_last x cudnn.benchmark). The loops run
 setting-innermost, so a run cut short still holds complete comparisons for the CNNs it reached. One JSON line
 per step, written and flushed as it is measured; the first line is the environment. An out-of-memory step is
-recorded as data ("error"), not skipped.
+recorded as data ("error"), not skipped. Each step is measured in a thread of its own that also runs its backward
+(own_thread): PyTorch caches cuDNN's chosen plan per shape and thread, whatever cudnn.benchmark says, so before
+that a benchmark-on step ran the plans its benchmark-off neighbour of the same shapes had cached (the rows of
+data/reference/h100/steps_settings.jsonl, measured so, say so in that folder's README).
 
     python3 bench/gpu_settings.py --out steps_settings.jsonl [--cnns resnet50,vgg16] [--batches 32,128]
     python3 bench/gpu_settings.py --dry-run     # CPU, one tiny CNN and batch: checks the script itself
@@ -22,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 CNNS = (
@@ -92,6 +96,19 @@ def measure(run: Any, sync: Any, blocks: int, per_block: int) -> tuple[float, li
     return statistics.median(block_ms), block_ms
 
 
+def own_thread(run: Any) -> Any:
+    """run() in a new thread that ends with it, backward on that thread too (not autograd's long-lived device thread):
+    a fresh cache of cuDNN's chosen plans, as a training process starts with."""
+    import torch
+
+    def isolated() -> Any:
+        with torch.autograd.set_multithreading_enabled(False):
+            return run()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(isolated).result()
+
+
 def one(name: str, config: str, batch: int, image: int, nhwc: bool, bench: bool, a: argparse.Namespace) -> dict:
     """One measured (or failed) step as a JSON-able row."""
     import torch
@@ -110,7 +127,7 @@ def one(name: str, config: str, batch: int, image: int, nhwc: bool, bench: bool,
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
-        ms, blocks = measure(step_fn(model, config, x, y, torch), sync, a.blocks, a.per_block)
+        ms, blocks = own_thread(lambda: measure(step_fn(model, config, x, y, torch), sync, a.blocks, a.per_block))
         row.update(ms=ms, blocks_ms=blocks)
         if device.type == "cuda":
             row["peak_alloc_bytes"] = torch.cuda.max_memory_allocated()

@@ -24,11 +24,13 @@ TIMING_METHOD = "interleaved-rounds/3"
 @cache
 def configure() -> None:
     """Fix what timings depend on for this process: torch's thread count, cuDNN's algorithm search."""
-    wanted = get_settings().agent_threads or len(os.sched_getaffinity(0))
+    settings = get_settings()
+    wanted = settings.agent_threads or len(os.sched_getaffinity(0))
     # Set explicitly, not left to torch's guess, so every row can say what it ran with.
     torch.set_num_threads(wanted)
-    # As a training run would: search the fastest algorithm per shape once, then reuse it.
-    torch.backends.cudnn.benchmark = True
+    # The layer and op benchmarks' setting, recorded in their environment. Off (PyTorch's default, cuDNN's heuristics)
+    # unless asked: the search, once per shape and batch size, was 81% of a GPU calibration's time on an H200.
+    torch.backends.cudnn.benchmark = settings.agent_cudnn_benchmark
 
 
 @cache

@@ -86,7 +86,7 @@ def prepare(
         "backward_weight": backward_weight,
     }
     for fn in phases.values():
-        fn()  # warm-up: cudnn.benchmark's algorithm search, allocation, caches
+        fn()  # warm-up: cuDNN's choice of algorithm (a search with cudnn.benchmark on), allocation, caches
     sync(device)
     info: dict[str, Any] = {}
     if device.type == "cuda" and get_settings().bench_record_kernels:
@@ -129,7 +129,7 @@ def by_phase(events: Iterable[Any], names_of: Callable[[Any], set[str]]) -> dict
 
 
 def cuda_kernels(fn: Callable[[], object]) -> list[str] | None:
-    """Names of the CUDA kernels one call launches: which algorithm cudnn.benchmark chose."""
+    """Names of the CUDA kernels one call launches: which algorithm cuDNN chose."""
     try:
         from torch.profiler import ProfilerActivity, profile
 

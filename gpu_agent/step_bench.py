@@ -3,14 +3,18 @@
 The optimizer is built as a PyTorch user writes it (torch.optim.SGD with the momentum and weight decay given,
 Adam, AdamW; every other argument PyTorch's default, so foreach on CUDA), autocast runs the step for amp_fp16
 and amp_bf16 (with a GradScaler for fp16), TF32 matmuls are allowed for tf32 only, channels_last puts the
-model and the images in that memory format, and cudnn.benchmark is on for the step only where it asks. An
+model and the images in that memory format, and cudnn.benchmark is on for the step only where it asks. The steps
+run in a thread of their own, backward included (own_thread): cuDNN keeps the algorithm it chose for a shape per
+thread, whichever setting chose it, so without that a step reused the choices of the layer benchmarks or of an
+earlier step in another setting, where a training process makes its own. An
 untimed step of each batch size (with the optimizer's state in place) records the step's peak memory (the
 allocator's, as torch.cuda.max_memory_allocated counts it), stored with the timing.
 """
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -22,6 +26,7 @@ from shared.core.errors import InvalidRequest
 from shared.training import TrainConfig
 
 AUTOCAST = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
+T = TypeVar("T")
 
 
 def measure(
@@ -78,9 +83,28 @@ def measure(
     # first step after a switch rebuilds them (2.5× slower, measured; not with a 4096-entry cache),
     # which training never does.
     policy = replace(policy, rewarm=max(policy.rewarm, 1))
-    return windows.run(
-        batch_sizes, setup, device=device, policy=policy, window_points=window_points, save=save, stop=stop
+    return own_thread(
+        lambda: windows.run(
+            batch_sizes, setup, device=device, policy=policy, window_points=window_points, save=save, stop=stop
+        )
     )
+
+
+def own_thread(run: Callable[[], T]) -> T:
+    """run() in a new thread that ends with it, its backward passes on that thread too: a fresh cuDNN plan cache.
+
+    PyTorch caches cuDNN's chosen plan per shape in thread-local storage and looks there before it asks whether
+    cudnn.benchmark is on; a CUDA backward otherwise runs on autograd's long-lived device thread, whose cache would
+    carry one setting's choices into the next. One thread of backward changes no kernel, only which thread
+    dispatches them.
+    """
+
+    def isolated() -> T:
+        with torch.autograd.set_multithreading_enabled(False):
+            return run()
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="traincast-step") as pool:
+        return pool.submit(isolated).result()
 
 
 def make_optimizer(params: Any, config: TrainConfig) -> torch.optim.Optimizer:
@@ -141,12 +165,12 @@ def prepare(
 
     def step() -> None:
         torch.backends.cuda.matmul.allow_tf32 = tf32  # process-wide: set on every step, other tasks share it
-        # Process-wide too, and layer benchmarks search algorithms (environment.configure): set for the step only.
-        searched, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, config.cudnn_benchmark
+        # Process-wide too, and the layer benchmarks have their own (environment.configure): set for the step only.
+        agents, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, config.cudnn_benchmark
         try:
             _step()
         finally:
-            torch.backends.cudnn.benchmark = searched
+            torch.backends.cudnn.benchmark = agents
 
     def _step() -> None:
         opt.zero_grad(set_to_none=True)

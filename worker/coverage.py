@@ -202,7 +202,7 @@ def send_work(gaps: Missing, precision: str, channels_last: bool = False, job_id
 
 def send_op_work(gaps: Missing, training: TrainConfig, job_ids: list[str] | None = None) -> None:
     """Op work: tasks of op signatures per machine, in the request's training configuration."""
-    # Op benchmarks do not depend on cudnn.benchmark (they always search algorithms, as their environment says).
+    # Op benchmarks do not depend on cudnn.benchmark (they run in the agent's own setting, as their environment says).
     config = training.model_copy(update={"cudnn_benchmark": False}).wire()
     _send(tasks.BENCH_OPS, gaps, ops.specs, job_ids, config=config)
 

@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     bench_record_kernels: bool = True
     # Threads torch uses in the agent (0: every CPU this process may run on); recorded per row.
     agent_threads: int = 0
+    # cudnn.benchmark for the agent's layer and op benchmarks (recorded in their environment); whole steps always run
+    # in the setting their job asks.
+    agent_cudnn_benchmark: bool = False
     # Share of the free memory one window of measurements may use. On a CPU a measurement
     # estimated above it is recorded as out of memory instead of swapping the machine to a halt.
     agent_memory_fraction: float = 0.5

@@ -1,9 +1,12 @@
 """The agent's whole-step bench builds exactly the optimizer and precision a configuration names (CPU, tiny CNN)."""
 
+import threading
+
 import pytest
 import torch
 
-from gpu_agent import step_bench
+from gpu_agent import environment, step_bench, windows
+from gpu_agent.timing import Policy
 from shared.core.errors import InvalidRequest
 from shared.training import TrainConfig
 
@@ -79,7 +82,7 @@ def test_channels_last_images_and_weights() -> None:
 
 def test_cudnn_benchmark_is_set_for_the_step_only() -> None:
     """The step runs with cudnn.benchmark as its configuration asks and leaves the process's setting as it found it
-    (layer benchmarks in the same agent search algorithms)."""
+    (the agent's layer benchmarks have their own)."""
     seen: list[bool] = []
     for asked in (True, False):
         torch.backends.cudnn.benchmark = not asked
@@ -89,3 +92,73 @@ def test_cudnn_benchmark_is_set_for_the_step_only() -> None:
         prepared.phases["step"]()
         hook.remove()
         assert seen[-1] is asked and torch.backends.cudnn.benchmark is (not asked)
+
+
+def test_whole_steps_run_forward_and_backward_in_a_thread_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """measure() times its steps on a new thread that also runs their backward (cuDNN caches its chosen algorithms per
+    thread: a step must not inherit the layer benchmarks' or another setting's), and errors come back to the caller."""
+    seen: list[tuple[str, int, bool]] = []
+
+    class Spy(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            seen.append(("forward", threading.get_ident(), torch.autograd.is_multithreading_enabled()))
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            seen.append(("backward", threading.get_ident(), torch.autograd.is_multithreading_enabled()))
+            return grad
+
+    class Spied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = tiny()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(Spy.apply(x.requires_grad_()))
+
+    def build(*_: object) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        model = Spied()
+        return model, step_bench.make_optimizer(model.parameters(), TrainConfig())
+
+    monkeypatch.setattr(step_bench, "build", build)
+    saved: list[int] = []
+    left = step_bench.measure(
+        "resnet18", [2], 8, TrainConfig(), CPU, policy=Policy(time_cap_s=0.05, min_rounds=1), window_points=1,
+        save=lambda bs, outcome: saved.append(bs), stop=lambda: False,
+    )  # fmt: skip
+    assert left == [] and saved == [2]
+    assert {kind for kind, _, _ in seen} == {"forward", "backward"}
+    assert {tid for _, tid, _ in seen} - {threading.get_ident()} == {tid for _, tid, _ in seen}, seen
+    assert len({tid for _, tid, _ in seen}) == 1 and not any(multi for _, _, multi in seen)
+
+    def fails(*_: object, **__: object) -> list[int]:
+        raise RuntimeError("a failure inside the step's thread")
+
+    monkeypatch.setattr(windows, "run", fails)
+    with pytest.raises(RuntimeError, match="inside the step's thread"):
+        step_bench.measure("resnet18", [2], 8, TrainConfig(), CPU, policy=Policy(time_cap_s=0.05), window_points=1,
+                           save=lambda *_: None, stop=lambda: False)  # fmt: skip
+
+
+@pytest.mark.parametrize("search", [False, True])
+def test_layer_benchmarks_search_algorithms_only_where_the_agent_is_told(
+    monkeypatch: pytest.MonkeyPatch, search: bool
+) -> None:
+    """The agent's cudnn.benchmark is AGENT_CUDNN_BENCHMARK's (off by default: cuDNN's heuristics, as PyTorch)."""
+    from shared.core.settings import get_settings
+
+    monkeypatch.setenv("AGENT_CUDNN_BENCHMARK", "true" if search else "false")
+    get_settings.cache_clear()
+    environment.configure.cache_clear()
+    before = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = not search
+        environment.configure()
+        assert torch.backends.cudnn.benchmark is search
+    finally:
+        torch.backends.cudnn.benchmark = before
+        monkeypatch.delenv("AGENT_CUDNN_BENCHMARK")
+        get_settings.cache_clear()
+        environment.configure.cache_clear()
