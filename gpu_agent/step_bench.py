@@ -166,11 +166,11 @@ def prepare(
     def step() -> None:
         torch.backends.cuda.matmul.allow_tf32 = tf32  # process-wide: set on every step, other tasks share it
         # Process-wide too, and the layer benchmarks have their own (environment.configure): set for the step only.
-        agents, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, config.cudnn_benchmark
+        agent_setting, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, config.cudnn_benchmark
         try:
             _step()
         finally:
-            torch.backends.cudnn.benchmark = agents
+            torch.backends.cudnn.benchmark = agent_setting
 
     def _step() -> None:
         opt.zero_grad(set_to_none=True)
