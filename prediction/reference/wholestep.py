@@ -175,9 +175,9 @@ def calibrate(
 
     Rows timed while real-data loaders ran concurrently (Pollux, Sia) are left out of the fit: their
     step times include input-pipeline stalls the GPU model must not learn (they are still evaluated). The public
-    sets ran with cudnn.benchmark on (DeepLearningExamples sets it); on our H100 it changes steps by about 1%
-    where the device sets the step, so the base fit takes public rows as they are and only ratios measured in one
-    run on one machine teach what a setting does. balance: each GPU family weighs at most the median family;
+    sets ran with cudnn.benchmark on (DeepLearningExamples sets it); on our H100 it changed steps by 0-3% where
+    the device sets the step (SGD fp32), so the base fit takes public rows as they are and only ratios measured in
+    one run on one machine teach what a setting does. balance: each GPU family weighs at most the median family;
     held: host costs kept at these (stepfit.HOST_NAMES) instead of fitted.
     """
     rows = fit_rows(gpus, exclude, leave_out)

@@ -164,11 +164,24 @@ def test_the_committed_model_was_scored_on_the_h100_steps_per_configuration() ->
     # Every step in another setting is scored too, as the setting's effect on the same run's default step.
     pairs = wholestep.setting_pairs(step_rows.load_h100(), fallback=step_rows.SET)
     assert pairs and sum(v["rows"] for v in own["settings"].values()) == len(pairs)
-    assert {k.split()[0] for k in own["settings"]} == {"channels_last", "channels_last+cudnn_benchmark",
-                                                        "nchw+cudnn_benchmark"}  # fmt: skip
+    # cudnn.benchmark is scored on the team's steps that searched (SGD fp32), not on the settings run's repeats.
+    assert set(own["settings"]) == {f"channels_last {c}" for c in configs} | {"nchw+cudnn_benchmark sgd/fp32"}
     for kinds in own["by_group_regime"].values():
         for kind in kinds.values():
             assert kind["band_low"] < kind["band_high"] and kind["rows"] >= 3 and kind["mape"] > 0
+
+
+def test_benchmark_on_steps_that_reused_the_default_plans_are_left_out() -> None:
+    """The settings run's cudnn.benchmark rows did not search: none reaches the fit; its other rows and the team's
+    benchmark-on steps (a process of their own) do."""
+    rows = step_rows.load_h100()
+    settings = [r for r in rows if r.set == step_rows.SETTINGS_SET]
+    lines = [json.loads(line) for line in step_rows.SETTINGS_FILES[step_rows.SETTINGS_SET].read_text().splitlines()]
+    kept = [r for r in lines if "ms" in r and not r["cudnn_benchmark"]]
+    assert len(kept) < len([r for r in lines if "ms" in r]) and len(settings) == len(kept)
+    assert not any(r.autotuned for r in settings) and any(r.training and r.training.channels_last for r in settings)
+    searched = [r for r in rows if r.set == step_rows.CUDNN_SET]
+    assert searched and all(r.autotuned and r.training and r.training.cudnn_benchmark for r in searched)
 
 
 def test_repeatability_pairs_the_same_default_step_of_two_runs_and_nothing_else() -> None:
