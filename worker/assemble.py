@@ -32,8 +32,9 @@ GPU_NOTE = (
 )
 SETTINGS_NOTE = (
     "the reference predictor costs channels_last and cudnn.benchmark with multipliers per precision and kind of "
-    "work learnt from whole steps we measured in those settings on one GPU (an H100): on other GPUs their effect is "
-    "that GPU's, in proportion to each kind of work; benchmarked answers come from steps measured in these settings"
+    "work learnt from whole steps we measured in those settings on one GPU (an H100; cudnn.benchmark in fp32 only, "
+    "so under autocast it changes no reference answer): another GPU gets the H100's multiplier for each kind of "
+    "work, applied to its own time for that work; benchmarked answers come from steps measured in these settings"
 )
 
 
