@@ -100,11 +100,11 @@ def test_channels_last_and_cudnn_benchmark_change_reference_answers(no_agent: St
     the configuration whose steps with it on searched), the result and its model summary say which settings they are
     for, and a non-boolean is a 422."""
     h100 = type_with(gpu="H100-SXM5-80GB", provider="gcp")["name"]
-    body = {"machines": [h100], "batch_sizes": [256], "precision": "amp_bf16"}
+    body = {"machines": [h100], "batch_sizes": [256]}
     answers = {}
     for precision, nhwc, tuned in (("amp_bf16", False, False), ("amp_bf16", True, False), ("fp32", False, False),
                                    ("fp32", False, True)):  # fmt: skip
-        submitted = post_job(no_agent, channels_last=nhwc, cudnn_benchmark=tuned, **{**body, "precision": precision})
+        submitted = post_job(no_agent, channels_last=nhwc, cudnn_benchmark=tuned, precision=precision, **body)
         assert submitted.status_code == 202, submitted.text
         job = wait_for(no_agent, submitted.json()["id"], timeout=120)
         assert job["status"] == "succeeded", job.get("error")
