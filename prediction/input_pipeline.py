@@ -3,7 +3,8 @@ batch on the machine's CPUs) and its downstream (the GPUs' step), and what data 
 
 Upstream per step = images a step takes on one machine (per-GPU batch x GPUs) x a CPU's time per image with every
 CPU busy (measured by the machine type's agent, gpu_agent/input_bench.py) / the workers that run (DataLoader
-workers per GPU x GPUs, at most the vCPUs), or the time to read those images over network_gbps, whichever is
+workers per GPU x GPUs, at most the vCPUs; where the CPU's threads per core are known, workers that leave cores
+free each decode at a whole core's rate), or the time to read those images over network_gbps, whichever is
 longer (the two overlap). Data echoing (Choi et al., 2019, arXiv:1907.05550): reusing each upstream batch e times
 makes a step max(upstream / e, downstream).
 """
@@ -33,7 +34,8 @@ SHIPPED_RATE = Path(__file__).resolve().parents[1] / "data" / "reference" / "inp
 MAX_ECHO = 64
 NOTE = (
     "input: a point's step is the slower of its input pipeline (input_ms: reading, decoding and augmenting one step's "
-    "images with DataLoader workers on the machine's vCPUs, at the rate its agent measured with every CPU busy) and "
+    "images with DataLoader workers on the machine's vCPUs, at the rate its agent measured with every CPU busy; a "
+    "worker with a core to itself at the whole core's rate) and "
     "its GPU step; input_bound says which, input_bound_ratio by how much. echo_factor: the data echoing factor e "
     "(Choi et al. 2019: each batch reused e times, after augmentation; batch and example echoing cost the same) "
     "that removes the bottleneck, echo_speedup its gain per step; echo_total_seconds is the best case (echoed "
@@ -169,7 +171,7 @@ def apply(points: list[PointDict], *, info: MachineTypeInfo, request: JobRequest
     spec = request.input
     if spec is None or not request.decodes_input:
         return
-    vcpus, timed, rows = _vcpus(info, src), [], []
+    vcpus, timed, rows, cpu = _vcpus(info, src), [], [], _cpu(src)
     known = src.rate is not None and src.per_cpu is not None and bool(vcpus)
     decode, augment = _per_image_ms(src, request.image_size) if known else (0.0, 0.0)
     for point in points:
@@ -181,9 +183,9 @@ def apply(points: list[PointDict], *, info: MachineTypeInfo, request: JobRequest
         if not gpus or point["iteration_seconds"] is None or not known or vcpus is None:
             continue  # a CPU trains on the cores that decode: not modelled
         workers = spec.dataloader_workers or max(1, vcpus // gpus)
-        busy = min(workers * gpus, vcpus)
         images = point["batch_size"] * gpus
-        cpu_ms = images * (decode + augment) / busy
+        capacity = decoding_vcpus(workers * gpus, vcpus, cpu)
+        cpu_ms = images * (decode + augment) / capacity
         read_ms = images * spec.jpeg_kb * 8e3 / (spec.network_gbps * 1e9) * 1e3 if spec.network_gbps else 0.0
         upstream = max(cpu_ms, read_ms)
         ms = iteration_ms(point)
@@ -197,8 +199,9 @@ def apply(points: list[PointDict], *, info: MachineTypeInfo, request: JobRequest
             e = math.ceil(upstream / down)
             point["echo_factor"] = e
             point["echo_speedup"] = round(upstream / max(upstream / e, down), 3)
-            point["echo_factor_before_augmentation"] = _echo_before(images * decode / busy, images * augment / busy,
-                                                                    read_ms, down)  # fmt: skip
+            point["echo_factor_before_augmentation"] = _echo_before(
+                images * decode / capacity, images * augment / capacity, read_ms, down
+            )
         timed.append(point)
         rows.append([max(upstream, m) for m in ms])
     if timed:
@@ -206,6 +209,24 @@ def apply(points: list[PointDict], *, info: MachineTypeInfo, request: JobRequest
         for point in timed:
             if speedup := point["echo_speedup"]:
                 point["echo_total_seconds"] = round(cast(float, point["total_seconds"]) / speedup, 6)
+
+
+def decoding_vcpus(workers: int, vcpus: int, cpu: HostCpu | None) -> float:
+    """The workers' decoding throughput in vCPUs with every CPU busy (the unit the rates are in): a worker alone on a
+    core decodes at the whole core's rate, each further thread on it adds only its share of SMT_YIELD - 1."""
+    busy = min(workers, vcpus)
+    threads = cpu.threads_per_core if cpu is not None else None
+    if cpu is None or cpu.per_vcpu is None or threads is None or threads <= 1:
+        return float(busy)
+    whole = min(busy, vcpus / threads)
+    return (whole + (busy - whole) * (machine_cpus.SMT_YIELD - 1) / (threads - 1)) / cpu.per_vcpu
+
+
+def _cpu(src: Sourced) -> HostCpu | None:
+    """The CPUs the points' workers run on: the catalog's, else those the type's own agent recorded."""
+    if src.cpu is not None:
+        return src.cpu
+    return host_cpu(src.rate) if src.source == "measured" and src.rate is not None else None
 
 
 def _per_image_ms(src: Sourced, image_size: int) -> tuple[float, float]:

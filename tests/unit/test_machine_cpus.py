@@ -1,12 +1,14 @@
 """A machine type's decode rate from its own CPUs: the catalog's CPU table, and a measured rate moved to other vCPUs."""
 
 import csv
+import itertools
 import re
 
 import pytest
 
 from prediction import input_pipeline
 from shared import machine_cpus
+from shared.jobs.request import JobRequest
 from shared.measurements.inputs import InputRate
 
 
@@ -92,3 +94,46 @@ def test_where_nothing_was_measured_the_shipped_rate_answers_as_a_reference() ->
     measured = input_pipeline.sourced("p5.48xlarge", {"local": rate("local", 80.0, threads_per_core=1)})
     assert measured.rate is not None and measured.rate.machine_type == "local"
     assert "ships" not in measured.detail
+
+
+def test_workers_that_leave_cores_free_decode_at_a_whole_cores_rate() -> None:
+    """p4d.24xlarge: 96 vCPUs, two to a core. 32 workers have a core each and decode 1.6 times as fast each as
+    96 that share them all; past 48 workers each one adds a thread's share; where threads per core are unknown or
+    one, a worker is a vCPU, as before."""
+    p4d = machine_cpus.of("p4d.24xlarge")
+    assert p4d is not None and p4d.threads_per_core == 2
+    per_vcpu = machine_cpus.SMT_YIELD / 2
+    assert input_pipeline.decoding_vcpus(96, 96, p4d) == pytest.approx(96.0)  # every CPU busy: the rate's own unit
+    assert input_pipeline.decoding_vcpus(200, 96, p4d) == pytest.approx(96.0)  # no more workers than vCPUs run
+    assert input_pipeline.decoding_vcpus(32, 96, p4d) == pytest.approx(32 / per_vcpu)
+    assert input_pipeline.decoding_vcpus(64, 96, p4d) == pytest.approx(
+        (48 + 16 * (machine_cpus.SMT_YIELD - 1)) / per_vcpu
+    )
+    capacity = [input_pipeline.decoding_vcpus(n, 96, p4d) for n in range(1, 97)]
+    assert all(b > a for a, b in itertools.pairwise(capacity))  # one more worker never decodes less
+    nd = machine_cpus.of("Standard_ND96isr_H100_v5")
+    assert input_pipeline.decoding_vcpus(32, 96, nd) == 32.0
+    assert input_pipeline.decoding_vcpus(32, 96, machine_cpus.of("Standard_ND40rs_v2")) == 32.0
+    assert input_pipeline.decoding_vcpus(32, 96, None) == 32.0
+
+
+def test_a_jobs_input_time_with_few_workers_per_gpu_counts_whole_cores() -> None:
+    """A p4d point fed by 4 workers per GPU (32 on 48 cores) against 12 (96, every thread): the step's CPU time is
+    96 / (32 / 0.625) of the busy machine's, not 96 / 32 as when each worker was taken for a shared thread."""
+    p4d = machine_cpus.of("p4d.24xlarge")
+    info = {"name": "p4d.24xlarge", "provider": "aws", "gpu": "A100", "gpu_count": 8, "vcpus": 96,
+            "price_usd_per_hour": 32.8, "gpu_tdp_watts": 400, "memory_gib": 1152}  # fmt: skip
+    src = input_pipeline.Sourced(rate("p4d.24xlarge", 50.0), "measured", "measured on p4d", 50.0, p4d)
+    input_ms = {}
+    for workers in (4, 12):
+        request = JobRequest.model_validate({"cnns": ["resnet50"], "machines": ["p4d.24xlarge"], "batch_sizes": [256],
+                                             "gpus": 8, "input": {"source": "local_jpeg",
+                                                                  "dataloader_workers": workers}})  # fmt: skip
+        point = {"batch_size": 256, "gpus_used": 8, "nodes": 1, "iteration_seconds": 0.1,
+                 "iteration_seconds_p10": 0.09, "iteration_seconds_p90": 0.11}  # fmt: skip
+        input_pipeline.apply([point], info=info, request=request, src=src)  # type: ignore[arg-type, list-item]
+        assert point["dataloader_workers"] == workers
+        input_ms[workers] = point["input_ms"]
+    # 256 x 8 images at 50 images/s per vCPU with every CPU busy: 96 vCPUs' worth of work take 426.7 ms.
+    assert input_ms[12] == pytest.approx(256 * 8 * 1000 / 50 / 96, rel=1e-4)
+    assert input_ms[4] / input_ms[12] == pytest.approx(96 / (32 / (machine_cpus.SMT_YIELD / 2)), rel=1e-4)
