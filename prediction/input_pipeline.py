@@ -223,10 +223,9 @@ def decoding_vcpus(workers: int, vcpus: int, cpu: HostCpu | None) -> float:
 
 
 def _cpu(src: Sourced) -> HostCpu | None:
-    """The CPUs the points' workers run on: the catalog's, else those the type's own agent recorded."""
-    if src.cpu is not None:
-        return src.cpu
-    return host_cpu(src.rate) if src.source == "measured" and src.rate is not None else None
+    """The CPUs the points' workers run on: a measured rate's host (host_cpu: the catalog's, else what its agent
+    recorded), else the catalog's for the machine type."""
+    return host_cpu(src.rate) if src.source == "measured" and src.rate is not None else src.cpu
 
 
 def _per_image_ms(src: Sourced, image_size: int) -> tuple[float, float]:
