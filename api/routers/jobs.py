@@ -116,7 +116,11 @@ def _check_layouts(request: JobRequest) -> None:
     over = [f"{m} ({i['gpu_count']})" for m, i in infos.items() if least > max(1, i["gpu_count"] or 0)]
     if over and request.gpus is not None:
         asks = f"{least} GPUs" if len(counts) == 1 else f"at least {least} GPUs"
-        raise InvalidRequest(f"gpus asks for {asks} a machine; these machine types have fewer: {', '.join(over)}")
+        # Users often mean the GPUs of the whole run: say how to ask for those.
+        raise InvalidRequest(
+            f"gpus asks for {asks} a machine; these machine types have fewer: {', '.join(over)} (gpus counts one "
+            "machine's GPUs: for more in all, ask for several machines with nodes, --nodes in the CLI)"
+        )
     if max(request.node_counts()) > 1:
         local = [m for m, i in infos.items() if i["provider"] == "local"]
         if local:

@@ -141,7 +141,10 @@ def test_types_of_one_and_eight_gpus_are_each_answered_for_the_counts_they_hold(
 @pytest.mark.parametrize(
     ("changes", "words"),
     [
-        ({"machines": [P5], "gpus": 16}, "have fewer: p5.48xlarge (8)"),
+        (
+            {"machines": [P5], "gpus": 16},
+            "have fewer: p5.48xlarge (8) (gpus counts one machine's GPUs: for more in all, ask for several machines",
+        ),
         (
             {"machines": ["g5.xlarge", P5], "gpus": [2, 8]},
             "at least 2 GPUs a machine; these machine types have fewer: g5.xlarge (1)",
@@ -199,6 +202,7 @@ def test_cli_compares_layouts_and_prices_a_schedule(no_agent: Stack, clean_db: N
     assert "best constant batch" in schedule
     bad = cli(no_agent, "predict", "resnet50", "--machine", P5, "--batch-sizes", "32", "--gpus", "16")
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "have fewer" in bad.stderr, bad.stderr
+    assert "several machines with nodes, --nodes in the CLI" in bad.stderr, bad.stderr
     typo = cli(no_agent, "predict", "resnet50", "--machine", P5, "--schedule", "5by32")
     assert typo.returncode != 0 and "EPOCHSxBATCH" in typo.stderr
     alone = cli(no_agent, "predict", "resnet50", "--machine", P5, "--batch-sizes", "32", "--internode-gbps", "5")
