@@ -214,7 +214,12 @@ FINDINGS = [
     "and GeForce/RTX boards): no maximum of N draws grows like that, so no straggler term is applied and the terms "
     "take a tenth of perfect scaling's error off, not half. What costs an A100 or V100 3..7% from the second GPU "
     "on, whatever the count, is not explained by any term here (the copies and contention these terms size are "
-    "10 to 80 times too small); halving perfect scaling's error, as the goal asks, would need it.",
+    "10 to 80 times too small); halving perfect scaling's error, as the goal asks, would need it. Nor is it the "
+    "harness: DeepLearningExamples' ConvNets (image_classification/training.py, Trainer.train_step) synchronises "
+    "the device at the end of every step with one GPU or many, so its one-GPU runs overlap no more across steps "
+    "than its N-GPU runs; these add only one all-reduce of the scalar loss per step (microseconds over NVLink or "
+    "PCIe). A machine-level cause (each step waits for the slowest board's clock under a shared power or thermal "
+    "budget) would fit a loss that appears with the second GPU and stays flat, but no row here records clocks.",
     "- The data-parallel sections above score the tail alone (prediction/parallel.py); the answers add these terms.",
 ]
 
