@@ -2,6 +2,8 @@
 `python -m shared.core.migrate`."""
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -16,8 +18,12 @@ from shared.core.errors import ServiceUnavailable
 from shared.core.settings import get_settings
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
-# Any fixed number: every migrating process takes the same lock, so only one applies at a time.
+# Any fixed number: every migrating process takes the same lock, so only one applies at a time. It is taken in the
+# cluster's postgres database, not the migrated one: roles are cluster-wide, and a migration that creates one while
+# another database's migration creates it too can fail (the loser's transaction still sees no role) however its SQL
+# guards the CREATE. Two processes creating the same database would race the same way.
 LOCK_KEY = 7_246_001
+TAKE_LOCK = "SELECT pg_advisory_lock(%s)"
 
 CREATE_LEDGER = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -29,52 +35,60 @@ INSERT_APPLIED = "INSERT INTO schema_migrations (version) VALUES (%s)"
 DATABASE_EXISTS = "SELECT 1 FROM pg_database WHERE datname = %s"
 
 
-def ensure_database(url: str) -> None:
-    """Create the database named in url if it does not exist yet."""
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin_url = urlunsplit(parts._replace(path="/postgres"))
+@contextmanager
+def _cluster_lock(url: str) -> Iterator[psycopg2.extensions.cursor]:
+    """Hold the migration lock of url's cluster for the block; yield a cursor on its postgres database (autocommit)."""
+    admin_url = urlunsplit(urlsplit(url)._replace(path="/postgres"))
     conn = connect(admin_url)
     try:
         conn.autocommit = True
         with conn.cursor() as cur:
-            cur.execute(DATABASE_EXISTS, (name,))
-            if cur.fetchone() is None:
-                cur.execute(psycopg2.sql.SQL("CREATE DATABASE {}").format(psycopg2.sql.Identifier(name)))
+            cur.execute(TAKE_LOCK, (LOCK_KEY,))
+            yield cur
     finally:
-        conn.close()
+        conn.close()  # a session's advisory lock ends with the session
+
+
+def _create_if_missing(admin: psycopg2.extensions.cursor, url: str) -> None:
+    name = urlsplit(url).path.lstrip("/")
+    admin.execute(DATABASE_EXISTS, (name,))
+    if admin.fetchone() is None:
+        admin.execute(psycopg2.sql.SQL("CREATE DATABASE {}").format(psycopg2.sql.Identifier(name)))
+
+
+def ensure_database(url: str) -> None:
+    """Create the database named in url if it does not exist yet."""
+    with _cluster_lock(url) as admin:
+        _create_if_missing(admin, url)
 
 
 def migrate(url: str | None = None) -> list[str]:
     """Apply pending migrations; return the versions applied now."""
     url = url or get_settings().database_url
-    ensure_database(url)
-    conn = connect(url)
     applied_now: list[str] = []
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
-            cur.execute(CREATE_LEDGER)
-            conn.commit()
-            cur.execute(SELECT_APPLIED)
-            done = {row[0] for row in cur.fetchall()}
-            for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
-                version = path.stem
-                if version in done:
-                    continue
-                cur.execute(path.read_text())
-                cur.execute(INSERT_APPLIED, (version,))
+    with _cluster_lock(url) as admin:
+        _create_if_missing(admin, url)
+        conn = connect(url)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(CREATE_LEDGER)
                 conn.commit()
-                applied_now.append(version)
-        with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as dict_cur:
-            # Rows, not schema: new catalog entries from data/ (existing rows keep their prices).
-            machine_types.seed_catalog(dict_cur)
-            conn.commit()
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
-            conn.commit()
-    finally:
-        conn.close()
+                cur.execute(SELECT_APPLIED)
+                done = {row[0] for row in cur.fetchall()}
+                for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
+                    version = path.stem
+                    if version in done:
+                        continue
+                    cur.execute(path.read_text())
+                    cur.execute(INSERT_APPLIED, (version,))
+                    conn.commit()
+                    applied_now.append(version)
+            with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as dict_cur:
+                # Rows, not schema: new catalog entries from data/ (existing rows keep their prices).
+                machine_types.seed_catalog(dict_cur)
+                conn.commit()
+        finally:
+            conn.close()
     return applied_now
 
 

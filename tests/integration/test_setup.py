@@ -5,8 +5,11 @@ import subprocess
 import sys
 import threading
 
+import psycopg2
+
 from shared.core.db import connect
-from shared.core.migrate import MIGRATIONS_DIR, migrate
+from shared.core.migrate import LOCK_KEY, MIGRATIONS_DIR, migrate
+from tests.support.faultkit import OwnPostgres, until
 from tests.support.services import fresh_database, server_urls
 
 SELECT_VERSIONS = "SELECT version FROM schema_migrations ORDER BY version"
@@ -44,6 +47,59 @@ def test_migrations_apply_once_even_concurrently() -> None:
                 assert [r[0] for r in cur.fetchall()] == every
         finally:
             conn.close()
+
+
+WAITING_FOR_LOCK = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s AND NOT granted"
+GROUP_ROLES = "SELECT count(*) FROM pg_roles WHERE rolname IN ('traincast_api', 'traincast_worker', 'traincast_agent')"
+
+
+def test_databases_of_a_fresh_cluster_migrate_one_at_a_time() -> None:
+    """Roles are cluster-wide: three new databases' migrations wait for one cluster lock, and all of them apply."""
+    every = sorted(p.stem for p in MIGRATIONS_DIR.glob("*.sql"))
+    pg = OwnPostgres()  # no Traincast role exists in it yet, as on a new host or CI machine
+    pg.start()
+    holder = None
+    try:
+        base = pg.admin_url.rsplit("/", 1)[0]
+        urls = [f"{base}/fresh_{i}" for i in range(3)]
+        holder = psycopg2.connect(pg.admin_url)
+        holder.autocommit = True
+        with holder.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        applied: dict[str, list[str]] = {}
+        errors: list[BaseException] = []
+
+        def run(url: str) -> None:
+            try:
+                applied[url] = migrate(url)
+            except BaseException as exc:  # collected and re-raised in the test thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(u,)) for u in urls]
+        for t in threads:
+            t.start()
+
+        def waiting() -> bool:
+            with holder.cursor() as cur:
+                cur.execute(WAITING_FOR_LOCK, (LOCK_KEY,))
+                return cur.fetchone()[0] == 3
+
+        # A lock per database let them run at once, and two creating the same role could fail.
+        until("every migration to wait for the cluster's lock", waiting, 60)
+        assert applied == {} and errors == []
+        with holder.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+        for t in threads:
+            t.join(120)
+        assert errors == []
+        assert applied == {url: every for url in urls}
+        with holder.cursor() as cur:
+            cur.execute(GROUP_ROLES)
+            assert cur.fetchone()[0] == 3
+    finally:
+        if holder is not None:
+            holder.close()
+        pg.remove()
 
 
 def test_unreachable_services_are_one_line() -> None:
