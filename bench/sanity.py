@@ -1,4 +1,4 @@
-"""ResNet-50 images/s the shipped reference predicts for every catalog GPU, beside every public figure we can cite.
+"""ResNet-50 images/s the shipped reference predicts for every GPU it knows, beside every public figure we can cite.
 
 Run: .venv/bin/python bench/sanity.py  (no database; seconds; writes its section of docs/PERFORMANCE.md)
 Predictions: batch 256, 224 px, SGD with momentum (DeepLearningExamples' recipe), cudnn.benchmark off, in fp32,
@@ -53,12 +53,16 @@ def our_h100() -> dict[str, float]:
 
 def report() -> str:
     """The markdown section."""
-    rows = sanity.table(load(), sanity.catalog_gpus())
+    catalog = set(sanity.catalog_gpus())
+    # The catalog's GPUs first, then those only a user's own machine type (or `local`'s agent) names.
+    rows = sanity.table(load(), sorted(sanity.gpu_rows(), key=lambda g: (g not in catalog, g)))
     public = lambda_figures()
     labels = list(sanity.SETTINGS)
     lines = [
         f"Command: `{COMMAND}` (no database; seconds). Predicted images/s, ResNet-50 at batch 256, 224 px, SGD with "
-        "momentum, cudnn.benchmark off, by the shipped reference model (GPUs in its fit: these are not held out). "
+        "momentum, cudnn.benchmark off, by the shipped reference model (GPUs in its fit: these are not held out), "
+        "for every GPU data/gpus.csv knows: those of a catalog machine type first, then the ones only your own "
+        "machine type names (in italics). "
         "Lambda: measured images/s for the same GPU model at its own largest batch (DeepLearningExamples, synthetic "
         "data, NCHW, cudnn.benchmark on; median over systems).",
         "",
@@ -71,7 +75,8 @@ def report() -> str:
         for precision in ("fp32", "amp_fp16"):
             figure = public.get((r.gpu, precision))
             measured.append("–" if figure is None else f"{figure[0]:,.0f} (b{figure[1]})")
-        lines.append(f"| {r.gpu} | " + " | ".join(cells) + " | " + " | ".join(measured) + " |")
+        name = r.gpu if r.gpu in catalog else f"*{r.gpu}*"
+        lines.append(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(measured) + " |")
     ours = our_h100()
     if ours:
         lines += ["", "Our H100 SXM 80GB, measured at batch 256 (data/reference/h100/steps_settings.jsonl; its "
@@ -105,7 +110,10 @@ def report() -> str:
         "slower. " + ("All hold." if not broken else "Broken: " + "; ".join(broken) + "."),
         "",
         "Read with care. Only the H100's NHWC column rests on a measurement of NHWC; on every other GPU it is the "
-        "H100's measured effect applied per kind of work. An H100 NVL has 16% more bandwidth and 16% fewer tensor "
+        "H100's measured effect applied per kind of work. The H100 and the H200 answer with constants of their own "
+        "(fitted on our steps of each), every other GPU with the shared ones; a GPU no public set and no step of ours "
+        "measured (the Blackwell B200 and RTX 5090 among them) rests on its spec sheet's figures alone. "
+        "An H100 NVL has 16% more bandwidth and 16% fewer tensor "
         "TFLOPS than an H100 SXM, so neither must be faster (no ordering), and ResNet-50 training here leans on "
         "bandwidth; an A100 PCIe 80GB against an A100 SXM4 40GB likewise (more bandwidth, less power). Lambda's "
         f"figures: {sum(abs(e) <= 10 for *_, e in errors)} of {len(errors)} within 10% (these GPUs are in the fit; "

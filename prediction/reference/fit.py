@@ -144,11 +144,16 @@ def fit_steps(
         return leave_out(r) or r.set.startswith(measured.SET_PREFIX)
 
     full = wholestep.calibrate(model, gpus, skip, shared_out)
-    families = {}
-    for family in wholestep.own_families(skip, leave_out):
-        families[family] = {**model.params["step"], **wholestep.own_constants(model, gpus, family, skip, leave_out)}
     # The host's costs come from our own steps alone (public sets time large batches): the full fit's.
-    return wholestep.calibrate(model, gpus, skip, shared_out, balance=True, held=full), families
+    shared = wholestep.calibrate(model, gpus, skip, shared_out, balance=True, held=full)
+    families = {
+        family: {
+            **model.params["step"],
+            **wholestep.own_constants(model, gpus, family, skip, leave_out, settings=shared),
+        }
+        for family in wholestep.own_families(skip, leave_out)
+    }
+    return shared, families
 
 
 def fit_depthwise(

@@ -6,8 +6,9 @@ fit and the benchmark, never by the worker's prediction path.
 
 import csv
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,13 +24,16 @@ from shared.cnn.workload import WorkloadJson
 from shared.training import LEGACY_SGD_MOMENTUM, Precision, TrainConfig
 
 WHOLE_STEPS = ROOT / "data" / "reference" / "whole_steps.csv"
+# Public steps of GPUs that no fit reads (no row of theirs is in whole_steps.csv, our steps or a bundle): what the
+# reference answers for a GPU it never saw, scored by bench/unseen_gpus.py.
+UNSEEN_STEPS = ROOT / "data" / "reference" / "unseen_steps.csv"
 
 
-def load_rows() -> list[StepRow]:
-    """Rows of whole_steps.csv (empty if it is absent)."""
-    if not WHOLE_STEPS.exists():
+def load_rows(path: Path = WHOLE_STEPS) -> list[StepRow]:
+    """Rows of whole_steps.csv, or of another file of its columns (empty if it is absent)."""
+    if not path.exists():
         return []
-    with open(WHOLE_STEPS, newline="") as fh:
+    with open(path, newline="") as fh:
         return [
             StepRow(
                 r["set"],
@@ -168,10 +172,12 @@ def calibrate(
     balance: bool = False,
     held: dict[str, float] | None = None,
     ratio_rows: Sequence[StepRow] = (),
+    settings: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Whole-step constants fitted on the step-only rows of every GPU family not excluded, then the settings'
     multipliers on our own steps in those settings (stepfit.fit_settings). ratio_rows: our steps on another machine
     whose crossed pairs (step_rows.CROSSED_PAIRS) teach the ratios alone, not the times (its host is not this one's).
+    settings: where the rows hold no step in a setting, the settings' multipliers taken from these instead of 1x.
 
     Rows timed while real-data loaders ran concurrently (Pollux, Sia) are left out of the fit: their
     step times include input-pipeline stalls the GPU model must not learn (they are still evaluated). The public
@@ -195,6 +201,8 @@ def calibrate(
     if pairs:
         w = row_weights([r for r, _ in pairs])
         step.update(stepfit.fit_settings(stack([r for r, _ in pairs], w), stack([d for _, d in pairs], w), step))
+    elif settings is not None:
+        step.update({k: settings[k] for k in stepfit.SETTINGS_NAMES})
     return step
 
 
@@ -204,13 +212,18 @@ def own_constants(
     family: str,
     exclude: list[str],
     leave_out: Callable[[StepRow], bool] = lambda _: False,
+    settings: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """A GPU model's own whole-step constants: the public rows and its own steps, never another GPU's times (each
     machine has its own host); our steps on another machine teach it only what swapping the optimizer or the
-    precision does (their same-run ratios). leave_out: rows kept out of it all (a held-out CNN's)."""
+    precision does (their same-run ratios). leave_out: rows kept out of it all (a held-out CNN's). settings: the
+    multipliers of channels_last and cudnn.benchmark where none of its own steps ran in those settings (the shared
+    ones, what every GPU without such steps gets; else its answers would ignore both)."""
     another = of_another_gpu(family)
     ratio_rows = [r for r in step_rows.load_own() if another(r) and not leave_out(r)]
-    return calibrate(model, gpus, exclude, lambda r: leave_out(r) or another(r), ratio_rows=ratio_rows)
+    return calibrate(
+        model, gpus, exclude, lambda r: leave_out(r) or another(r), ratio_rows=ratio_rows, settings=settings
+    )
 
 
 def setting_pairs(rows: list[StepRow], fallback: str) -> list[tuple[StepRow, StepRow]]:

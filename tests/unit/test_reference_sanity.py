@@ -6,9 +6,38 @@ from prediction.reference import load, sanity, step_rows
 from prediction.reference.specs import GpuSpecs
 
 
-def test_the_shipped_model_keeps_every_ordering_on_every_catalog_gpu() -> None:
-    rows = sanity.table(load(), sanity.catalog_gpus())
-    assert len(rows) >= 10 and sanity.violations(rows) == []
+def test_the_shipped_model_keeps_every_ordering_on_every_gpu_it_knows() -> None:
+    """Every GPU of data/gpus.csv, the catalog's and those only a user's own machine type names (an H200, an RTX
+    5090): each is answered by the constants its family gets, its own where our steps of it were fitted."""
+    known = sorted(sanity.gpu_rows())
+    assert set(sanity.catalog_gpus()) <= set(known)
+    rows = sanity.table(load(), known)
+    assert len(rows) >= 40 and sanity.violations(rows) == []
+
+
+def test_a_gpu_with_constants_of_its_own_still_gets_the_settings_effect() -> None:
+    """Our H200's constants are its own, fitted on its steps in the default setting alone: channels_last and
+    cudnn.benchmark change its answers by the multipliers the shared constants learnt (what every GPU without
+    steps in those settings gets), not by nothing."""
+    from prediction.reference.stepfit import SETTINGS_NAMES
+    from prediction.reference.wholestep import network
+
+    model = load()
+    h200, a100 = (GpuSpecs.from_row(sanity.gpu_rows()[g]) for g in ("H200-SXM-141GB", "A100-SXM4-80GB"))
+    own, shared = model.constants(h200), model.constants(a100)
+    assert own != shared, "the H200 has constants of its own"
+    assert {k: own[k] for k in SETTINGS_NAMES} == {k: shared[k] for k in SETTINGS_NAMES}
+    convs, work = network("resnet50", 224)
+    for config in sanity.SETTINGS.values():
+        if config.channels_last:
+            continue
+        [plain], [nhwc], [tuned] = (
+            model.predict_steps(convs=convs, workload=work, batch_sizes=[256], gpu=h200, training=t)
+            for t in (config, *(config.model_copy(update={k: True}) for k in ("channels_last", "cudnn_benchmark")))
+        )
+        assert nhwc.step_ms < 0.9 * plain.step_ms, (config, nhwc.step_ms, plain.step_ms)
+        if config.precision == "fp32":  # the only precision whose benchmark-on steps searched (0.97-1.00x)
+            assert tuned.step_ms < plain.step_ms, (config, tuned.step_ms, plain.step_ms)
 
 
 def test_an_ordering_that_breaks_is_named() -> None:
