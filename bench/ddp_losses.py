@@ -32,7 +32,7 @@ GPU = {
     "aws": "T4", "azure": "V100-SXM2-32GB", "dgx": "A100-SXM4-40GB", "dgx-ext": "A100-SXM4-40GB",
     "quad": "Quadro-RTX-6000", "rtx": "RTX-2080-Ti", "A100 80GB PCIe": "A100-PCIE-80GB",
     "A100 80GB SXM4": "A100-SXM4-80GB", "H100 PCIe": "H100-PCIE-80GB", "H100 SXM5": "H100-SXM5-80GB",
-    "H200 SXM": "H200-SXM-141GB", "RTX 3090": "RTX-3090", "RTX 4090": "RTX-4090", "RTX 6000 Ada": "L40S",
+    "H200 SXM": "H200-SXM-141GB", "RTX 3090": "RTX-3090", "RTX 4090": "RTX-4090", "RTX 6000 Ada": "RTX-6000-Ada",
     "RTX A6000": "RTX-A6000", "V100 16GB": "V100-SXM2-16GB",
 }  # fmt: skip
 CVS = [i / 200 for i in range(41)]  # 0 .. 0.2
@@ -177,8 +177,8 @@ def main() -> None:
             "`prediction/parallel.py`'s exposed all-reduce (the model before these terms). Rows: bench/scaling.py's "
             "(Pollux, Sia: real data, decoded by loader workers; scalability and one-machine placement rows, each "
             "once) and bench/scaling_lambda.py's (Lambda: synthetic data, 1..8 GPUs of one machine), the same link "
-            "figures; the GPUs' SMs and memory bandwidth from data/gpus.csv (Lambda's RTX 6000 Ada as the L40S, the "
-            "same AD102 chip and memory). Efficiency error = |predicted - measured| scaling efficiency, percentage "
+            "figures; the GPUs' SMs and memory bandwidth from data/gpus.csv (Lambda's RTX 6000 Ada its own row). "
+            "Efficiency error = |predicted - measured| scaling efficiency, percentage "
             "points; a term's column is the tail plus that term alone. Stragglers on decoded input: the cv shown "
             "was fitted on the OTHER clusters (dgx and dgx-ext one fold); synthetic input gets none (see "
             "prediction/ddp_losses.py). The shipped cv, fitted on every real-data cluster: "

@@ -50,6 +50,7 @@ def _cluster_lock(url: str) -> Iterator[psycopg2.extensions.cursor]:
 
 
 def _create_if_missing(admin: psycopg2.extensions.cursor, url: str) -> None:
+    """CREATE DATABASE for url's database unless the cluster has it (the caller holds the cluster lock)."""
     name = urlsplit(url).path.lstrip("/")
     admin.execute(DATABASE_EXISTS, (name,))
     if admin.fetchone() is None:
