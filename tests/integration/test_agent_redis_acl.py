@@ -3,7 +3,6 @@ else."""
 
 import secrets
 import signal
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +15,7 @@ from shared.core import redis_acl, tasks
 from shared.core.db import transaction
 from shared.measurements import layers
 from tests.support.stack import Stack, http, queued_tasks
+from tests.support.wait import job_finished, wait_until
 
 # The agent's user as tests run it: shared/core/redis_acl.py's rules for agents, narrowed to the local type
 # (docs/FLEET.md's line grants every type's keys; docker-compose.yml's grants its agents' types).
@@ -78,10 +78,10 @@ def test_agent_runs_as_its_redis_acl_user(
     )
     stack.start("agent")
     try:
-        deadline = time.monotonic() + 120
-        while tasks.ADVANCE_JOBS not in queued_tasks("jobs"):
-            assert time.monotonic() < deadline, f"{denials(admin, name)}\n{stack.log('agent')[-3000:]}"
-            time.sleep(0.2)
+        wait_until(
+            lambda: tasks.ADVANCE_JOBS in queued_tasks("jobs"), 120, "the agent's advance_jobs", 0.2,
+            lambda: f"{denials(admin, name)}\n{stack.log('agent')[-3000:]}",
+        )  # fmt: skip
         with transaction() as cur:
             cur.execute(SELECT_ROWS, (sig_id,))
             assert cur.fetchone()["n"] == 2
@@ -120,11 +120,12 @@ def run_job_as_users(
         api.wait_ready()
         body = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [1, 2], "image_size": 32}
         job_id = http.post(f"{api.url}/v1/jobs", json=body).json()["id"]
-        deadline = time.monotonic() + 240
-        while (job := http.get(f"{api.url}/v1/jobs/{job_id}").json())["status"] not in ("succeeded", "failed"):
-            logs = "\n".join(f"{kind}: {stack.log(kind)[-1500:]}" for kind, stack in stacks.items())
-            assert time.monotonic() < deadline, f"{job}\n{refused()}\n{logs}"
-            time.sleep(0.3)
+
+        def logs() -> str:
+            tails = [f"{kind}: {stack.log(kind)[-1500:]}" for kind, stack in stacks.items()]
+            return "\n".join([str(refused()), *tails])
+
+        job = job_finished(lambda: http.get(f"{api.url}/v1/jobs/{job_id}").json(), job_id, 240, logs)
         assert job["status"] == "succeeded", job
     finally:
         for stack in stacks.values():

@@ -2,7 +2,7 @@
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg2
@@ -16,6 +16,7 @@ from shared.core.db import Json, transaction
 from shared.core.settings import get_settings
 from shared.training import TrainConfig
 from tests.support.agent_role import AGENT_LOGIN, agent_url
+from tests.support.wait import wait_until
 
 GRANTED_TABLES = {
     "environments",
@@ -106,7 +107,7 @@ def test_the_agent_stores_measurements_and_keeps_its_row(
     me = lifecycle.start(machine_type="local", device="cpu", environment_id=env_id, interval_s=0.2)
     try:
         first = _agent_row(owner, me.id)
-        _wait(lambda: _agent_row(owner, me.id)["heartbeat_at"] > first["heartbeat_at"], "a heartbeat")
+        wait_until(lambda: _agent_row(owner, me.id)["heartbeat_at"] > first["heartbeat_at"], 10, "a heartbeat", 0.05)
         lifecycle.set_work({"task": "role-test"})
         lifecycle.record_error("role-test: boom")
     finally:
@@ -169,10 +170,3 @@ def _agent_row(owner_url: str, agent_id: Any) -> dict[str, Any]:
     with transaction(owner_url) as cur:
         cur.execute(AGENT_ROW, (agent_id,))
         return dict(cur.fetchone())
-
-
-def _wait(check: Callable[[], bool], what: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)

@@ -16,6 +16,7 @@ from tests.integration.test_agent_redis_acl import agent_rules, denials, redis_u
 from tests.support.agentkit import BATCH_SIZES, SLOW_AGENT, send_first_conv
 from tests.support.agentkit import stored_layers as stored
 from tests.support.stack import ROOT, Stack, queued_tasks
+from tests.support.wait import wait_until
 
 # Pairs of machine types whose names begin alike: one's ACL pattern must not reach the other's keys.
 PAIRS = [("g5", "g5.xlarge"), ("g5.xlarge", "g5"), ("p4d", "p4de"), ("local", "local+1"), ("a-b", "a")]
@@ -76,10 +77,7 @@ def test_killed_agents_message_is_restored_to_its_queue_by_the_next_agent(
     own = tasks.agent_unacked_keys("local")
     stack.start("agent")
     send_first_conv()
-    deadline = time.monotonic() + 90
-    while len(stored()) < 2:
-        assert time.monotonic() < deadline, stack.log("agent")[-3000:]
-        time.sleep(0.1)
+    wait_until(lambda: len(stored()) >= 2, 90, "two stored layer rows", log=lambda: stack.log("agent"))
     assert stack.stop("agent", signal.SIGKILL) == -signal.SIGKILL
     before = stored()
     tags = admin.hkeys(own["unacked_key"])
@@ -91,15 +89,15 @@ def test_killed_agents_message_is_restored_to_its_queue_by_the_next_agent(
     stack.env["VISIBILITY_TIMEOUT_S"] = "2"  # the next agent restores it at start, once this old
     time.sleep(max(0.0, taken_at + 2.5 - time.time()))
     stack.start("agent")
-    deadline = time.monotonic() + 120
-    while len(stored()) < len(BATCH_SIZES):
-        assert time.monotonic() < deadline, f"{denials(admin, name)}\n{stack.log('agent')[-3000:]}"
-        time.sleep(0.1)
+    wait_until(
+        lambda: len(stored()) >= len(BATCH_SIZES), 120, "every batch size stored",
+        log=lambda: f"{denials(admin, name)}\n{stack.log('agent')[-3000:]}",
+    )  # fmt: skip
     final = stored()  # the second agent consumes only bench.local: the message came back there
     assert final[: len(before)] == before and sorted(r["batch_size"] for r in final) == BATCH_SIZES
-    deadline = time.monotonic() + 30
-    while admin.hlen(own["unacked_key"]) or admin.zcard(own["unacked_index_key"]):  # acknowledged after storing
-        assert time.monotonic() < deadline, stack.log("agent")[-3000:]
-        time.sleep(0.1)
+    wait_until(  # acknowledged after storing
+        lambda: not (admin.hlen(own["unacked_key"]) or admin.zcard(own["unacked_index_key"])), 30,
+        "local's unacked keys to empty", log=lambda: stack.log("agent"),
+    )  # fmt: skip
     assert stack.stop("agent") == 0
     assert denials(admin, name) == []

@@ -10,7 +10,6 @@ import ssl
 import stat
 import subprocess
 import sys
-import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from shared.core import db, secrets, tasks
 from shared.core.errors import ServiceUnavailable
 from shared.core.settings import get_settings
 from tests.support import tlskit
+from tests.support.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_PASSWORD = f"pg-Pa55-{pysecrets.token_hex(8)}"
@@ -223,10 +223,12 @@ def test_celery_round_trip_over_rediss(
         token = pysecrets.token_hex(8)
         tasks.send("tls_probe.echo", queue="tls-probe", args=[token])
         client = tasks.redis_client()
-        deadline = time.monotonic() + 90
-        while client.get(f"tls-probe:{token}") != b"done":
-            assert worker.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
-            time.sleep(0.2)
+
+        def echoed() -> bool:
+            assert worker.poll() is None, log_path.read_text()[-3000:]  # a dead worker answers nothing: fail now
+            return client.get(f"tls-probe:{token}") == b"done"
+
+        wait_until(echoed, 90, "the worker's echo over TLS", 0.2, log_path.read_text)
     finally:
         worker.terminate()
         worker.wait(30)
