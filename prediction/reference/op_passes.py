@@ -163,7 +163,42 @@ def from_bundles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = No
         fp16 = {kind: v for kind, v in half.items() if kind not in CUDNN_IN_FP16}
         fp16.update({kind: fp32[kind] for kind in CUDNN_IN_FP16 if kind in fp32})
     out.update({f"passes_{kind}_fp16": v for kind, v in fp16.items()})
+    cycles = channel_cycles(paths, gpus or {})
+    if cycles is not None:
+        out["batch_norm_channel_cycles"] = cycles
     return out
+
+
+# Batch norm in training over NCHW maps gives each channel's statistics a block of its own (PyTorch's and cuDNN's
+# kernels, as their times read): with fewer channels than SMs the time is set by the N x H x W elements one block
+# streams, whatever the bytes. The H200 took 6.3-7.0 ms for 16 to 96 channels of 112x112 at batch 256 (6x the bytes),
+# 1.8-1.95 ms for 24 to 128 of 56x56. The rows that show it: channels at most half the SMs, a million elements or more
+# per channel (launch floors negligible).
+CHANNEL_ELEMENTS = 1_000_000
+
+
+def channel_cycles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs]) -> float | None:
+    """SM cycles per element of one channel (forward + backward) of training batch norms whose channels leave SMs
+    idle, the median over the bundles' fp32 timings on GPUs data/gpus.csv knows; None without such rows."""
+    found: list[float] = []
+    for path in paths:
+        read = measured.bundle(path)
+        known = {e.hash: measured.known_gpu(e.details) for e in read.environments}
+        specs = {s.hash: s.spec for s in read.op_signatures}
+        for row in read.rows.get("op", []):
+            gpu, spec = gpus.get(known[row.environment] or ""), specs.get(row.signature)
+            if gpu is None or spec is None or row.oom or row.forward_ms is None or row.variant != "fp32":
+                continue
+            shape = spec.get("shape") or []
+            if spec["op"] != "batch_norm" or spec.get("args", {}).get("grad") is False or len(shape) != 3:
+                continue
+            elements = row.batch_size * shape[1] * shape[2]
+            sms = gpu.filled().sm_count or 0
+            if not sms or 2 * shape[0] > sms or elements < CHANNEL_ELEMENTS:
+                continue
+            clock = sm_cycles_per_s(gpu) / sms
+            found.append((row.forward_ms + (row.backward_ms or 0.0)) * 1e-3 * clock / elements)
+    return statistics.median(found) if len(found) >= MIN_ROWS else None
 
 
 def bytes_per_cycle(gpu: GpuSpecs) -> float:

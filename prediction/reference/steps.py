@@ -7,13 +7,14 @@ pass, its autograd nodes and the optimizer's tensors; a fast GPU exposes it (res
 host costs in model.json ("step") are fitted by prediction/reference/stepfit.py, per precision group.
 """
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from prediction.reference import op_passes
-from prediction.reference.specs import GpuSpecs, element_bytes, simt_tflops, tensor_tflops
+from prediction.reference.specs import GpuSpecs, element_bytes, simt_tflops, sm_cycles_per_s, tensor_tflops
 from shared.cnn.workload import WorkloadJson
 from shared.training import TrainConfig
 
@@ -129,8 +130,9 @@ def weight_casts(workload: WorkloadJson) -> float:
 
 
 def other_ms(
-    workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float]
-) -> np.ndarray:
+    workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float],
+    channels_last: bool = False,
+) -> np.ndarray:  # fmt: skip
     """Forward + backward time of the memory-bound operators, shape (B,); autocast halves their bytes."""
     ops = workload.get("ops", {})
     scale = element_bytes(kernel_precision(precision)) / 4.0  # the workload is read in fp32
@@ -152,7 +154,30 @@ def other_ms(
         )  # fmt: skip
         n_kernels = float(op["count"]) * (1 + c["backward_kernels_per_op"])
         total += nbytes * passes / bw * 1e3 + n_kernels * c["kernel_floor_ms"]
+        if kind == "batch_norm" and not channels_last:
+            total += channel_bound_ms(workload, batch, gpu, scale * passes / bw * 1e3, c)
     return total
+
+
+def channel_bound_ms(
+    workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, ms_per_byte: float, c: Mapping[str, float]
+) -> np.ndarray:
+    """What batch norms over too few channels to fill the GPU take beyond their bytes' time (ms_per_byte, fp32 bytes
+    as counted), shape (B,): each channel's statistics are one block's, so a batch norm takes at least
+    ceil(channels / SMs) channels' N x H x W elements one after another, at op_passes' cycles per element (NCHW only:
+    NHWC kernels reduce many channels per block)."""
+    cycles = c.get("batch_norm_channel_cycles")
+    norms = workload.get("batch_norm_channels") or []
+    sms = gpu.sm_count or 0
+    if not cycles or not norms or not sms:
+        return np.zeros_like(batch, dtype=float)
+    s_per_element = cycles / (sm_cycles_per_s(gpu) / sms)
+    extra = np.zeros_like(batch, dtype=float)
+    for channels, spatial, calls in norms:
+        serial = math.ceil(channels / sms) * spatial * batch * s_per_element * 1e3
+        # the workload counts a batch norm's input and output: 2 x channels x spatial fp32 elements per sample
+        extra += calls * np.maximum(0.0, serial - 2 * channels * spatial * 4 * batch * ms_per_byte)
+    return extra
 
 
 def linear_ms(
@@ -210,7 +235,7 @@ def step_parts(
             conv[:, :, 0].sum(axis=1),
             conv[:, :, 1].sum(axis=1),
             conv[:, :, 2].sum(axis=1),
-            other_ms(workload, batch, gpu, precision, c),
+            other_ms(workload, batch, gpu, precision, c, config.channels_last),
             linear_ms(workload, batch, gpu, precision, c),
             np.full(len(batch), convs),
         ]

@@ -52,6 +52,9 @@ _NO_KERNEL = {
     "empty_strided", "_unsafe_split", "zeros",
 }  # fmt: skip
 
+# Batch norms in training mode (statistics over the batch): the layer norms and eval-mode batch norms are not.
+_TRAINING_BATCH_NORMS = {"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional"}
+
 
 @dataclass
 class OpTotals:
@@ -81,6 +84,9 @@ class WorkloadJson(TypedDict, total=False):
     activation_bytes: float | None
     saved_bytes: float | None
     kernels: int
+    # [channels, height x width, calls] of each batch norm over NCHW maps in training, per sample: kernels that give
+    # each channel's statistics a block of their own take as long for 16 channels as for 96 (steps.py)
+    batch_norm_channels: list[list[int]]
 
 
 @dataclass
@@ -95,6 +101,8 @@ class Workload:
     # What autograd actually keeps for backward (distinct storages, parameters excluded); None if unknown.
     saved_bytes: float | None = None
     kernels: int = 0  # calls that launch a kernel in one forward pass (views and allocations excluded)
+    # (channels, height x width) of the training batch norms over 4-d maps → calls (WorkloadJson.batch_norm_channels)
+    norms: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def add(self, kind: str, flops: float, nbytes: float, out_bytes: float) -> None:
         """Account one operator call (figures for the whole batch of the extraction)."""
@@ -111,6 +119,7 @@ class Workload:
             parameter_tensors=self.parameter_tensors,
             largest_parameter=self.largest_parameter,
             kernels=self.kernels,
+            norms=dict(self.norms),  # per sample already: a map's size does not depend on the batch
         )
         for kind, t in self.ops.items():
             out.ops[kind] = OpTotals(t.count, t.flops / batch, t.bytes / batch)
@@ -129,6 +138,7 @@ class Workload:
             "activation_bytes": self.activation_bytes,
             "saved_bytes": self.saved_bytes,
             "kernels": self.kernels,
+            "batch_norm_channels": [[c, hw, n] for (c, hw), n in sorted(self.norms.items())],
         }
 
 
@@ -160,6 +170,10 @@ def record_aten(work: Workload, func: Any, args: tuple[Any, ...], kwargs: dict[s
     else:
         flops = float(tensors_out[0].numel()) if tensors_out else 0.0
     work.add(kind, flops, in_bytes + out_bytes, out_bytes)
+    if name in _TRAINING_BATCH_NORMS and tensors_in and tensors_in[0].dim() == 4:
+        _, channels, height, width = tensors_in[0].shape
+        key = (int(channels), int(height) * int(width))
+        work.norms[key] = work.norms.get(key, 0) + 1
 
 
 def _flat(items: Any) -> list[Any]:

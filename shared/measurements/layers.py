@@ -84,7 +84,7 @@ ORDER BY w.cnn_name, m.signature_id"""
 # when a change alters their output. tests/unit/test_extraction_version.py reads reference CNNs and compares a digest
 # of the output with the one recorded for this version (tests/data/extraction.json), so an output change without a
 # bump fails, and an edit that changes no output (a comment, a refactor) re-reads nothing.
-EXTRACTION_VERSION = 1
+EXTRACTION_VERSION = 2
 EXTRACTOR_KEY = "extractor"
 
 

@@ -29,12 +29,14 @@ def test_onnx_export_reads_like_the_torchvision_model(name: str) -> None:
 
 
 def test_onnx_workload_matches_the_torch_reading() -> None:
-    """Conv FLOPs, batch norm count and parameters agree between the two readers."""
+    """Conv FLOPs, batch norms (count, channels and map sizes) and parameters agree between the two readers."""
     _, onnx_work = onnx_reader.read(onnx_reader.strip(onnx_reader.parse(export("resnet18"))), 224)
     torch_work = cnn_zoo.conv_layers("resnet18", 224).workload
     assert onnx_work["ops"]["conv"]["flops"] == pytest.approx(torch_work["ops"]["conv"]["flops"])
     assert onnx_work["ops"]["batch_norm"]["count"] == torch_work["ops"]["batch_norm"]["count"] == 20
     assert onnx_work["parameters"] == torch_work["parameters"] == cnn_zoo.parameter_count("resnet18")
+    # each batch norm's channels and map size, which set its time where channels are fewer than SMs
+    assert onnx_work["batch_norm_channels"] == torch_work["batch_norm_channels"]
 
 
 def test_stripped_graph_is_small_and_keeps_shapes() -> None:

@@ -170,3 +170,41 @@ def test_fp16_and_bf16_cost_alike_but_batch_norm() -> None:
     for kind in ("activation", "pooling", "concat", "elementwise"):
         assert ms(kind, "amp_fp16") == pytest.approx(ms(kind, "amp_bf16"))
     assert ms("batch_norm", "amp_fp16") < 0.6 * ms("batch_norm", "amp_bf16")
+
+
+def _norms_ms(channels: int, spatial: int, gpu_name: str = "H200-SXM-141GB", nhwc: bool = False) -> float:
+    """other_ms of one training batch norm (channels x spatial per sample) at batch 256, the committed constants."""
+    gpu = gpu_table()[gpu_name].filled()
+    c = {**STEP_DEFAULTS, "memory_efficiency": 0.75, **op_passes.from_bundles(measured.files(), gpu_table())}
+    work = {
+        "ops": {"batch_norm": {"count": 1, "bytes": 2.0 * channels * spatial * 4, "flops": 0.0}},
+        "batch_norm_channels": [[channels, spatial, 1]],
+    }
+    return float(steps.other_ms(work, np.array([256.0]), gpu, "fp32", c, nhwc)[0])  # type: ignore[arg-type]
+
+
+def test_the_bundles_time_a_channels_reduction_in_sm_cycles_per_element() -> None:
+    """The H200's batch norms over few channels: a few SM cycles per element of one channel, forward and backward."""
+    cycles = op_passes.channel_cycles(measured.files(), gpu_table())
+    assert cycles is not None and 2.0 < cycles < 8.0
+    assert op_passes.channel_cycles(measured.files(), {}) is None  # no GPU's figures: no clock to count cycles by
+
+
+def test_a_batch_norm_over_fewer_channels_than_sms_takes_as_long_as_its_elements_per_channel() -> None:
+    """As the H200 timed them: 16 and 64 channels of 112x112 take about the same (not a quarter); past the SMs,
+    bytes set the time again; NHWC kernels, which reduce many channels per block, pay bytes only."""
+    few, more = _norms_ms(16, 112 * 112), _norms_ms(64, 112 * 112)
+    assert more == pytest.approx(few, rel=0.1)
+    assert _norms_ms(1024, 14 * 14) < _norms_ms(16, 112 * 112)  # 4x the bytes of 16 channels at 112x112
+    assert _norms_ms(16, 112 * 112, nhwc=True) < few / 3
+    # a GPU with fewer SMs fills them with fewer channels: the T4's 40 SMs bring 64 channels to their bytes' time
+    assert _norms_ms(64, 56 * 56, "T4") / _norms_ms(16, 56 * 56, "T4") > 1.5
+
+
+def test_a_workload_counts_its_training_batch_norms_channels_and_map_sizes() -> None:
+    """resnet18 at 224 px: the stem's 64 channels at 112x112 once, layer1's four at 56x56, ... 20 in all."""
+    from shared.cnn import zoo
+
+    norms = zoo.conv_layers("resnet18", 224).workload["batch_norm_channels"]
+    assert [64, 112 * 112, 1] in norms and [64, 56 * 56, 4] in norms and [512, 7 * 7, 5] in norms
+    assert sum(n for _, _, n in norms) == 20

@@ -51,10 +51,11 @@ def test_our_own_gpu_keeps_its_constants_and_every_other_gpu_gets_the_shared_one
     assert model.constants(a100) == model.params["step"]
     convs, work = network("resnet50", 224)
     config = TrainConfig(optimizer="sgd", momentum=0.9, precision="amp_fp16")
-    [own] = model.predict_steps(convs=convs, workload=work, batch_sizes=[128], gpu=h100, training=config)
+    own = model.predict_steps(convs=convs, workload=work, batch_sizes=[16, 128, 256], gpu=h100, training=config)
     as_other = dataclasses.replace(h100, name="H100-lookalike")
-    [shared] = model.predict_steps(convs=convs, workload=work, batch_sizes=[128], gpu=as_other, training=config)
-    assert own.step_ms != pytest.approx(shared.step_ms, rel=1e-3)
+    shared = model.predict_steps(convs=convs, workload=work, batch_sizes=[16, 128, 256], gpu=as_other, training=config)
+    # two sets of constants may cross at one batch size, not over the whole curve
+    assert any(o.step_ms != pytest.approx(s.step_ms, rel=0.02) for o, s in zip(own, shared, strict=True))
 
 
 # The goal is 10% in both: -1% in fp32 (509 against 513 images/s) and -9% under autocast against Lambda's PyTorch
