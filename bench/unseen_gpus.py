@@ -20,9 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.perf_doc import write_section  # noqa: E402
 from prediction.reference import load  # noqa: E402
-from prediction.reference.data import gpu_rows  # noqa: E402
+from prediction.reference.fit import gpu_table  # noqa: E402
 from prediction.reference.model import point_errors  # noqa: E402
-from prediction.reference.specs import GpuSpecs  # noqa: E402
 from prediction.reference.wholestep import UNSEEN_STEPS, flops_baseline, load_rows, network, row_config  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/unseen_gpus.py"
@@ -32,7 +31,7 @@ TITLE = "The reference on GPUs it never saw (bench/unseen_gpus.py)"
 def report() -> str:
     """The markdown section."""
     model = load()
-    specs = {r["gpu"]: GpuSpecs.from_row(r) for r in gpu_rows()}
+    specs = gpu_table()
     lines = [
         f"Command: `{COMMAND}` (no database; seconds). Public ResNet-50 steps "
         "(data/reference/unseen_steps.csv: Lambda's DeepLearningExamples runs, each at the largest batch that fit) "

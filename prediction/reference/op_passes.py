@@ -18,13 +18,14 @@ against the timed GPU's (effective_passes).
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from prediction.reference import measured
 from prediction.reference.specs import GpuSpecs, sm_cycles_per_s
 from shared.cnn.workload import kind_of
+from shared.measurements.bundle import OpRow
 
 # Only tensors this large are timed at DRAM bandwidth (a fraction of a millisecond even on an H200: the launch and
 # timing floor of tens of microseconds is then a small part).
@@ -151,6 +152,7 @@ def from_bundles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = No
     the memory bandwidth per SM cycle of the GPUs they were timed on (the median), which steps.other_ms scales their
     excess over IDEAL_PASSES by (the 16-bit timings only with it: unscaled they broke the sanity orderings); without
     the GPUs' figures fp16 takes fp32's."""
+    paths = list(paths)  # read twice: the passes, then the channels' cycles
     by_gpu = _by_gpu(paths)
     variants = _per_variant(by_gpu)
     fp32, half = variants["fp32"], variants["bf16"]
@@ -181,23 +183,16 @@ def channel_cycles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs]) -> float
     """SM cycles per element of one channel (forward + backward) of training batch norms whose channels leave SMs
     idle, the median over the bundles' fp32 timings on GPUs data/gpus.csv knows; None without such rows."""
     found: list[float] = []
-    for path in paths:
-        read = measured.bundle(path)
-        known = {e.hash: measured.known_gpu(e.details) for e in read.environments}
-        specs = {s.hash: s.spec for s in read.op_signatures}
-        for row in read.rows.get("op", []):
-            gpu, spec = gpus.get(known[row.environment] or ""), specs.get(row.signature)
-            if gpu is None or spec is None or row.oom or row.forward_ms is None or row.variant != "fp32":
-                continue
-            shape = spec.get("shape") or []
-            if spec["op"] != "batch_norm" or spec.get("args", {}).get("grad") is False or len(shape) != 3:
-                continue
-            elements = row.batch_size * shape[1] * shape[2]
-            sms = gpu.filled().sm_count or 0
-            if not sms or 2 * shape[0] > sms or elements < CHANNEL_ELEMENTS:
-                continue
-            clock = sm_cycles_per_s(gpu) / sms
-            found.append((row.forward_ms + (row.backward_ms or 0.0)) * 1e-3 * clock / elements)
+    for name, row, spec, forward_ms in (t for path in paths for t in _timed_ops(path)):
+        gpu, shape = gpus.get(name), spec.get("shape") or []
+        if gpu is None or row.variant != "fp32" or spec["op"] != "batch_norm" or len(shape) != 3:
+            continue
+        elements = row.batch_size * shape[1] * shape[2]
+        sms = gpu.filled().sm_count or 0
+        if spec.get("args", {}).get("grad") is False or not sms or 2 * shape[0] > sms or elements < CHANNEL_ELEMENTS:
+            continue
+        clock = sm_cycles_per_s(gpu) / sms
+        found.append((forward_ms + (row.backward_ms or 0.0)) * 1e-3 * clock / elements)
     return statistics.median(found) if len(found) >= MIN_ROWS else None
 
 
@@ -217,18 +212,25 @@ def effective_passes(kind: str, measured: float, gpu: GpuSpecs, reference_bytes_
 def op_rows(path: Path) -> list[tuple[str, str, Timing]]:
     """(GPU, variant, (op, fp32 bytes, forward ms, backward ms)) of a bundle's operators in VARIANTS, on CUDA GPUs
     data/gpus.csv knows (the bundle itself is read once: measured.bundle)."""
-    read = measured.bundle(path)
-    gpus = {e.hash: measured.known_gpu(e.details) for e in read.environments}
-    specs = {s.hash: s.spec for s in read.op_signatures}
     out = []
-    for row in read.rows.get("op", []):
-        gpu = gpus[row.environment]
-        spec = specs.get(row.signature)
-        if gpu is None or spec is None or row.oom or row.forward_ms is None or row.variant not in VARIANTS:
+    for gpu, row, spec, forward_ms in _timed_ops(path):
+        if row.variant not in VARIANTS:
             continue
         per_sample = forward_bytes(spec)
         if per_sample is None:
             continue
-        timing = (spec["op"], per_sample * row.batch_size, row.forward_ms, row.backward_ms or 0.0)
+        timing = (spec["op"], per_sample * row.batch_size, forward_ms, row.backward_ms or 0.0)
         out.append((gpu, row.variant, timing))
     return out
+
+
+def _timed_ops(path: Path) -> Iterator[tuple[str, OpRow, dict[str, Any], float]]:
+    """(GPU, row, signature spec, forward ms) of a bundle's operator timings on CUDA GPUs data/gpus.csv knows, those
+    that ran (no OOM, a forward time)."""
+    read = measured.bundle(path)
+    gpus = {e.hash: measured.known_gpu(e.details) for e in read.environments}
+    specs = {s.hash: s.spec for s in read.op_signatures}
+    for row in read.rows.get("op", []):
+        gpu, spec = gpus[row.environment], specs.get(row.signature)
+        if gpu is not None and spec is not None and not row.oom and row.forward_ms is not None:
+            yield gpu, row, spec, row.forward_ms

@@ -184,8 +184,7 @@ def _read(graph: bytes, image_size: int) -> tuple[Counter[ConvSignature], Worklo
         nbytes = 4.0 * (sum(math.prod(s) for s in ins) + sum(math.prod(s) for s in outs))
         work.add(kind, _flops(node, kind, ins, outs), nbytes, 4.0 * sum(math.prod(s) for s in outs))
         if node.op_type == "BatchNormalization" and ins and len(ins[0]) == 4:  # trains as a batch norm over NCHW
-            key = (int(ins[0][1]), int(ins[0][2]) * int(ins[0][3]))
-            work.norms[key] = work.norms.get(key, 0) + 1
+            work.add_norm(ins[0][1], ins[0][2] * ins[0][3])
     work.parameters = sum(math.prod(shapes[p]) for p in params)
     work.parameter_tensors = len(params)
     work.largest_parameter = max((math.prod(shapes[p]) for p in params), default=0)

@@ -112,6 +112,11 @@ class Workload:
         totals.bytes += nbytes
         self.activation_bytes += out_bytes
 
+    def add_norm(self, channels: int, spatial: int) -> None:
+        """Account one training batch norm over 4-d maps of this many channels and height x width."""
+        key = (int(channels), int(spatial))
+        self.norms[key] = self.norms.get(key, 0) + 1
+
     def per_sample(self, batch: int) -> "Workload":
         """The same totals divided by the batch they were measured at."""
         out = Workload(
@@ -172,8 +177,7 @@ def record_aten(work: Workload, func: Any, args: tuple[Any, ...], kwargs: dict[s
     work.add(kind, flops, in_bytes + out_bytes, out_bytes)
     if name in _TRAINING_BATCH_NORMS and tensors_in and tensors_in[0].dim() == 4:
         _, channels, height, width = tensors_in[0].shape
-        key = (int(channels), int(height) * int(width))
-        work.norms[key] = work.norms.get(key, 0) + 1
+        work.add_norm(channels, height * width)
 
 
 def _flat(items: Any) -> list[Any]:
