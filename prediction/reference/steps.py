@@ -171,14 +171,13 @@ def channel_bound_ms(
     sms = gpu.sm_count or 0
     if not cycles or not norms or not sms:
         return np.zeros_like(batch, dtype=float)
-    ms_per_element = cycles / (sm_cycles_per_s(gpu) / sms) * 1e3
-    # Both times grow with the batch alike, so the excess is one per-sample figure: the serial elements' time less
-    # the bytes' (the workload counts a batch norm's input and output, 2 x channels x spatial fp32 elements).
-    per_sample = sum(
-        calls * spatial * max(0.0, math.ceil(channels / sms) * ms_per_element - 2 * channels * 4 * ms_per_byte)
-        for channels, spatial, calls in norms
-    )
-    return per_sample * np.asarray(batch, dtype=float)
+    s_per_element = cycles / (sm_cycles_per_s(gpu) / sms)
+    extra = np.zeros_like(batch, dtype=float)
+    for channels, spatial, calls in norms:
+        serial = math.ceil(channels / sms) * spatial * batch * s_per_element * 1e3
+        # the workload counts a batch norm's input and output: 2 x channels x spatial fp32 elements per sample
+        extra += calls * np.maximum(0.0, serial - 2 * channels * spatial * 4 * batch * ms_per_byte)
+    return extra
 
 
 def linear_ms(
