@@ -27,6 +27,16 @@ from prediction.reference.step_rows import H200_FILES, StepRow  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/measured_gpus.py"
 
+# What the batch-norm law did to these rows (re-run figures; the text is kept by hand).
+BATCH_NORM_NOTE = (
+    " Batch norm costed by its channels' reduction length (docs/MODELS.md, 2026-11-30) took the device-bound rows"
+    " (batch 128-256) from 9.8 / 23.9 / 13.9% to 13.2 / 10.9 / 8.0% (fp16 / bf16 / fp32) and the host-bound ones"
+    " from 39.3 / 25.0 / 36.0% to 44.0 / 25.2 / 36.9%; its second form (the channels' law below the SM count only,"
+    " batch norm's passes read from the timings over as many channels as SMs or more) to 12.5 / 9.5 / 10.2%"
+    " (signed +8 / -8 / -6%) and 42.9 / 24.7 / 36.9%: the host's costs, not the device's, are what this GPU's"
+    " answers miss."
+)
+
 
 def public_conv() -> dict[str, Any]:
     """The conv models fitted as the refit fits them, on the public layer timings alone (no bundle's layers)."""
@@ -167,7 +177,8 @@ def section(result: dict[str, Any], seconds: float) -> str:
               "where the host sets the step the reference is too slow (its host costs are our H100 machine's, "
               "whose host dispatched slower: the same steps took 0.5-0.8x as long here at batch 16 for most CNNs), "
               "and where the device sets it, too fast (it scales memory-bound work by the H200's 4.8 TB/s, but the "
-              "measured H200/H100 ratio at batch 256 is 0.88-0.96, not 0.70)."]  # fmt: skip
+              "measured H200/H100 ratio at batch 256 is 0.88-0.96, not 0.70)."
+              + BATCH_NORM_NOTE]  # fmt: skip
     lines += ["", "The conv layers the bundles timed (NCHW; cudnn.benchmark on, as the agent times them), predicted by "
               "conv models fitted on the public layer timings alone (held out: no Hopper GPU among them) and by the "
               "shipped ones, which learn from these rows too (in-sample): MAPE per phase (forward / backward-data / "

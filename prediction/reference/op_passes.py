@@ -124,17 +124,18 @@ def passes(rows: Iterable[Timing]) -> dict[str, float]:
     return {k: statistics.median(v) / unit for k, v in sorted(per_byte.items()) if len(v) >= MIN_ROWS}
 
 
-def _by_gpu(paths: Iterable[Path]) -> dict[tuple[str, str], list[Timing]]:
+def _by_gpu(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = None) -> dict[tuple[str, str], list[Timing]]:
     by_gpu: dict[tuple[str, str], list[Timing]] = defaultdict(list)
     for path in paths:
-        for gpu, variant, row in op_rows(path):
+        for gpu, variant, row in op_rows(path, gpus):
             by_gpu[variant, gpu].append(row)
     return by_gpu
 
 
-def by_variant(paths: Iterable[Path]) -> dict[str, dict[str, float]]:
-    """Each op variant's passes per kind (VARIANTS), the median over the GPUs the bundles timed them on."""
-    return _per_variant(_by_gpu(paths))
+def by_variant(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = None) -> dict[str, dict[str, float]]:
+    """Each op variant's passes per kind (VARIANTS), the median over the GPUs the bundles timed them on (with the
+    GPUs' figures, batch norm's from those over as many channels as SMs or more: op_rows)."""
+    return _per_variant(_by_gpu(paths, gpus))
 
 
 def _per_variant(by_gpu: Mapping[tuple[str, str], list[Timing]]) -> dict[str, dict[str, float]]:
@@ -153,7 +154,7 @@ def from_bundles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = No
     excess over IDEAL_PASSES by (the 16-bit timings only with it: unscaled they broke the sanity orderings); without
     the GPUs' figures fp16 takes fp32's."""
     paths = list(paths)  # read twice: the passes, then the channels' cycles
-    by_gpu = _by_gpu(paths)
+    by_gpu = _by_gpu(paths, gpus)
     variants = _per_variant(by_gpu)
     fp32, half = variants["fp32"], variants["bf16"]
     out = {f"passes_{kind}_fp32": v for kind, v in fp32.items()}
@@ -196,6 +197,13 @@ def channel_cycles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs]) -> float
     return statistics.median(found) if len(found) >= MIN_ROWS else None
 
 
+def _channel_bound(spec: Mapping[str, Any], gpu: GpuSpecs | None) -> bool:
+    """Whether an op signature is a batch norm over fewer channels than the GPU has SMs."""
+    shape = spec.get("shape") or []
+    sms = gpu.filled().sm_count if gpu is not None else None
+    return spec["op"] == "batch_norm" and len(shape) == 3 and bool(sms) and int(shape[0]) < int(sms or 0)
+
+
 def bytes_per_cycle(gpu: GpuSpecs) -> float:
     """A GPU's memory bandwidth per SM cycle (bytes): high where memory outruns the SMs that issue its requests."""
     return gpu.mem_bandwidth_gbs * 1e9 / sm_cycles_per_s(gpu)
@@ -209,12 +217,14 @@ def effective_passes(kind: str, measured: float, gpu: GpuSpecs, reference_bytes_
     return max(IDEAL_PASSES[kind], measured * bytes_per_cycle(gpu) / reference_bytes_per_cycle)
 
 
-def op_rows(path: Path) -> list[tuple[str, str, Timing]]:
+def op_rows(path: Path, gpus: Mapping[str, GpuSpecs] | None = None) -> list[tuple[str, str, Timing]]:
     """(GPU, variant, (op, fp32 bytes, forward ms, backward ms)) of a bundle's operators in VARIANTS, on CUDA GPUs
-    data/gpus.csv knows (the bundle itself is read once: measured.bundle)."""
+    data/gpus.csv knows (the bundle itself is read once: measured.bundle). With the GPUs' figures, batch norms over
+    fewer channels than the GPU has SMs are left out: their channels' reduction length sets their time
+    (channel_cycles), not their bytes."""
     out = []
     for gpu, row, spec, forward_ms in _timed_ops(path):
-        if row.variant not in VARIANTS:
+        if row.variant not in VARIANTS or (gpus is not None and _channel_bound(spec, gpus.get(gpu))):
             continue
         per_sample = forward_bytes(spec)
         if per_sample is None:

@@ -7,7 +7,6 @@ pass, its autograd nodes and the optimizer's tensors; a fast GPU exposes it (res
 host costs in model.json ("step") are fitted by prediction/reference/stepfit.py, per precision group.
 """
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -162,10 +161,11 @@ def other_ms(
 def channel_bound_ms(
     workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, ms_per_byte: float, c: Mapping[str, float]
 ) -> np.ndarray:
-    """What batch norms over too few channels to fill the GPU take beyond their bytes' time (ms_per_byte, fp32 bytes
-    as counted), shape (B,): each channel's statistics are one block's, so a batch norm takes at least
-    ceil(channels / SMs) channels' N x H x W elements one after another, at op_passes' cycles per element (NCHW only:
-    NHWC kernels reduce many channels per block)."""
+    """What batch norms over fewer channels than the GPU has SMs take beyond their bytes' time (ms_per_byte, fp32
+    bytes as counted), shape (B,): each channel's statistics are one block's, so such a batch norm takes at least one
+    channel's N x H x W elements one after another, at op_passes' cycles per element (NCHW only: NHWC kernels reduce
+    many channels per block). With as many channels as SMs or more, every SM has work and bytes set the time (the
+    H200 timed those faster than whole waves of channels one after another would take: 1.1-1.6x less)."""
     cycles = c.get("batch_norm_channel_cycles")
     norms = workload.get("batch_norm_channels") or []
     sms = gpu.sm_count or 0
@@ -174,7 +174,9 @@ def channel_bound_ms(
     s_per_element = cycles / (sm_cycles_per_s(gpu) / sms)
     extra = np.zeros_like(batch, dtype=float)
     for channels, spatial, calls in norms:
-        serial = math.ceil(channels / sms) * spatial * batch * s_per_element * 1e3
+        if channels >= sms:
+            continue
+        serial = spatial * batch * s_per_element * 1e3
         # the workload counts a batch norm's input and output: 2 x channels x spatial fp32 elements per sample
         extra += calls * np.maximum(0.0, serial - 2 * channels * spatial * 4 * batch * ms_per_byte)
     return extra
