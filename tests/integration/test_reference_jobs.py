@@ -137,11 +137,13 @@ def test_a_geforce_board_is_costed_at_its_full_tensor_rate(clean_db: None) -> No
         assert [(r["name"], r["gpu_fp16_acc16_tflops"]) for r in cur.fetchall()] == [
             ("lab-3090", None), ("lab-3090-full", 142)
         ]  # fmt: skip
-    job = run(cnns=["resnet50"], machines=["lab-3090", "lab-3090-full"], batch_sizes=[128], precision="amp_fp16")
+    # at 224 px, where the GPU sets the step (at the test suite's usual 32 px the host's dispatch does)
+    job = run(cnns=["resnet50"], machines=["lab-3090", "lab-3090-full"], batch_sizes=[128], precision="amp_fp16",
+              image_size=224)  # fmt: skip
     halved, full = job["result"]["predictions"]
     assert (halved["machine"], full["machine"]) == ("lab-3090", "lab-3090-full")
     assert halved["source"] == full["source"] == "reference"
-    assert full["iteration_seconds"] < 0.98 * halved["iteration_seconds"]  # convs are a part of the step
+    assert full["iteration_seconds"] < 0.9 * halved["iteration_seconds"]  # convs are most of the step
     with pytest.raises(ValueError, match="below gpu_fp16_tflops"):
         MachineCreate(**RTX_3090 | {"name": "lab-3090-bad", "gpu_fp16_acc16_tflops": 35.5})
     with transaction() as cur:
