@@ -200,8 +200,8 @@ def channel_cycles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs]) -> float
 def _channel_bound(spec: Mapping[str, Any], gpu: GpuSpecs | None) -> bool:
     """Whether an op signature is a batch norm over fewer channels than the GPU has SMs."""
     shape = spec.get("shape") or []
-    sms = gpu.filled().sm_count if gpu is not None else None
-    return spec["op"] == "batch_norm" and len(shape) == 3 and bool(sms) and int(shape[0]) < int(sms or 0)
+    sms = (gpu.filled().sm_count or 0) if gpu is not None else 0
+    return spec["op"] == "batch_norm" and len(shape) == 3 and int(shape[0]) < sms
 
 
 def bytes_per_cycle(gpu: GpuSpecs) -> float:
