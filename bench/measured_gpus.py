@@ -33,8 +33,8 @@ BATCH_NORM_NOTE = (
     " (batch 128-256) from 9.8 / 23.9 / 13.9% to 13.2 / 10.9 / 8.0% (fp16 / bf16 / fp32) and the host-bound ones"
     " from 39.3 / 25.0 / 36.0% to 44.0 / 25.2 / 36.9%; its second form (the channels' law below the SM count only,"
     " batch norm's passes read from the timings over as many channels as SMs or more) to 12.5 / 9.5 / 10.2%"
-    " (signed +8 / -8 / -6%) and 42.9 / 24.7 / 36.9%: the host's costs, not the device's, are what this GPU's"
-    " answers miss."
+    " (signed +8 / -8 / -6%) and 42.9 / 24.7 / 36.9%; with bf16's own rate for it (1.29x fp32's), bf16's to 8.3%"
+    " (signed -6%) and 25.2%: the host's costs, not the device's, are what this GPU's answers miss."
 )
 
 

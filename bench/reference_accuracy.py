@@ -84,9 +84,9 @@ REPEAT_NOTES = """What it shows: where the host sets the step (batch 32) a repea
 day and machine is 15-18% off on average, more than the model held out (8-12%: it answers a central value, a repeat
 carries both runs' noise), so no predictor of one run gets far below ~10% there: the host's run-to-run speed is in
 no input. Where the device sets the step (batch 128-256) repeats agree to 0.1-7% and the model held out is 4-15%
-off: that gap is the model's own, and it is where the goal of 8% per configuration is lost for fp16 (bf16 is 9.0%).
-Those errors follow the CNN (at batch 128-256: vgg16 +27% in AdamW fp16 alone, +2 to -6% otherwise; resnet50 +2 to
-+16% in every configuration; mnasnet1_0 -18 to +15%). Batch norm costed by its channels' reduction length where it
+off: that gap is the model's own, and it is where the goal of 8% per configuration is lost for fp16 (bf16 is 8.8%).
+Those errors follow the CNN (at batch 128-256: vgg16 +25% in AdamW fp16 alone, +3 to -6% otherwise; resnet50 +3 to
++16% in every configuration; mnasnet1_0 -14 to +14%). Batch norm costed by its channels' reduction length where it
 has fewer channels than the GPU has SMs (docs/MODELS.md; the constant, 4.1 SM cycles per element, read from the H200
 bundle's operator timings, not fitted to these steps) took the three configurations from 7.6 / 9.8 / 11.4% to 7.0 /
 8.7 / 10.5% (fp32 / bf16 / fp16) and resnet18 at those batches from -1 to -22% to -11 to +5%; our H200's steps held
@@ -97,10 +97,13 @@ as many channels as SMs or more: 6.6 where all read 8.2) was chosen on the H200 
 28% off on average before and 14.5% after, not on steps. On steps it moved these three to 7.0 / 9.0 / 10.9% (vgg16
 in AdamW fp16 from +21% to +27%), our H200's by CNN from 14.0% to 13.7% (fp16 at batch 128-256 7.7% to 6.2%), the
 public step-only rows by GPU family from 7.2% to 6.3% (AMP 7.5% to 5.9%), the seven GPUs nobody measured from
-6.4% to 4.8% (the B200's two now outside their band: fp32 +14%, AMP -20%), the H200 from public rows alone from 20.2%
-to 14.6% (bench/crossed.py). What was looked at: resnet18's and resnet50's opposite signs in every
-configuration, then the bundle's batch-norm timings by channel count; one try with the constant at 4 (what the
-112x112 rows show) before it was computed from the bundle (4.09); a try at 2 gave 7.5 / 9.8 / 11.0%. Depthwise
+6.4% to 4.8% (the B200's AMP step now outside its band: -20%), the H200 from public rows alone from 20.2%
+to 14.6% (bench/crossed.py). bf16's channels' law at its own rate (PyTorch's kernels, 1.29x fp32's time on the same
+few-channel batch norms in the bundle: 5.3 cycles, fp16 keeping cuDNN's 4.1) then took bf16 from 9.0% to 8.8%, our
+H200's by CNN to 13.3% (bf16 at batch 128-256 14.7% to 12.6%), the H100 from public rows and the H200's to 10.1%.
+What was looked at: resnet18's and resnet50's opposite signs in every configuration, then the bundle's batch-norm
+timings by channel count; one try with the constant at 4 (what the 112x112 rows show) before it was computed from
+the bundle (4.09); a try at 2 gave 7.5 / 9.8 / 11.0%. Depthwise
 convs costed by SM cycles (depthwise.py) took mobilenet_v2's and mnasnet1_0's bf16 and fp32 errors from 11-20% to
 5-15% (before: mobilenet_v2 +13 to +20% too slow, mnasnet1_0 -18 to -29% too
 fast at those batches: the public conv model, which has seen no 5x5 depthwise layer, costed mnasnet's depthwise

@@ -169,6 +169,9 @@ def from_bundles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = No
     cycles = channel_cycles(paths, gpus or {})
     if cycles is not None:
         out["batch_norm_channel_cycles"] = cycles
+        ratio = channel_ratio(paths, gpus or {})
+        if ratio is not None:  # fp16 keeps fp32's: cuDNN's kernels (CUDNN_IN_FP16)
+            out["batch_norm_channel_cycles_bf16"] = cycles * ratio
     return out
 
 
@@ -180,21 +183,47 @@ def from_bundles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = No
 CHANNEL_ELEMENTS = 1_000_000
 
 
+# bf16's batch norms are PyTorch's own kernels, not cuDNN's: over few channels the H200 took 1.24-1.55x fp32's time for
+# the same batch norm (9 pairs, 1.29x their median), as its bytes' passes also read higher. Its per-element rate is
+# fp32's times that ratio, read from pairs whose fp32 time is at least this long (too few bf16 rows have a million
+# elements per channel to read bf16's rate on its own).
+PAIR_MIN_MS = 0.5
+
+
+def _few_channels(name: str, row: OpRow, spec: Mapping[str, Any], gpus: Mapping[str, GpuSpecs]) -> GpuSpecs | None:
+    """The GPU of a training batch-norm timing over at most half as many channels as it has SMs, else None."""
+    gpu, shape = gpus.get(name), spec.get("shape") or []
+    if gpu is None or spec["op"] != "batch_norm" or len(shape) != 3 or spec.get("args", {}).get("grad") is False:
+        return None
+    sms = gpu.filled().sm_count or 0
+    return gpu if sms and 2 * int(shape[0]) <= sms else None
+
+
 def channel_cycles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs]) -> float | None:
     """SM cycles per element of one channel (forward + backward) of training batch norms whose channels leave SMs
     idle, the median over the bundles' fp32 timings on GPUs data/gpus.csv knows; None without such rows."""
     found: list[float] = []
     for name, row, spec, forward_ms in (t for path in paths for t in _timed_ops(path)):
-        gpu, shape = gpus.get(name), spec.get("shape") or []
-        if gpu is None or row.variant != "fp32" or spec["op"] != "batch_norm" or len(shape) != 3:
+        gpu = _few_channels(name, row, spec, gpus)
+        shape = spec.get("shape") or []
+        if gpu is None or row.variant != "fp32" or row.batch_size * shape[1] * shape[2] < CHANNEL_ELEMENTS:
             continue
         elements = row.batch_size * shape[1] * shape[2]
-        sms = gpu.filled().sm_count or 0
-        if spec.get("args", {}).get("grad") is False or not sms or 2 * shape[0] > sms or elements < CHANNEL_ELEMENTS:
-            continue
-        clock = sm_cycles_per_s(gpu) / sms
+        clock = sm_cycles_per_s(gpu) / (gpu.filled().sm_count or 1)
         found.append((forward_ms + (row.backward_ms or 0.0)) * 1e-3 * clock / elements)
     return statistics.median(found) if len(found) >= MIN_ROWS else None
+
+
+def channel_ratio(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs]) -> float | None:
+    """bf16's time over fp32's for the same training batch norm over few channels (same GPU, shape and batch; fp32
+    at least PAIR_MIN_MS), the median over the bundles' pairs; None with fewer than MIN_ROWS pairs."""
+    times: dict[tuple[str, str, int], dict[str, float]] = defaultdict(dict)
+    for name, row, spec, forward_ms in (t for path in paths for t in _timed_ops(path)):
+        if row.variant in VARIANTS and _few_channels(name, row, spec, gpus) is not None:
+            key = (name, str(spec.get("shape")), row.batch_size)
+            times[key][row.variant] = forward_ms + (row.backward_ms or 0.0)
+    ratios = [t["bf16"] / t["fp32"] for t in times.values() if "bf16" in t and t.get("fp32", 0.0) >= PAIR_MIN_MS]
+    return statistics.median(ratios) if len(ratios) >= MIN_ROWS else None
 
 
 def _channel_bound(spec: Mapping[str, Any], gpu: GpuSpecs | None) -> bool:

@@ -154,19 +154,21 @@ def other_ms(
         n_kernels = float(op["count"]) * (1 + c["backward_kernels_per_op"])
         total += nbytes * passes / bw * 1e3 + n_kernels * c["kernel_floor_ms"]
         if kind == "batch_norm" and not channels_last:
-            total += channel_bound_ms(workload, batch, gpu, scale * passes / bw * 1e3, c)
+            total += channel_bound_ms(workload, batch, gpu, scale * passes / bw * 1e3, c, group)
     return total
 
 
 def channel_bound_ms(
-    workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, ms_per_byte: float, c: Mapping[str, float]
-) -> np.ndarray:
+    workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, ms_per_byte: float, c: Mapping[str, float],
+    group: str = "fp32",
+) -> np.ndarray:  # fmt: skip
     """What batch norms over fewer channels than the GPU has SMs take beyond their bytes' time (ms_per_byte, fp32
     bytes as counted), shape (B,): each channel's statistics are one block's, so such a batch norm takes at least one
-    channel's N x H x W elements one after another, at op_passes' cycles per element (NCHW only: NHWC kernels reduce
-    many channels per block). With as many channels as SMs or more, every SM has work and bytes set the time (the
+    channel's N x H x W elements one after another, at op_passes' cycles per element (the precision group's own where
+    model.json has them: bf16's kernels are PyTorch's, fp16's cuDNN's as fp32's; NCHW only: NHWC kernels reduce many
+    channels per block). With as many channels as SMs or more, every SM has work and bytes set the time (the
     H200 timed those faster than whole waves of channels one after another would take: 1.1-1.6x less)."""
-    cycles = c.get("batch_norm_channel_cycles")
+    cycles = c.get(f"batch_norm_channel_cycles_{group}", c.get("batch_norm_channel_cycles"))
     norms = workload.get("batch_norm_channels") or []
     sms = gpu.sm_count or 0
     if not cycles or not norms or not sms:
