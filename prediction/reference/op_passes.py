@@ -190,13 +190,13 @@ CHANNEL_ELEMENTS = 1_000_000
 PAIR_MIN_MS = 0.5
 
 
-def _few_channels(name: str, row: OpRow, spec: Mapping[str, Any], gpus: Mapping[str, GpuSpecs]) -> GpuSpecs | None:
-    """The GPU of a training batch-norm timing over at most half as many channels as it has SMs, else None."""
-    gpu, shape = gpus.get(name), spec.get("shape") or []
+def _sm_share(spec: Mapping[str, Any], gpu: GpuSpecs | None) -> float | None:
+    """Channels over the GPU's SMs of a training batch norm over 3-d maps (None for another op or an unknown GPU)."""
+    shape = spec.get("shape") or []
     if gpu is None or spec["op"] != "batch_norm" or len(shape) != 3 or spec.get("args", {}).get("grad") is False:
         return None
     sms = gpu.filled().sm_count or 0
-    return gpu if sms and 2 * int(shape[0]) <= sms else None
+    return int(shape[0]) / sms if sms else None
 
 
 def channel_cycles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs]) -> float | None:
@@ -204,13 +204,14 @@ def channel_cycles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs]) -> float
     idle, the median over the bundles' fp32 timings on GPUs data/gpus.csv knows; None without such rows."""
     found: list[float] = []
     for name, row, spec, forward_ms in (t for path in paths for t in _timed_ops(path)):
-        gpu = _few_channels(name, row, spec, gpus)
-        shape = spec.get("shape") or []
-        if gpu is None or row.variant != "fp32" or row.batch_size * shape[1] * shape[2] < CHANNEL_ELEMENTS:
+        gpu = gpus.get(name)
+        share = _sm_share(spec, gpu)
+        if gpu is None or share is None or share > 0.5 or row.variant != "fp32":
             continue
-        elements = row.batch_size * shape[1] * shape[2]
-        clock = sm_cycles_per_s(gpu) / (gpu.filled().sm_count or 1)
-        found.append((forward_ms + (row.backward_ms or 0.0)) * 1e-3 * clock / elements)
+        elements = row.batch_size * spec["shape"][1] * spec["shape"][2]
+        if elements >= CHANNEL_ELEMENTS:
+            clock = sm_cycles_per_s(gpu) / (gpu.filled().sm_count or 1)
+            found.append((forward_ms + (row.backward_ms or 0.0)) * 1e-3 * clock / elements)
     return statistics.median(found) if len(found) >= MIN_ROWS else None
 
 
@@ -219,18 +220,12 @@ def channel_ratio(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs]) -> float 
     at least PAIR_MIN_MS), the median over the bundles' pairs; None with fewer than MIN_ROWS pairs."""
     times: dict[tuple[str, str, int], dict[str, float]] = defaultdict(dict)
     for name, row, spec, forward_ms in (t for path in paths for t in _timed_ops(path)):
-        if row.variant in VARIANTS and _few_channels(name, row, spec, gpus) is not None:
+        share = _sm_share(spec, gpus.get(name))
+        if row.variant in VARIANTS and share is not None and share <= 0.5:
             key = (name, str(spec.get("shape")), row.batch_size)
             times[key][row.variant] = forward_ms + (row.backward_ms or 0.0)
     ratios = [t["bf16"] / t["fp32"] for t in times.values() if "bf16" in t and t.get("fp32", 0.0) >= PAIR_MIN_MS]
     return statistics.median(ratios) if len(ratios) >= MIN_ROWS else None
-
-
-def _channel_bound(spec: Mapping[str, Any], gpu: GpuSpecs | None) -> bool:
-    """Whether an op signature is a batch norm over fewer channels than the GPU has SMs."""
-    shape = spec.get("shape") or []
-    sms = (gpu.filled().sm_count or 0) if gpu is not None else 0
-    return spec["op"] == "batch_norm" and len(shape) == 3 and int(shape[0]) < sms
 
 
 def bytes_per_cycle(gpu: GpuSpecs) -> float:
@@ -253,7 +248,8 @@ def op_rows(path: Path, gpus: Mapping[str, GpuSpecs] | None = None) -> list[tupl
     (channel_cycles), not their bytes."""
     out = []
     for gpu, row, spec, forward_ms in _timed_ops(path):
-        if row.variant not in VARIANTS or (gpus is not None and _channel_bound(spec, gpus.get(gpu))):
+        share = _sm_share(spec, gpus.get(gpu)) if gpus is not None else None
+        if row.variant not in VARIANTS or (share is not None and share < 1):
             continue
         per_sample = forward_bytes(spec)
         if per_sample is None:
