@@ -17,7 +17,7 @@ from typing_extensions import TypedDict
 
 from shared import jobs
 from shared.cnn import builtins as cnn_registry
-from shared.cnn import layer_list, onnx_reader
+from shared.cnn import layer_list
 from shared.cnn import zoo as cnn_zoo
 from shared.cnn.describer import Describer
 from shared.cnn.zoo import ConvLayers
@@ -127,6 +127,8 @@ def create(*, name: str, data: bytes, owner_key_id: str | None = None) -> CnnLis
 def checked_onnx(data: bytes) -> tuple[bytes, dict[str, Any], Any]:
     """An uploaded ONNX file read as registration stores it: (stripped graph, definition, parameters), or a
     TraincastError saying why not (tests/unit/test_onnx_fuzz.py holds it to that)."""
+    from shared.cnn import onnx_reader  # the onnx package: ~0.3 s of every API, worker and CLI start otherwise
+
     model = onnx_reader.parse(data)
     graph = onnx_reader.strip(model)
     h, w = onnx_reader.input_size(model)
@@ -171,6 +173,8 @@ def read(*, name: str, image_size: int, num_classes: int | None = None) -> ConvL
         if row["source"] == "onnx":
             if row["graph"] is None:
                 raise ExtractionError("its ONNX graph is not stored: register it again")
+            from shared.cnn import onnx_reader
+
             signatures, workload = onnx_reader.read(bytes(row["graph"]), image_size)
         else:
             signatures, workload = layer_list.read(row["definition"], image_size)
