@@ -197,8 +197,9 @@ def section(kinds: dict[str, dict[str, float]], busy: dict[str, dict[str, float]
 def main() -> None:
     """Measure the three ways and write the section."""
     started = time.monotonic()
+    gpus = fit.gpu_table()
     kinds = op_passes.by_variant(measured.files())
-    busy = op_passes.by_variant(measured.files(), fit.gpu_table())
+    busy = op_passes.by_variant(measured.files(), gpus)
     rows: dict[str, int] = defaultdict(int)
     for path in measured.files():
         for _gpu, variant, (op, nbytes, *_t) in op_passes.op_rows(path):
@@ -211,7 +212,7 @@ def main() -> None:
         "measured": scored(lambda paths, *_gpus: shipped(paths)),
         "scaled": scored(shipped),
     }
-    reference_bpc = shipped(measured.files(), fit.gpu_table())["passes_bytes_per_cycle"]
+    reference_bpc = shipped(measured.files(), gpus)["passes_bytes_per_cycle"]
     text = section(kinds, busy, rows, runs, reference_bpc, time.monotonic() - started)
     print(text)
     write_section("Memory-bound operators per kind (bench/op_passes.py)", text)

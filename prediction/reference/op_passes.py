@@ -153,7 +153,7 @@ def from_bundles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = No
     the memory bandwidth per SM cycle of the GPUs they were timed on (the median), which steps.other_ms scales their
     excess over IDEAL_PASSES by (the 16-bit timings only with it: unscaled they broke the sanity orderings); without
     the GPUs' figures fp16 takes fp32's."""
-    paths = list(paths)  # read twice: the passes, then the channels' cycles
+    paths = list(paths)  # read more than once: the passes, the channels' cycles, bf16's ratio to them
     by_gpu = _by_gpu(paths, gpus)
     variants = _per_variant(by_gpu)
     fp32, half = variants["fp32"], variants["bf16"]
@@ -181,6 +181,7 @@ def from_bundles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = No
 # 1.8-1.95 ms for 24 to 128 of 56x56. The rows that show it: channels at most half the SMs, a million elements or more
 # per channel (launch floors negligible).
 CHANNEL_ELEMENTS = 1_000_000
+FEW_CHANNELS = 0.5  # channels over SMs: the rows the channels' law is read from
 
 
 # bf16's batch norms are PyTorch's own kernels, not cuDNN's: over few channels the H200 took 1.24-1.55x fp32's time for
@@ -206,7 +207,7 @@ def channel_cycles(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs]) -> float
     for name, row, spec, forward_ms in (t for path in paths for t in _timed_ops(path)):
         gpu = gpus.get(name)
         share = _sm_share(spec, gpu)
-        if gpu is None or share is None or share > 0.5 or row.variant != "fp32":
+        if gpu is None or share is None or share > FEW_CHANNELS or row.variant != "fp32":
             continue
         elements = row.batch_size * spec["shape"][1] * spec["shape"][2]
         if elements >= CHANNEL_ELEMENTS:
@@ -221,7 +222,7 @@ def channel_ratio(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs]) -> float 
     times: dict[tuple[str, str, int], dict[str, float]] = defaultdict(dict)
     for name, row, spec, forward_ms in (t for path in paths for t in _timed_ops(path)):
         share = _sm_share(spec, gpus.get(name))
-        if row.variant in VARIANTS and share is not None and share <= 0.5:
+        if row.variant in VARIANTS and share is not None and share <= FEW_CHANNELS:
             key = (name, str(spec.get("shape")), row.batch_size)
             times[key][row.variant] = forward_ms + (row.backward_ms or 0.0)
     ratios = [t["bf16"] / t["fp32"] for t in times.values() if "bf16" in t and t.get("fp32", 0.0) >= PAIR_MIN_MS]
