@@ -58,10 +58,12 @@ def step_fn(model: Any, config: str, x: Any, y: Any, torch: Any) -> Any:
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         else:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-        # fp16 autocast always with a GradScaler (what every AMP fp16 recipe does); bf16 without one.
+        # fp16 autocast always with a GradScaler (what every AMP fp16 recipe does); bf16 without one. Its scale at 1,
+        # never growing: at the default 2**16 fresh weights overflow and the first steps skip the optimizer, which
+        # training past its first steps does not (gpu_agent/step_bench.py).
         fp16 = precision == "amp_fp16"
         dtype = torch.float16 if fp16 else torch.bfloat16
-        scaler = torch.amp.GradScaler(x.device.type) if fp16 else None
+        scaler = torch.amp.GradScaler(x.device.type, init_scale=1.0, growth_interval=2**30) if fp16 else None
     loss_fn = torch.nn.CrossEntropyLoss()
 
     def run() -> None:

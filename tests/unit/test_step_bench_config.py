@@ -74,6 +74,29 @@ def test_fp16_autocast_runs_with_a_grad_scaler_or_is_refused_clearly() -> None:
     assert set(seen) == {torch.float16}
 
 
+def test_every_timed_fp16_step_runs_the_optimizer() -> None:
+    """amp_fp16 with AdamW: no timed step is one GradScaler skips. With gradients that overflow float16 at
+    GradScaler's default starting scale (2**16), every step would skip the optimizer's work, where training past its
+    first steps runs it on nearly every step."""
+    config = TrainConfig(optimizer="adamw", weight_decay=0.01, precision="amp_fp16")
+    try:
+        step_bench.check_autocast(config, CPU)
+    except InvalidRequest as exc:
+        assert "amp_fp16 is not supported on cpu by torch" in exc.detail
+        return
+    model = tiny()
+    with torch.no_grad():
+        model[1].weight.fill_(1000.0)  # batch norm's scale: activations, and the linear layer's gradients, large
+    opt = step_bench.make_optimizer(model.parameters(), config)
+    step = step_bench.prepare(model, opt, 2, 8, config, CPU).phases["step"]
+    first = next(model.parameters())
+    assert opt.state[first], "the prepared steps skipped the optimizer"
+    before = int(opt.state[first]["step"])
+    for _ in range(3):
+        step()
+    assert int(opt.state[first]["step"]) == before + 3
+
+
 def test_channels_last_images_and_weights() -> None:
     """channels_last puts the conv weights and the images in that memory format."""
     model, _, _ = stepped(TrainConfig(channels_last=True))
