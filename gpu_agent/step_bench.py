@@ -203,7 +203,10 @@ def prepare(
     own = [*model.parameters(), *model.buffers(), *optimizer_state(opt), x, target]
     peak = memory.peak_of(step, own=own, device=device)
     sync(device)
-    return Prepared(phases={"step": step}, info={"peak_memory_bytes": peak})
+    info: dict[str, Any] = {"peak_memory_bytes": peak}
+    if scaler is not None:
+        info["grad_scale"] = scaler.get_scale()  # how the row was timed, in its stats: 1.0, never grown
+    return Prepared(phases={"step": step}, info=info)
 
 
 def optimizer_state(opt: torch.optim.Optimizer) -> list[torch.Tensor]:

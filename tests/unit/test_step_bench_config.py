@@ -88,7 +88,9 @@ def test_every_timed_fp16_step_runs_the_optimizer() -> None:
     with torch.no_grad():
         model[1].weight.fill_(1000.0)  # batch norm's scale: activations, and the linear layer's gradients, large
     opt = step_bench.make_optimizer(model.parameters(), config)
-    step = step_bench.prepare(model, opt, 2, 8, config, CPU).phases["step"]
+    prepared = step_bench.prepare(model, opt, 2, 8, config, CPU)
+    assert prepared.info["grad_scale"] == 1.0  # stored in the row's stats: how it was timed
+    step = prepared.phases["step"]
     first = next(model.parameters())
     assert opt.state[first], "the prepared steps skipped the optimizer"
     before = int(opt.state[first]["step"])
