@@ -32,6 +32,13 @@ def command(line: str) -> list[str]:
     return shlex.split(line.replace("$$", "$"))
 
 
+def publish(path: Path, text: str) -> None:
+    """Write a file the test polls all at once: it never sees the file there and still empty."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def supervise(unit_name: str) -> int:
     """Run the service to its end, then its ExecStopPost."""
     unit = parse(UNITS / unit_name)
@@ -43,9 +50,9 @@ def supervise(unit_name: str) -> int:
     with open(STATE / f"{unit_name}.log", "ab") as log:
         proc = subprocess.Popen(command(unit["ExecStart"]), cwd=unit.get("WorkingDirectory"), env=env,
                                 stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-        (STATE / f"{unit_name}.pid").write_text(str(proc.pid))
+        publish(STATE / f"{unit_name}.pid", str(proc.pid))
         code = proc.wait()
-        (STATE / f"{unit_name}.exit").write_text(str(code))
+        publish(STATE / f"{unit_name}.exit", str(code))
         result = "success" if code == 0 else ("signal" if code < 0 else "exit-code")
         post = unit.get("ExecStopPost")
         if post:
