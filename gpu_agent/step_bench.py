@@ -161,10 +161,10 @@ def prepare(
     dtype = AUTOCAST.get(config.precision)
     # GradScaler only for fp16 (bf16 has fp32's range); it scales the loss, unscales and checks the gradients for inf
     # each step, whatever its scale. Training starts it at 2**16 and halves it on every step whose gradients overflow,
-    # skipping that step's optimizer: fresh weights on random data overflow for several steps (vgg11 at batch 8-32,
-    # mobilenet_v2 for 3-4), so timed steps would be skips without the optimizer's work, where training past its
-    # first steps skips about one in growth_interval (2,000). A scale of 1 that never grows keeps every timed step a
-    # whole one: the same kernels, no overflow.
+    # skipping that step's optimizer: fresh weights on random data overflow for several steps (on a CPU: vgg11 at
+    # batch 8-32, mobilenet_v2 for 3-4), so timed steps would be skips without the optimizer's work, where training
+    # past its first steps skips about one in growth_interval (2,000). A scale of 1 that never grows keeps every
+    # timed step a whole one: the same kernels, no overflow.
     scaler = (
         torch.amp.GradScaler(device.type, init_scale=1.0, growth_interval=2**30)
         if config.precision == "amp_fp16"
