@@ -16,7 +16,8 @@ not hide (the tail); the terms here are added to the one-GPU step beside it:
 
 AMP's GradScaler checks the gradients for inf/NaN and synchronises the host once a step (`found_inf.item()`): a one-
 GPU step under autocast does the same, so the one-GPU step it starts from already holds it. The host's cores that N
-replicas share for decoding are prediction/input_pipeline.py's (the input rate, not a loss here).
+replicas share for decoding are prediction/input_pipeline.py's (the input rate, not a loss here; bench/ddp_losses.py
+sets it beside the real-data clusters' one-machine rows).
 """
 
 import math
