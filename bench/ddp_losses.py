@@ -83,12 +83,17 @@ def mean_errors(cs: list[Case], cv: float, specs: dict[str, tuple[int, float]]) 
     return perfect, tail, both
 
 
-def cases() -> list[Case]:
-    """Every multi-GPU row of both benches with the tail model's step."""
-    out = []
+def real_rows() -> list[scaling.Row]:
+    """bench/scaling.py's multi-GPU rows: scalability and one-machine placements, each row once."""
     multi, _ = scaling.rows("scalability")
     single, _ = scaling.rows("placements")
-    for row in dict.fromkeys(multi + single):
+    return list(dict.fromkeys(multi + single))
+
+
+def cases(real: list[scaling.Row]) -> list[Case]:
+    """Every multi-GPU row of both benches (real: bench/scaling.py's) with the tail model's step."""
+    out = []
+    for row in real:
         links = scaling.CLUSTERS[row.cluster].links
         out.append(Case(
             f"{row.dataset} {row.cluster}", scaling.FOLD[row.cluster], True, row.replicas, row.one_gpu_ms,
@@ -173,7 +178,7 @@ HOSTS: dict[str, tuple[int, HostCpu | None, str]] = {
 IMAGENET_WORKERS = 4
 
 
-def input_lines() -> list[str]:
+def input_lines(real: list[scaling.Row]) -> list[str]:
     """Markdown lines: one machine, ImageNet, by GPUs: measured efficiency beside what the product's input pipeline
     (prediction/input_pipeline.py, at the rate Traincast ships) says the host's vCPUs allow, and the rate per vCPU
     below which decoding would bind."""
@@ -183,12 +188,10 @@ def input_lines() -> list[str]:
         "(images/s per vCPU) | rate per vCPU at which decoding binds (median) |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    multi, _ = scaling.rows("scalability")
-    single, _ = scaling.rows("placements")
     for name, (vcpus, cpu, host) in HOSTS.items():
         per_vcpu, _ = input_pipeline.scaled(rate, cpu)
         groups: dict[int, list[scaling.Row]] = defaultdict(list)
-        for row in dict.fromkeys(multi + single):
+        for row in real:
             if scaling.FOLD[row.cluster] == name and row.dataset == "imagenet" and row.nodes == 1:
                 groups[row.replicas].append(row)
         for gpus, rows in sorted(groups.items()):
@@ -210,7 +213,8 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
     specs = gpu_specs()
-    all_cases = cases()
+    real = real_rows()
+    all_cases = cases(real)
     decoded = [c for c in all_cases if c.decoded]
     folds = sorted({c.fold for c in decoded})
     held_cv = {f: fit_cv([c for c in decoded if c.fold != f], specs) for f in folds}
@@ -240,7 +244,7 @@ def main() -> None:
             f"({input_pipeline.shipped_rate().per_cpu:.0f} images/s per vCPU on its host, moved to each cluster's "
             "vCPUs by threads per core where published), against these rows:",
             "",
-            *input_lines(),
+            *input_lines(real),
             "",
             *INPUT_FINDINGS,
         ]
