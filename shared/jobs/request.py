@@ -82,6 +82,14 @@ class BatchRange(BaseModel):
         stop = self.max if at_most is None else min(self.max, self.min + self.step * at_most)
         return list(range(self.min, stop + 1, self.step))
 
+    def holds(self, size: int) -> bool:
+        """Whether size is one of the range's batch sizes."""
+        return self.min <= size <= self.max and (size - self.min) % self.step == 0
+
+    def count(self) -> int:
+        """How many batch sizes the range spans, counted without listing them."""
+        return (self.max - self.min) // self.step + 1
+
 
 MAX_GPUS = 64  # a machine's GPU count is at most this (MachineCreate)
 MAX_NODES = 1024
@@ -268,7 +276,7 @@ class JobRequest(BaseModel):
         if not sizes:
             raise ValueError("batch_sizes is empty")
         if len(sizes) > settings.max_batch_sizes:
-            raise ValueError(f"{len(sizes)} batch sizes requested; at most {settings.max_batch_sizes} are allowed")
+            raise ValueError(f"{self._asked()} batch sizes requested; at most {settings.max_batch_sizes} are allowed")
         bad = [b for b in sizes if b < 1 or b > settings.max_batch_size]
         if bad:
             shown = [b if abs(b) <= _HUGE else "…" for b in bad[:5]]  # a 400-digit number helps nobody
@@ -333,6 +341,13 @@ class JobRequest(BaseModel):
             phase.global_batch_size = phase.batch_size
             phase.batch_size, phase.gpus, phase.nodes = phase.batch_size // (gpus * nodes), gpus, nodes
         self.schedule_batch = "per_gpu"
+
+    def _asked(self) -> int:
+        """How many batch sizes the request spans, a range's counted whole (the list checked was cut short)."""
+        if not isinstance(self.batch_sizes, BatchRange):
+            return len(self._sizes)
+        extra = {phase.batch_size for phase in self.schedule or []}
+        return self.batch_sizes.count() + sum(1 for b in extra if not self.batch_sizes.holds(b))
 
     def _with_phases(self, sizes: list[int]) -> list[int]:
         """The batch sizes with every phase's (a schedule is priced from the job's own points)."""

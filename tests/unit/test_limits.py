@@ -83,6 +83,25 @@ def test_duplicate_batch_sizes_are_merged() -> None:
     assert again == request
 
 
+@pytest.mark.parametrize(
+    ("batch_sizes", "schedule", "asked"),
+    [
+        ({"min": 1, "max": 5000}, None, 5000),
+        ({"min": 8, "max": 100_000, "step": 8}, None, 12500),
+        ({"min": 1, "max": 1001}, [{"epochs": 1, "batch_size": 500}, {"epochs": 1, "batch_size": 3000}], 1002),
+        (list(range(1, 1202)), None, 1201),
+    ],
+)
+def test_too_many_batch_sizes_says_how_many_were_asked(
+    batch_sizes: object, schedule: list[dict[str, int]] | None, asked: int
+) -> None:
+    """A range over the limit is counted whole in the refusal (the list checked is cut short at the limit)."""
+    body = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": batch_sizes, "schedule_batch": "per_gpu"}
+    limit = get_settings().max_batch_sizes
+    with pytest.raises(ValidationError, match=rf"\b{asked} batch sizes requested; at most {limit} are allowed"):
+        JobRequest.model_validate({**body, "schedule": schedule} if schedule else body)
+
+
 @pytest.fixture
 def door(request: pytest.FixtureRequest) -> Iterator[None]:
     """Validation as at the API's door: the points limit of the request set."""
