@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import re
 from typing import Any
 
 from cli import render
@@ -54,6 +55,14 @@ LINK_HELP = {
 }
 
 
+_FIELDS = re.compile(r"\b(" + "|".join(k for k in (*REQUIRED, *FIGURES, *OPTIONAL) if "_" in k) + r")\b")
+
+
+def as_flags(message: str) -> str:
+    """The API's refusal of `machines add` with its field names spelt as the flags a CLI user types."""
+    return _FIELDS.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
+
+
 def add_parser(sub: Any) -> None:
     """Add the `machines` command and its sub-commands."""
     ma = sub.add_parser("machines", help="machine types (aws, gcp, azure, your own): list, add")
@@ -95,7 +104,10 @@ def run(api: Api, args: argparse.Namespace) -> int:
                 if getattr(args, k) is not None
             },
         }
-        row = api.call("POST", "/v1/machines", json=body)
+        try:
+            row = api.call("POST", "/v1/machines", json=body)
+        except CliError as exc:
+            raise CliError(as_flags(str(exc))) from None
         nics = row.get("nics")
         links = f", {nics} x {row['nic_gbps']:g} Gbit/s {'RDMA' if row['network_rdma'] else 'TCP'}" if nics else ""
         print(

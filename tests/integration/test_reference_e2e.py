@@ -67,4 +67,4 @@ def test_cli_labels_reference_answers_and_registers_a_gpu(no_agent: Stack, clean
         amp.stdout.splitlines()
     ), amp.stdout
     bad = cli(no_agent, "machines", "add", "cli-bad", *flags[:-1], "--gpu-l2-mib=-3")
-    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "gpu_l2_mib" in bad.stderr
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "--gpu-l2-mib" in bad.stderr  # the flag typed
