@@ -6,7 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -51,9 +51,9 @@ def _counts(text: str, flag: str) -> list[int]:
     try:
         counts = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise SystemExit(f"traincast: {flag} {text!r}: give whole numbers, e.g. 8 or 1,2,4,8") from None
+        raise CliError(f"{flag} {text!r}: give whole numbers, e.g. 8 or 1,2,4,8") from None
     if not counts:
-        raise SystemExit(f"traincast: {flag} is empty: give whole numbers, e.g. 8 or 1,2,4,8")
+        raise CliError(f"{flag} is empty: give whole numbers, e.g. 8 or 1,2,4,8")
     return counts
 
 
@@ -64,7 +64,7 @@ def _schedule(text: str) -> list[dict[str, int]]:
         epochs, _, rest = item.partition("x")
         fields = [epochs, *rest.split(":")]
         if len(fields) > 4 or not all(f.isdigit() for f in fields[:2]) or not all(f.isdigit() or not f for f in fields):
-            raise SystemExit(f"traincast: --schedule {item!r}: write EPOCHSxBATCH[:GPUS[:NODES]], e.g. 5x256,85x1024")
+            raise CliError(f"--schedule {item!r}: write EPOCHSxBATCH[:GPUS[:NODES]], e.g. 5x256,85x1024")
         names = ("epochs", "batch_size", "gpus", "nodes")
         phases.append({name: int(f) for name, f in zip(names, fields, strict=False) if f})
     return phases
@@ -380,9 +380,17 @@ class _Defaults(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line, as every other CLI error (the usage is one --help away)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the mistake and where the usage is; exit 2, argparse's status for a usage error."""
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line grammar."""
-    p = argparse.ArgumentParser(prog="traincast", description=__doc__)
+    p = _Parser(prog="traincast", description=__doc__)
     p.add_argument("--api-url", default=os.environ.get("TRAINCAST_API_URL", DEFAULT_API), help="API base URL")
     sub = p.add_subparsers(dest="command", required=True)
 
