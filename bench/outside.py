@@ -193,6 +193,12 @@ def report(rows: list[dict[str, Any]], command: str, run: str, image_size: int) 
     model = [e for r in rows if (e := ape(r["model_ms"], r["measured_ms"])) is not None]
     base = [e for r in rows if (e := ape(r["summed_ms"], r["measured_ms"])) is not None]
     # The gap of one timing from the other, relative to their mean: the error a perfect model would still show.
+    inside = [
+        r["p10_ms"] <= r["measured_ms"] <= r["p90_ms"]
+        for r in rows
+        if r["p10_ms"] is not None and r["p90_ms"] is not None and r["measured_ms"]
+    ]
+    widths = [r["p90_ms"] / r["p10_ms"] for r in rows if r["p10_ms"] and r["p90_ms"]]
     noise = [
         abs(r["first_ms"] - r["second_ms"]) / r["measured_ms"] * 50
         for r in rows
@@ -203,7 +209,9 @@ def report(rows: list[dict[str, Any]], command: str, run: str, image_size: int) 
         f"Mean APE: model {_pct(statistics.fmean(model) if model else None)} over {len(model)} points; summed "
         f"(baseline) {_pct(statistics.fmean(base) if base else None)} over {len(base)}. Goal: 6% or less, in two runs. "
         "Noise floor (each pass's distance from the two passes' mean): "
-        f"{_pct(statistics.fmean(noise) if noise else None)}, largest {_pct(max(noise) if noise else None)}.",
+        f"{_pct(statistics.fmean(noise) if noise else None)}, largest {_pct(max(noise) if noise else None)}. "
+        f"P10-P90 holds {sum(inside)} of {len(inside)} measured steps (about 80% when it means what it says); "
+        f"median P90/P10 {statistics.median(widths) if widths else math.nan:.2f}.",
     ]
     lines += [f"- {r['cnn']}: {r['error']}" for r in rows if r["error"] and r["batch_size"] == rows[0]["batch_size"]]
     return "\n".join(lines)
