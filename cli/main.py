@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import ValidationError
 
-from cli import catalog, fleet, keys, machines, measurements, render
+from cli import catalog, flags, fleet, keys, machines, measurements, render
 from cli.client import Api, CliError, dumps
 from shared.core.errors import InvalidRequest
 from shared.jobs.models import JobStatus
@@ -106,7 +106,10 @@ def cmd_predict(api: Api, args: argparse.Namespace) -> int:
     if unnamed:  # said once the flags are known good, before anything is sent
         print("no --machine given: predicting for local (this machine); `traincast machines list` names the others",
               file=sys.stderr)  # fmt: skip
-    job = api.call("POST", "/v1/jobs", json=body)
+    try:
+        job = api.call("POST", "/v1/jobs", json=body)
+    except CliError as exc:
+        raise CliError(flags.named(str(exc))) from None
     if not args.quiet:
         print(f"job {job['id']} submitted", file=sys.stderr)
     job = follow(api, job["id"], show=not args.quiet)
@@ -367,7 +370,11 @@ def training_of(args: argparse.Namespace) -> TrainConfig:
             weight_decay=args.weight_decay, channels_last=args.channels_last, cudnn_benchmark=args.cudnn_benchmark,
         )  # fmt: skip
     except ValidationError as exc:
-        raise InvalidRequest("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+        reasons = (
+            f"{'.'.join(map(str, e['loc'])) + ': ' if e['loc'] else ''}{e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise InvalidRequest(flags.named("; ".join(reasons))) from None
 
 
 class _Defaults(argparse.ArgumentDefaultsHelpFormatter):

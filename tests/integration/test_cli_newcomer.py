@@ -24,10 +24,15 @@ def test_typos_get_a_suggestion_in_one_line(no_agent: Stack) -> None:
 
 
 def test_a_bad_range_step_is_one_human_line(no_agent: Stack) -> None:
-    """--batch-sizes 16-256:0: the range's step named, no pydantic branch names or 'valid list' noise."""
+    """--batch-sizes 16-256:0: the range's step named by the flag, no pydantic branch names or 'valid list' noise;
+    the door's refusals of other flags name the flags too, not the request's JSON fields."""
     out = cli(no_agent, "predict", "resnet50", "--machine", "p5.48xlarge", "--batch-sizes", "16-256:0")
     assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
-    assert "batch_sizes.step: Input should be greater than or equal to 1" in out.stderr, out.stderr
+    assert "--batch-sizes (the range's step): Input should be greater than or equal to 1" in out.stderr, out.stderr
+    for flag, value in (("--nodes", "1,0"), ("--image-size", "7"), ("--weight-decay", "-1")):
+        bad = cli(no_agent, "predict", "resnet50", "--machine", "p5.48xlarge", flag, value)
+        assert bad.returncode == 1 and bad.stderr.count("\n") == 1, bad.stderr
+        assert f"{flag}: Input should be greater than" in bad.stderr, bad.stderr
     for noise in ("function-after", "list[int]", "valid list", "BatchRange"):
         assert noise not in out.stderr, out.stderr
 
