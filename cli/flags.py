@@ -16,14 +16,19 @@ PREDICT = {
 # Where a refusal says what is wrong: a field's path before ": " (`nodes.0: `, `schedule.1.epochs: `). List indexes
 # are dropped (the flag takes the whole list); words elsewhere in the message are left alone.
 _WHERE = re.compile(r"(?<![\w.-])([a-z_]+(?:\.(?:\d+|[a-z_]+))*)(?=: )")
+# The API's pointers to its own listings, as the commands that list the same.
+COMMANDS = {"see GET /v1/cnns": "see `traincast cnns`", "see GET /v1/machines": "see `traincast machines list`"}
 
 
 def named(message: str, fields: dict[str, str] = PREDICT) -> str:
-    """The message with each field path it is about spelt as the flag of its longest known prefix; others unchanged."""
+    """The message with each field path it is about spelt as the flag of its longest known prefix (others unchanged),
+    and the listings it points to as the commands that print them."""
 
     def flag(m: re.Match[str]) -> str:
         parts = [p for p in m.group(1).split(".") if not p.isdigit()]
         known = (".".join(parts[:n]) for n in range(len(parts), 0, -1))
         return next((fields[k] for k in known if k in fields), m.group(1))
 
+    for api, command in COMMANDS.items():
+        message = message.replace(api, command)
     return _WHERE.sub(flag, message)

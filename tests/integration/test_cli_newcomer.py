@@ -15,7 +15,7 @@ def test_typos_get_a_suggestion_in_one_line(no_agent: Stack) -> None:
     """resnet5O and P5.48XLARGE: 'did you mean' with the right names, one line on stderr, exit 1."""
     out = cli(no_agent, "predict", "resnet5O", "--machine", "p5.48xlarge")
     assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
-    assert "did you mean 'resnet50'?" in out.stderr, out.stderr
+    assert "did you mean 'resnet50'?" in out.stderr and "see `traincast cnns`" in out.stderr, out.stderr
     out = cli(no_agent, "predict", "resnet50", "--machine", "P5.48XLARGE")
     assert out.returncode == 1 and "did you mean 'p5.48xlarge'?" in out.stderr, out.stderr
     body = {"cnns": ["resnet50"], "machines": ["zzzz-nothing"], "batch_sizes": [8]}

@@ -16,6 +16,10 @@ from cli.flags import named
          "Invalid request: --network-gbps: Input should be greater than or equal to 0.1"),
         ("Invalid request: batch_sizes.step: Input should be greater than or equal to 1",
          "Invalid request: --batch-sizes (the range's step): Input should be greater than or equal to 1"),
+        ("Invalid request: unknown CNN(s): resnet5 (did you mean 'resnet50'?); see GET /v1/cnns",
+         "Invalid request: unknown CNN(s): resnet5 (did you mean 'resnet50'?); see `traincast cnns`"),
+        ("Invalid request: unknown machine type(s): nope; see GET /v1/machines",
+         "Invalid request: unknown machine type(s): nope; see `traincast machines list`"),
         ("Invalid request: schedule.1.epochs: Input should be greater than or equal to 1; gpus.2: Input should be "
          "greater than or equal to 1", "Invalid request: --schedule: Input should be greater than or equal to 1; "
          "--gpus: Input should be greater than or equal to 1"),
