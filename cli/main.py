@@ -346,6 +346,7 @@ def _print_model(model: "PredictorModel") -> None:
         + (f", pooled from {', '.join(pooled)} ({ev['own_rows']} steps of its own)" if len(pooled) > 1 else "")
     )
     print(render.evaluation(ev))
+    print(render.stored(model["params"]))
 
 
 def add_training_flags(p: argparse.ArgumentParser) -> None:

@@ -1,5 +1,6 @@
 """Printing results as tables a person reads."""
 
+import math
 from typing import Any
 
 
@@ -274,3 +275,19 @@ def evaluation(ev: dict[str, Any]) -> str:
     ]  # fmt: skip
     header = ["held-out cnn", "model", "median", "max", "conv x k", "flops x k", "in P10-P90", "chosen"]
     return "\n".join(lines) + "\n" + table(rows, header)
+
+
+def stored(params: dict[str, Any]) -> str:
+    """What the stored model answers with: the candidate its inner folds chose, its P10-P90 as factors of the answer."""
+    inner = (params.get("selection") or {}).get("inner_mape") or {}
+    scores = ", ".join(f"{name} {mape:.1f}%" for name, mape in inner.items() if mape is not None)
+    line = f"stored: {params.get('choice', '?')}" + (f" (inner folds: {scores})" if scores else "")
+    band = params.get("interval")
+    if not band:
+        return line
+    seen, unseen = (f"x{math.exp(min(lo, 0.0)):.2f}-x{math.exp(max(hi, 0.0)):.2f}" for lo, hi in
+                    (band["seen"], band["unseen"]))  # fmt: skip
+    low, high = band["batch_range"]
+    wider = f", wider per doubling beyond batch {low}-{high}" if band.get("scale") else ""
+    sizes = "/".join(map(str, band["image_sizes"]))
+    return f"{line}; P10-P90 {seen} of the answer at {sizes} px and batch {low}-{high}, {unseen} elsewhere{wider}"

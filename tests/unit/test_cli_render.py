@@ -83,3 +83,22 @@ def test_a_type_with_fewer_gpus_than_asked_says_which_counts_it_was_not_answered
     assert "g4dn.xlarge: not answered for gpus 8 (it has fewer GPUs)" in lines
     assert not any(line.startswith("p4d.24xlarge: not answered") for line in lines)
     assert "not answered" not in render.result(job | {"request": {"gpus": 8}})
+
+
+def test_the_stored_model_says_its_choice_and_band_as_factors_of_the_answer() -> None:
+    """A stored interval's log bounds read as x factors; the wider bounds elsewhere, and their widening, are named."""
+    params = {
+        "choice": "base_only",
+        "selection": {"inner_mape": {"base_only": 9.94, "base_shrunk": 10.8, "lightgbm": None}},
+        "interval": {"seen": [-0.1625, 0.157], "unseen": [-0.1625, 0.2469], "image_sizes": [64, 112],
+                     "batch_range": [2, 32], "scale": 0.25},
+    }  # fmt: skip
+    assert render.stored(params) == (
+        "stored: base_only (inner folds: base_only 9.9%, base_shrunk 10.8%); P10-P90 x0.85-x1.17 of the answer at "
+        "64/112 px and batch 2-32, x0.85-x1.28 elsewhere, wider per doubling beyond batch 2-32"
+    )
+    # A bound on the wrong side of the answer is clamped as predictions clamp it: the band always holds the answer.
+    params["interval"] = {"seen": [0.05, 0.2], "unseen": [-0.3, -0.1], "image_sizes": [64], "batch_range": [4, 8]}
+    assert render.stored(params).endswith(
+        "P10-P90 x1.00-x1.22 of the answer at 64 px and batch 4-8, x0.74-x1.00 elsewhere"
+    )
