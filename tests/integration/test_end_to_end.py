@@ -70,7 +70,7 @@ def test_calibrate_predict_and_reuse(full_stack: Stack, clean_db: None) -> None:
     )
     assert cal.returncode == 0, cal.stderr
     assert "leave-one-CNN-out MAPE: model" in cal.stdout and "P10-P90 holds" in cal.stdout
-    assert re.search(r"^stored: \w+ \(inner folds: .*\); P10-P90 x\d\.\d\d-x\d\.\d\d of the answer", cal.stdout, re.M)
+    assert re.search(r"^stored: \w+ \(inner folds: .*\); P10-P90 x\d+\.\d\d-x\d+\.\d\d of the answer", cal.stdout, re.M)
 
     r = http.post(f"{full_stack.url}/v1/jobs", json=JOB)
     assert r.status_code == 202
