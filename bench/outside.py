@@ -192,13 +192,13 @@ def report(rows: list[dict[str, Any]], command: str, run: str, image_size: int) 
         )
     model = [e for r in rows if (e := ape(r["model_ms"], r["measured_ms"])) is not None]
     base = [e for r in rows if (e := ape(r["summed_ms"], r["measured_ms"])) is not None]
-    # The gap of one timing from the other, relative to their mean: the error a perfect model would still show.
     inside = [
         r["p10_ms"] <= r["measured_ms"] <= r["p90_ms"]
         for r in rows
         if r["p10_ms"] is not None and r["p90_ms"] is not None and r["measured_ms"]
     ]
     widths = [r["p90_ms"] / r["p10_ms"] for r in rows if r["p10_ms"] and r["p90_ms"]]
+    # The gap of one timing from the other, relative to their mean: the error a perfect model would still show.
     noise = [
         abs(r["first_ms"] - r["second_ms"]) / r["measured_ms"] * 50
         for r in rows
