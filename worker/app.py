@@ -72,6 +72,14 @@ def lower_priority(**_kwargs: Any) -> None:
     os.nice(get_settings().worker_nice)
 
 
+@worker_init.connect
+def import_the_tracer(**_kwargs: Any) -> None:
+    """torch and torchvision imported once, before the pool forks: every child that plans a CNN reads it with them,
+    and importing them in each child took 3-14 s of CPU a child (two children often both plan at a worker's start)."""
+    import torch  # noqa: F401
+    import torchvision.models  # noqa: F401
+
+
 @worker_ready.connect
 def prune_reference_predictions(**_kwargs: Any) -> None:
     """At start, the stored reference predictions of older model versions (or older code computing them) go."""

@@ -7,8 +7,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
+import psutil
 import pytest
 
 from prediction import reference
@@ -177,6 +179,23 @@ def test_a_starting_worker_warms_up_below_any_job(
             lambda: warmup.warm_specs() and not unwarmed(), 240, "the warm-up to end", 1.0, lambda: stack.log("worker")
         )
         assert "not built-ins that run at 224 px: no_such_cnn" in stack.log("worker")
+    finally:
+        stack.stop_all()
+
+
+def test_a_worker_s_children_start_with_torch_imported_once_by_their_parent(
+    service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Before any task, every process of the pool has torch mapped: imported once by the parent before it forked,
+    not by each child at its first plan."""
+    stack = Stack(service_env, tmp_path_factory.mktemp("preload"))
+    stack.start("worker")
+    try:
+        log = partial(stack.log, "worker")
+        wait_until(lambda: "ready." in log(), 120, "the worker to be ready", 0.2, log)
+        children = psutil.Process(stack.procs["worker"].pid).children(recursive=True)
+        assert len(children) >= 2  # the pool's two, and beat's
+        assert all(any("libtorch_cpu" in m.path for m in c.memory_maps()) for c in children)
     finally:
         stack.stop_all()
 
