@@ -1,4 +1,5 @@
-"""The warm-up (worker/warmup.py): what it stores is what a new install's first job would otherwise compute."""
+"""A starting worker: torch imported once for its pool, and the warm-up (worker/warmup.py), whose stores are what a new
+install's first job would otherwise compute."""
 
 import json
 import socket
