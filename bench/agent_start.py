@@ -74,6 +74,8 @@ def registered(runs: int) -> tuple[list[float], list[float]]:
 
 
 def main() -> int:
+    from bench.perf_doc import ratio_row, write_section
+
     baseline = [imported("import torchvision") for _ in range(RUNS)]
     now = [imported("pass") for _ in range(RUNS)]
     up, handshake = registered(RUNS)
@@ -86,14 +88,12 @@ def main() -> int:
         "",
         "| what | s | baseline, same run | ratio |",
         "|---|---:|---:|---:|",
-        f"| an interpreter importing the agent (`gpu_agent.app`) | {n:.2f} | {b:.2f} with torchvision imported too | "
-        f"{n / b:.2f}× |",
-        f"| a real agent started until it registered (`local`, CPU) | {u:.2f} | {h:.2f} with Celery's start-up "
-        f"handshake | {u / h:.2f}× |",
+        ratio_row("an interpreter importing the agent (`gpu_agent.app`)", n, b,
+                  baseline_note=" with torchvision imported too"),
+        ratio_row("a real agent started until it registered (`local`, CPU)", u, h,
+                  baseline_note=" with Celery's start-up handshake"),
     ])  # fmt: skip
     print(body)
-    from bench.perf_doc import write_section
-
     write_section("Agent start (bench/agent_start.py)", body)
     return 0
 

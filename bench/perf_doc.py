@@ -28,3 +28,8 @@ def agent_settings() -> str:
         if changed
         else "agent settings at their defaults"
     )
+
+
+def ratio_row(what: str, now: float, baseline: float, digits: int = 2, baseline_note: str = "") -> str:
+    """A table row: a figure, its baseline from the same run (with what the baseline was), and their ratio."""
+    return f"| {what} | {now:.{digits}f} | {baseline:.{digits}f}{baseline_note} | {now / baseline:.2f}× |"

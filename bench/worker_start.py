@@ -71,6 +71,7 @@ def one(command: list[str], url: str, key: str, log: Path) -> dict[str, float]:
 
 
 def main() -> int:
+    from bench.perf_doc import ratio_row, write_section
     from shared import keys
     from shared.core.migrate import migrate
     from shared.core.settings import get_settings
@@ -107,15 +108,11 @@ def main() -> int:
         "",
         "| what | torch imported by the parent (now) | by each child (baseline, same run) | ratio |",
         "|---|---:|---:|---:|",
-        f"| the worker's CPU seconds (parent and children) | {p['cpu']:.1f} | {c['cpu']:.1f} | "
-        f"{p['cpu'] / c['cpu']:.2f}× |",
-        f"| their memory, PSS MiB | {p['pss']:.0f} | {c['pss']:.0f} | {p['pss'] / c['pss']:.2f}× |",
-        f"| seconds from the worker's start to both jobs' end | {p['wall']:.1f} | {c['wall']:.1f} | "
-        f"{p['wall'] / c['wall']:.2f}× |",
+        ratio_row("the worker's CPU seconds (parent and children)", p["cpu"], c["cpu"], 1),
+        ratio_row("their memory, PSS MiB", p["pss"], c["pss"], 0),
+        ratio_row("seconds from the worker's start to both jobs' end", p["wall"], c["wall"], 1),
     ])  # fmt: skip
     print(body)
-    from bench.perf_doc import write_section
-
     write_section("Worker start (bench/worker_start.py)", body)
     return 0
 
