@@ -24,12 +24,6 @@ sys.path.insert(0, str(ROOT))
 
 RUNS = 3
 JOBS = (("resnet18", "mobilenet_v2"), ("vgg11", "densenet121"))
-ARGV = ["worker", "-Q", "jobs", "--without-mingle", "--without-gossip", "--concurrency", "2", "--loglevel", "INFO"]
-# The baseline: the same worker with the parent's import of torch and torchvision disconnected.
-EACH_CHILD = (
-    "import worker.app as a; from celery.signals import worker_init; "
-    f"worker_init.disconnect(a.import_the_tracer); a.app.worker_main({ARGV!r})"
-)
 
 
 def tree(pid: int) -> tuple[float, float]:
@@ -38,7 +32,7 @@ def tree(pid: int) -> tuple[float, float]:
 
     root = psutil.Process(pid)
     procs = [root, *root.children(recursive=True)]
-    cpu = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
+    cpu = sum(sum(p.cpu_times()[:2]) for p in procs)  # user + system
     return cpu, sum(p.memory_full_info().pss for p in procs) / 2**20
 
 
@@ -47,6 +41,7 @@ def one(command: list[str], url: str, key: str, log: Path) -> dict[str, float]:
     import httpx
 
     from tests.integration.conftest import clean
+    from tests.support.wait import job_finished
 
     clean()
     started = time.perf_counter()
@@ -57,10 +52,9 @@ def one(command: list[str], url: str, key: str, log: Path) -> dict[str, float]:
         body: dict[str, Any] = {"machines": ["g5.xlarge"], "batch_sizes": [8, 16], "image_size": 64}
         ids = [http.post("/v1/jobs", json=body | {"cnns": list(c)}).json()["id"] for c in JOBS]
         for job_id in ids:
-            while (job := http.get(f"/v1/jobs/{job_id}").json())["status"] != "succeeded":
-                if job["status"] in ("failed", "canceled") or proc.poll() is not None:
-                    raise RuntimeError(f"job {job_id}: {job['status']}; worker log: {log.read_text()[-2000:]}")
-                time.sleep(0.1)
+            job = job_finished(lambda j=job_id: http.get(f"/v1/jobs/{j}").json(), job_id, 300, log.read_text, 0.1)
+            if job["status"] != "succeeded":
+                raise RuntimeError(f"job {job_id}: {job['status']}; worker log: {log.read_text()[-2000:]}")
         wall = time.perf_counter() - started
         cpu, pss = tree(proc.pid)
     finally:
@@ -73,6 +67,7 @@ def one(command: list[str], url: str, key: str, log: Path) -> dict[str, float]:
 def main() -> int:
     from bench.perf_doc import ratio_row, write_section
     from shared import keys
+    from shared.core import tasks
     from shared.core.migrate import migrate
     from shared.core.settings import get_settings
     from tests.support.services import fresh_database, fresh_redis_db, server_urls
@@ -90,8 +85,14 @@ def main() -> int:
         api = Stack({}, Path(logs))
         api.start("api")
         api.wait_ready()
+        argv = ["worker", "-Q", "jobs", *tasks.WORKER_FLAGS, "--concurrency", "2", "--loglevel", "INFO"]
+        # The baseline: the same worker with the parent's import of torch and torchvision disconnected.
+        each_child = (
+            "import worker.app as a; from celery.signals import worker_init; "
+            f"worker_init.disconnect(a.import_the_tracer); a.app.worker_main({argv!r})"
+        )
         celery = str(Path(sys.executable).parent / "celery")
-        commands = {"parent": [celery, "-A", "worker.app", *ARGV], "children": [sys.executable, "-c", EACH_CHILD]}
+        commands = {"parent": [celery, "-A", "worker.app", *argv], "children": [sys.executable, "-c", each_child]}
         try:
             for i in range(2 * RUNS):
                 kind = "parent" if i % 2 == 0 else "children"
