@@ -284,7 +284,17 @@ model after importing the bundle elsewhere: same model, same 12.2%), shufflenet_
 47-66% slow at 224 px, where its steps take 16-22 ms at every batch (host-bound; no other CNN of the set is); without
 it the mean is about 9%. densenet121's 224 px batch-32 step (59 ms, between 40 ms at batch 8 and 86 ms at 128, where
 the second machine timed 37 ms at batch 16 and 49 ms at 64) looks like a disturbed measurement that the agent's
-stability rule let through."""
+stability rule let through.
+
+The 2026-11-30 runs (one H200, two commands a minute apart; the agent timing layers with cuDNN's heuristics,
+`cudnn.benchmark` off): py-spy sampling the agent (5,394 and 1,788 samples) found 49% / 43% of its time in layer
+benchmarks, 14% / 20% in operators, 29% / 20% in whole steps: no search dominates any more. The same sgd/fp32
+calibration took 83.7 s against 199.6 s; regnet_x_400mf's layers 3.7 s against 30.2 s. The steps the two days timed
+agree within 2% at batch 64-256 (resnet50 at 256: 116.4, 116.5 and 116.9 ms), but shufflenet_v2_x1_0's 224 px steps
+took 27 ms at batch 8-32 here against 16 ms then. The answers got worse (fp32 22.3% against 15.8%): the layers timed
+with heuristics add up to more (the forward convs' sum 1.21x the search's, backward 1.09x, the median layer 1.03x) and
+the additive base's fit answered by scaling the convs by 0.68, 20-32% fast at batch 256. bench/gpu_path_models.py
+refits these bundles with the overlap candidate (docs/MODELS.md)."""
 
 
 def report(summary: dict[str, Any], name: str) -> str:

@@ -22,7 +22,7 @@ import lightgbm as lgb
 import numpy as np
 from scipy.optimize import nnls
 
-from prediction import features
+from prediction import features, overlap
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,14 @@ def fit_lgbm(points: list[Point], rounds: int = 300) -> dict[str, Any]:
     return {"base": coef, "boosters": {"p50": booster.model_to_string()}}
 
 
+def fit_overlap(points: list[Point]) -> dict[str, Any]:
+    """The step as the overlap of host and device (prediction/overlap.py), no booster; `base` holds its device part."""
+    terms, steps = _terms(points)
+    params = overlap.fit(terms, steps, fit_base(points))
+    device = list(params["device"])
+    return {"base": device + [0.0] * (len(BASE_TERMS) - len(device)), "overlap": params, "boosters": {}}
+
+
 def batch_distance(x: list[float], batch_range: tuple[int, int]) -> float:
     """How far a point's batch size lies outside the fitted ones: doublings beyond the range (0 inside)."""
     return doublings_outside(x[_AT["batch_size"]], batch_range)
@@ -247,6 +255,7 @@ class Fitted:
     base: list[float]
     booster: lgb.Booster | None
     interval: Interval = NO_INTERVAL
+    overlap: dict[str, Any] | None = None  # host and device overlapped (prediction/overlap.py) in place of the base
 
 
 def load(params: dict[str, Any]) -> Fitted:
@@ -254,11 +263,14 @@ def load(params: dict[str, Any]) -> Fitted:
     text = (params.get("boosters") or {}).get("p50")
     booster = lgb.Booster(model_str=text) if text else None
     interval = Interval.from_params(params["interval"]) if params.get("interval") else NO_INTERVAL
-    return Fitted(list(params["base"]), booster, interval)
+    return Fitted(list(params["base"]), booster, interval, params.get("overlap"))
 
 
 def medians_ms(model: Fitted, rows: list[tuple[list[float], float]]) -> list[float]:
     """The median iteration time in ms of each (x, conv_ms): the base, times the booster's ratio if any."""
+    if model.overlap is not None:
+        terms = np.array([base_terms(x, conv_ms) for x, conv_ms in rows], dtype=float).reshape(len(rows), -1)
+        return [float(v) for v in overlap.step_ms(model.overlap, terms)] if rows else []
     bases = [base_ms(model.base, x, conv_ms) for x, conv_ms in rows]
     if model.booster is None or not rows:
         return bases
@@ -291,7 +303,9 @@ def predict_table(model: Fitted, x: np.ndarray) -> list[tuple[float, float, floa
     coef = np.asarray(model.base, dtype=float)
     bases = [max(1e-3, float(np.dot(coef, row))) for row in terms]
     mids = bases
-    if model.booster is not None:
+    if model.overlap is not None:
+        mids = [float(v) for v in overlap.step_ms(model.overlap, terms)]
+    elif model.booster is not None:
         ratios = model.booster.predict(np.column_stack([features.matrix(x), bases]))
         mids = [b * math.exp(float(r)) for b, r in zip(bases, ratios, strict=True)]
     out = []

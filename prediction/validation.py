@@ -51,11 +51,13 @@ def _base_shrunk(points: list[Point]) -> dict[str, Any]:
 
 
 # What a stored model may be: the base alone, the base pulled toward the plain sum of the measured parts (by a
-# strength chosen inside its own training points), or LightGBM on the base's ratio, each when it earns its place on
-# the inner folds (the simpler one first: it wins a tie).
+# strength chosen inside its own training points), the host's dispatch and the device's kernels overlapped (a GPU
+# queues ahead: prediction/overlap.py), or LightGBM on the base's ratio, each when it earns its place on the inner
+# folds (the simpler one first: it wins a tie).
 CANDIDATES: dict[str, ParamsFit] = {
     "base_only": _base_only,
     "base_shrunk": _base_shrunk,
+    "overlap": step_model.fit_overlap,
     "lightgbm": step_model.fit_lgbm,
 }
 
