@@ -25,15 +25,19 @@ sys.path.insert(0, str(ROOT))
 SCRATCH = "traincast_gpu_paths"
 COMMAND = ".venv/bin/python bench/gpu_path_models.py"
 # What was looked at before the overlap became a candidate (kept with the figures, written by hand).
-NOTES = """What was looked at: the overlap's form came from these bundles' calibration steps (the parts timed alone
-against each step, docs/GPU.md), and its smoothness (q = 4) and pull (1 step's worth per measured part) from their
-leave-one-CNN-out over q in 1, 2, 4, 8 and pulls 0.1-10 (q 2 and 4 tied); the held-out CNNs' figures were seen too,
-for every setting tried, so they are not a clean test of that choice. Which candidate a machine type stores is still
-chosen on its own inner folds. On this host's CPU calibration of the same day (35 steps) the overlap lost its inner
-folds and the stored model stayed base_shrunk; leave-one-CNN-out with it among the candidates 16.0% against 19.9%
-without (docs/PERFORMANCE.md, "Outside the calibration set", run 12). The base alone is closer than either
-procedure on bf16's held-out CNNs (21.7%): bf16's seven calibration CNNs disagree most (alexnet, vgg11 and
-squeezenet1_1 flat at 5-14 ms, the host's, at every batch)."""
+NOTES = """What was looked at: the overlap's form came from the 2026-11-30 bundles' calibration steps (the parts timed
+alone against each step, docs/GPU.md), and its smoothness (q = 4) and pull (1 step's worth per measured part)
+from their leave-one-CNN-out over q in 1, 2, 4, 8 and pulls 0.1-10 (q 2 and 4 tied); those runs' held-out CNNs
+were seen too, for every setting tried, so they are not a clean test of that choice. The clean test is
+h200-sxm-2026-11-30-fp32-new-cnns: measured after the choice was committed, by a stack running it (its stored
+model chose the overlap on its inner folds), on four CNNs no model had been looked at on (vgg16, resnet101,
+regnet_y_400mf, convnext_tiny): 12.8% against 21.5% for the procedure without it (vgg16 and regnet_y_400mf
+within 0.1-7.6%, resnet101 8-39%, convnext_tiny 22-27% too fast: its layer norms, GELUs and MLP matmuls, which
+no calibration CNN has). On this host's CPU calibration of the same day (35 steps) the overlap lost its inner
+folds and the stored model stayed base_shrunk; leave-one-CNN-out with it among the candidates 16.0% against
+19.9% without (docs/PERFORMANCE.md, "Outside the calibration set", run 12). The base alone is closer than
+either procedure on bf16's held-out CNNs (21.7%): bf16's seven calibration CNNs disagree most (alexnet, vgg11
+and squeezenet1_1 flat at 5-14 ms, the host's, at every batch)."""
 CONFIGS = ("sgd/fp32", "sgd+momentum/amp_bf16", "adamw+wd/amp_fp16")
 
 

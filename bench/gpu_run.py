@@ -364,6 +364,11 @@ def main() -> int:
                         help="only time these CNNs' whole steps (comma-separated; --configs, --steps-batches) and "
                              "export them: no calibration, no scoring")  # fmt: skip
     parser.add_argument("--steps-batches", default="16,64,256", help="batch sizes of --whole-steps")
+    parser.add_argument(
+        "--held-out",
+        default=",".join(HELD_OUT),
+        help="the CNNs scored in stage 3 (comma-separated; none may be in the calibration set)",
+    )
     parser.add_argument("--report", metavar="SUMMARY", nargs="+", type=Path,
                         help="format these runs' summary.json files into docs/PERFORMANCE.md and stop")  # fmt: skip
     args = parser.parse_args()
@@ -418,7 +423,7 @@ def main() -> int:
             new_cnn(run, DRY["new_cnn"] if dry else NEW_CNN, DRY["image"] if dry else 224,
                     DRY["new_batches"] if dry else NEW_BATCHES)  # fmt: skip
         with run.stage("held-out CNNs"):
-            held_out(run, DRY["held_out"] if dry else HELD_OUT, DRY["image"] if dry else 224,
+            held_out(run, DRY["held_out"] if dry else tuple(args.held_out.split(",")), DRY["image"] if dry else 224,
                      DRY["held_out_batches"] if dry else HELD_OUT_BATCHES, configs, gpu)  # fmt: skip
     finally:
         with run.stage("bundle"):

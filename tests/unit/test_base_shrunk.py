@@ -39,8 +39,9 @@ def mape(coef: list[float], points: list[step_model.Point]) -> float:
 
 
 def test_on_few_cnns_the_shrunk_base_is_chosen_and_predicts_new_cnns_better() -> None:
-    """Seven CNNs let NNLS explain each CNN's own effect by trading parts; the pull toward the plain sum, its
-    strength chosen by leaving each training CNN out, wins on the inner folds and on CNNs it never saw."""
+    """Seven CNNs let NNLS explain each CNN's own effect by trading parts; a pull toward the plain sum (the shrunk
+    base, its strength chosen by leaving each training CNN out, or the overlap's) wins on the inner folds, and the
+    shrunk base on CNNs it never saw."""
     wins, gains = 0, []
     for seed in range(6):
         train = measured_cnns(7, seed=seed, prefix="train")
@@ -50,10 +51,12 @@ def test_on_few_cnns_the_shrunk_base_is_chosen_and_predicts_new_cnns_better() ->
         shrunk = step_model.fit_base_shrunk(train, strength)
         gains.append(mape(step_model.fit_base(train), new) - mape(shrunk, new))
         params = validation.fit_model(train)
-        wins += params["choice"] == "base_shrunk"
+        # The overlap of host and device pulls the measured parts toward their plain sum too (prediction/overlap.py).
+        pulled = params["choice"] in ("base_shrunk", "overlap")
+        wins += pulled
         inner = params["selection"]["inner_mape"]
-        assert params["choice"] != "base_shrunk" or inner["base_shrunk"] < inner["base_only"]
-    # The inner folds are seven CNNs too: the choice is noisy, but the pull is worth choosing about as often as not.
+        assert not pulled or inner[params["choice"]] < inner["base_only"]
+    # The inner folds are seven CNNs too: the choice is noisy, but a pull is worth choosing about as often as not.
     assert wins >= 3 and statistics.fmean(gains) > 0.5 and sum(g > 0 for g in gains) >= 5, (wins, gains)
 
 
