@@ -190,8 +190,9 @@ def main(argv: list[str]) -> None:
                          f"{s['loco'] / s['loco_before']:.2f}× | {held} |")  # fmt: skip
             print(lines[-1], flush=True)
     text = "\n".join([
-        f"Command: `{COMMAND}` ({time.time() - started:.0f} s). Each bundle of data/measured/ with a run summary, "
-        "imported into a scratch database, its models fitted with this code as `traincast train` fits them, and "
+        f"Command: `{COMMAND}` ({time.time() - started:.0f} s). Each bundle under data/measured/ "
+        "(outside_the_fit/ too) with a run summary, imported into a scratch database, its models fitted with this "
+        "code as `traincast train` fits them, and "
         "again without the overlap candidate (the procedure before it: the baseline, same run); the base alone "
         "(fit_base) beside them. Held-out CNNs: the run's four CNNs outside the calibration, whose whole steps the "
         "fit never saw.", "", *lines, "", NOTES,
