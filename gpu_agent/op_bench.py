@@ -9,7 +9,7 @@ zero_grad as a training loop calls it; under amp_fp16 through a GradScaler (unsc
 """
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -174,8 +174,11 @@ def _op(sig: OpSignature, make: _Make) -> tuple[Callable[[], Any], list[torch.Te
     x, leaf = make.input(sig)
     if op == "batch_norm":
         c = x.shape[1]
-        w, b = make(c), make(c)
-        mean, var = torch.zeros(c, dtype=x.dtype, device=x.device), torch.ones(c, dtype=x.dtype, device=x.device)
+        # Under autocast a BatchNorm's weight, bias and running statistics stay fp32 while its input is 16-bit, and
+        # PyTorch picks its kernels by that mix (cuDNN for fp16 input with fp32 weights, its own for all-fp16 or bf16).
+        params = replace(make, dtype=torch.float32) if x.dtype in (torch.float16, torch.bfloat16) else make
+        w, b = params(c), params(c)
+        mean, var = torch.zeros(c, dtype=w.dtype, device=x.device), torch.ones(c, dtype=w.dtype, device=x.device)
         return (lambda: F.batch_norm(x, mean, var, w, b, training=True)), [leaf, w, b]
     if op in ("layer_norm", "group_norm"):
         affine = a["normalized"] if op == "layer_norm" else [x.shape[1]]
