@@ -31,13 +31,25 @@ _BOUNDS = (math.log(1e-9), math.log(1e3))
 
 
 def step_ms(params: dict[str, Any], terms: np.ndarray) -> np.ndarray:
-    """Iteration time in ms of each row of base terms (points × BASE_TERMS) under fitted overlap params."""
+    """Iteration time in ms of each row of base terms (points × BASE_TERMS) under overlap params (the fit's form)."""
     coef = np.asarray(params["device"], dtype=float)
     operations = terms[:, OPERATIONS]
     device = np.maximum(terms[:, :DEVICE_TERMS] @ coef - float(params["floor"]) * operations, _FLOOR)
     host = np.maximum(float(params["per_op"]) * operations + float(params["constant"]) * terms[:, CONSTANT], _FLOOR)
     q = float(params["q"])
     out: np.ndarray = (device**q + host**q) ** (1 / q)
+    return out
+
+
+def predict(params: dict[str, Any], terms: np.ndarray) -> list[float]:
+    """step_ms row by row, so a point gives the same milliseconds alone as among any others (no batched sums)."""
+    coef = np.asarray(params["device"], dtype=float)
+    floor, per_op, constant, q = (float(params[k]) for k in ("floor", "per_op", "constant", "q"))
+    out = []
+    for row in terms:
+        device = max(float(np.dot(coef, row[:DEVICE_TERMS])) - floor * float(row[OPERATIONS]), _FLOOR)
+        host = max(per_op * float(row[OPERATIONS]) + constant * float(row[CONSTANT]), _FLOOR)
+        out.append((device**q + host**q) ** (1 / q))
     return out
 
 

@@ -270,7 +270,7 @@ def medians_ms(model: Fitted, rows: list[tuple[list[float], float]]) -> list[flo
     """The median iteration time in ms of each (x, conv_ms): the base, times the booster's ratio if any."""
     if model.overlap is not None:
         terms = np.array([base_terms(x, conv_ms) for x, conv_ms in rows], dtype=float).reshape(len(rows), -1)
-        return [float(v) for v in overlap.step_ms(model.overlap, terms)] if rows else []
+        return overlap.predict(model.overlap, terms)
     bases = [base_ms(model.base, x, conv_ms) for x, conv_ms in rows]
     if model.booster is None or not rows:
         return bases
@@ -304,7 +304,7 @@ def predict_table(model: Fitted, x: np.ndarray) -> list[tuple[float, float, floa
     bases = [max(1e-3, float(np.dot(coef, row))) for row in terms]
     mids = bases
     if model.overlap is not None:
-        mids = [float(v) for v in overlap.step_ms(model.overlap, terms)]
+        mids = overlap.predict(model.overlap, terms)
     elif model.booster is not None:
         ratios = model.booster.predict(np.column_stack([features.matrix(x), bases]))
         mids = [b * math.exp(float(r)) for b, r in zip(bases, ratios, strict=True)]
