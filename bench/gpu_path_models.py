@@ -50,7 +50,7 @@ def scratch_url() -> str:
 
 
 def fresh_database(url: str) -> None:
-    """Drop and create the scratch database (it holds nothing but this run's imports)."""
+    """Drop the scratch database (it holds nothing but a run's imports; migrate creates it anew)."""
     import psycopg2
     from psycopg2 import sql
 
@@ -82,37 +82,25 @@ def import_bundle(path: Path, name: str) -> str:
 def held_out_points(name: str, summary: dict[str, Any], config: str) -> list[Any]:
     """The run's held-out CNNs as points of the model (features from the bundle's rows, steps from the summary)."""
     from calibration import run as calibration
-    from prediction import features, step_model
     from shared import machine_types
-    from shared.measurements import layers, ops
+    from shared.measurements import layers
     from shared.measurements import steps as whole_steps
-    from shared.training import LAYER_PRECISION
+    from worker import predictor
 
     env = whole_steps.measured(machine_type=name)[0]["environment_id"]
     info = machine_types.get_by_name(name=name)
-    points = []
-    for i, p in enumerate((summary.get("held_out") or {}).get("points", [])):
-        if p["config"] != config or p["measured_ms"] is None:
-            continue
-        cfg, image = calibration.config_from_key(config), summary["held_out"]["image_size"]
-        key: dict[str, Any] = {"name": p["cnn"], "image_size": image, "num_classes": 1000}
-        layers.register_builtin(name=p["cnn"], image_size=image)
-        members, op_members = layers.members(**key), ops.members(**key)
-        rows = layers.in_environment(machine_type=name, batch_size=p["batch_size"], channels_last=False,
-                                     precision=LAYER_PRECISION[cfg.precision], environment_id=env,
-                                     signature_ids=[m[0] for m in members])  # fmt: skip
-        op_rows = ops.in_environment(machine_type=name, environment_id=env, signature_ids=[m[0] for m in op_members],
-                                     batch_size=p["batch_size"], config=cfg)  # fmt: skip
-        if len(rows) < len(members):
-            continue
-        x = features.vector(members=members, rows=rows, workload=layers.workload(**key), batch_size=p["batch_size"],
-                            image_size=image, optimizer=cfg.optimizer, machine_info=info, op_members=op_members,
-                            op_rows={sig: row for (sig, _bs), row in op_rows.items()})  # fmt: skip
-        if x is not None:
-            conv_ms = x[features.NAMES.index("conv_ms")]
-            points.append(step_model.Point(-1 - i, p["cnn"], features.family(p["cnn"]), x, conv_ms, 0.0,
-                                           p["measured_ms"], machine_type=name))  # fmt: skip
-    return points
+    held = summary.get("held_out") or {}
+    wanted = [(i, p) for i, p in enumerate(held.get("points", []))
+              if p["config"] == config and p["measured_ms"] is not None]  # fmt: skip
+    for cnn in sorted({p["cnn"] for _, p in wanted}):
+        layers.register_builtin(name=cnn, image_size=held["image_size"])
+    found = (
+        predictor.point(machine_type=name, info=info, cnn=p["cnn"], image_size=held["image_size"],
+                        batch_size=p["batch_size"], config=calibration.config_from_key(config), environment_id=env,
+                        step_ms=p["measured_ms"], step_id=-1 - i)
+        for i, p in wanted
+    )  # fmt: skip
+    return [p for p in found if p is not None]
 
 
 @contextmanager

@@ -269,8 +269,8 @@ def load(params: dict[str, Any]) -> Fitted:
 def medians_ms(model: Fitted, rows: list[tuple[list[float], float]]) -> list[float]:
     """The median iteration time in ms of each (x, conv_ms): the base, times the booster's ratio if any."""
     if model.overlap is not None:
-        terms = np.array([base_terms(x, conv_ms) for x, conv_ms in rows], dtype=float).reshape(len(rows), -1)
-        return overlap.predict(model.overlap, terms)
+        terms = np.array([base_terms(x, conv_ms) for x, conv_ms in rows], dtype=float)
+        return overlap.predict(model.overlap, terms.reshape(len(rows), len(BASE_TERMS)))
     bases = [base_ms(model.base, x, conv_ms) for x, conv_ms in rows]
     if model.booster is None or not rows:
         return bases
@@ -300,14 +300,14 @@ def predict_table(model: Fitted, x: np.ndarray) -> list[tuple[float, float, floa
     if not len(x):
         return []
     terms = base_table(x)
-    coef = np.asarray(model.base, dtype=float)
-    bases = [max(1e-3, float(np.dot(coef, row))) for row in terms]
-    mids = bases
     if model.overlap is not None:
         mids = overlap.predict(model.overlap, terms)
-    elif model.booster is not None:
-        ratios = model.booster.predict(np.column_stack([features.matrix(x), bases]))
-        mids = [b * math.exp(float(r)) for b, r in zip(bases, ratios, strict=True)]
+    else:
+        coef = np.asarray(model.base, dtype=float)
+        mids = [max(1e-3, float(np.dot(coef, row))) for row in terms]
+        if model.booster is not None:
+            ratios = model.booster.predict(np.column_stack([features.matrix(x), mids]))
+            mids = [b * math.exp(float(r)) for b, r in zip(mids, ratios, strict=True)]
     out = []
     for image, batch, mid in zip(x["image_size"].tolist(), x["batch_size"].tolist(), mids, strict=True):
         lo, hi = model.interval.bounds_at(int(image), int(batch))

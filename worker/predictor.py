@@ -64,46 +64,56 @@ def dataset(machine_type: str, cost_key: str = DEFAULT_KEY) -> list[step_model.P
     """Every whole step of this cost key measured on a machine type with its layer benchmarks (same environment)."""
     info = machine_types.get_by_name(name=machine_type)
     steps = whole_steps.measured(machine_type=machine_type)
-    steps = [s for s in steps if step_config(s).cost_key() == cost_key]
     points = []
     for s in steps:
-        key: dict[str, Any] = {"name": s["cnn_name"], "image_size": s["image_size"], "num_classes": BUILTIN_CLASSES}
-        members = layers.members(**key)
-        if not members:
+        if step_config(s).cost_key() != cost_key:
             continue
-        rows = layers.in_environment(
-            machine_type=machine_type,
-            batch_size=s["batch_size"],
-            precision=LAYER_PRECISION[s["precision"]],
-            channels_last=s["channels_last"],
-            environment_id=s["environment_id"],
-            signature_ids=[m[0] for m in members],
-        )
-        if len(rows) < len(members):
-            continue  # layer benchmarks of this environment not all there yet
-        work = layers.workload(**key)
-        op_members = ops.members(**key)
-        # The op timings of the step's own environment too; a step without them falls back to the guessed terms.
-        op_rows = ops.in_environment(
-            machine_type=machine_type, environment_id=s["environment_id"], signature_ids=[m[0] for m in op_members],
-            batch_size=s["batch_size"], config=step_config(s),
-        )  # fmt: skip
-        x = features.vector(
-            members=members, rows=rows, workload=work, batch_size=s["batch_size"],
-            image_size=s["image_size"], optimizer=s["optimizer"], machine_info=info,
-            op_members=op_members, op_rows={sig: row for (sig, _bs), row in op_rows.items()},
-        )  # fmt: skip
-        if x is None:
-            continue
-        f = dict(zip(features.NAMES, x, strict=True))
-        flops = f["conv_gflops"] * 1e9 + sum(f[f"{k}_mflops"] * 1e6 for k in features.WORK_KINDS)
-        cnn = s["cnn_name"]
-        points.append(
-            step_model.Point(
-                s["id"], cnn, features.family(cnn), x, f["conv_ms"], flops, s["step_ms"], machine_type=machine_type
-            )
-        )
+        found = point(machine_type=machine_type, info=info, cnn=s["cnn_name"], image_size=s["image_size"],
+                      batch_size=s["batch_size"], config=step_config(s), environment_id=s["environment_id"],
+                      step_ms=s["step_ms"], step_id=s["id"])  # fmt: skip
+        if found is not None:
+            points.append(found)
     return points
+
+
+def point(
+    *, machine_type: str, info: machine_types.MachineTypeInfo, cnn: str, image_size: int, batch_size: int,
+    config: TrainConfig, environment_id: int, step_ms: float, step_id: int,
+) -> step_model.Point | None:  # fmt: skip
+    """A whole step as a model's point: its features from the layer and op timings of its own environment; None
+    while any of its layers there is missing."""
+    key: dict[str, Any] = {"name": cnn, "image_size": image_size, "num_classes": BUILTIN_CLASSES}
+    members = layers.members(**key)
+    if not members:
+        return None
+    rows = layers.in_environment(
+        machine_type=machine_type,
+        batch_size=batch_size,
+        precision=LAYER_PRECISION[config.precision],
+        channels_last=config.channels_last,
+        environment_id=environment_id,
+        signature_ids=[m[0] for m in members],
+    )
+    if len(rows) < len(members):
+        return None  # layer benchmarks of this environment not all there yet
+    work = layers.workload(**key)
+    op_members = ops.members(**key)
+    # The op timings of the step's own environment too; a step without them falls back to the guessed terms.
+    op_rows = ops.in_environment(
+        machine_type=machine_type, environment_id=environment_id, signature_ids=[m[0] for m in op_members],
+        batch_size=batch_size, config=config,
+    )  # fmt: skip
+    x = features.vector(
+        members=members, rows=rows, workload=work, batch_size=batch_size,
+        image_size=image_size, optimizer=config.optimizer, machine_info=info,
+        op_members=op_members, op_rows={sig: row for (sig, _bs), row in op_rows.items()},
+    )  # fmt: skip
+    if x is None:
+        return None
+    f = dict(zip(features.NAMES, x, strict=True))
+    flops = f["conv_gflops"] * 1e9 + sum(f[f"{k}_mflops"] * 1e6 for k in features.WORK_KINDS)
+    family = features.family(cnn)
+    return step_model.Point(step_id, cnn, family, x, f["conv_ms"], flops, step_ms, machine_type=machine_type)
 
 
 def train(*, machine_type: str, pool: bool | None = None, config: TrainConfig | None = None) -> PredictorModel:
