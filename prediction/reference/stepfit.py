@@ -40,6 +40,12 @@ NAMES = tuple(PRIORS)
 # precision groups, a group's multipliers across parts, the multipliers toward 1x, the host costs toward their priors.
 ACROSS_GROUPS, ACROSS_PARTS, TOWARD_ONE, HOST_PRIOR = 0.045, 0.045, 0.022, 0.009
 NHWC_PRIOR = 0.3
+# Parts whose bf16 and fp16 kernels are the same work on the same units: cuBLAS's matmuls run both at one tensor-core
+# rate over the same bytes (our H200's vgg16 steps, mostly conv and linear, take 0.96-0.99x as long in bf16 as in fp16
+# with the same optimizer). Few CNNs have large linears (AlexNet, the VGGs, ConvNeXt), so their two multipliers were
+# free to wander apart (0.4x to 1.7x) with whichever CNN was left out; tied, each group's steps inform both.
+TIED_16BIT = ("linear",)
+TIED_STRENGTH = 1.0
 # least_squares stops at these relative changes (its default, 1e-8, stopped up to 1% short of the optimum along the
 # flat directions, and where it stopped depended on the CPU's summation order: a refit on another machine moved
 # constants 1.4%). Converged this far, a jittered start lands within 0.01%; the fit takes ~5% longer.
@@ -103,6 +109,7 @@ _INDEX = {k: i for i, k in enumerate(NAMES)}
 _SCALES = np.array([[_INDEX[f"dev_{part}_{g}"] for part in DEVICE_PARTS[:-1]] for g in PRECISION_GROUPS])
 _HOST = np.array([i for k, i in _INDEX.items() if k.startswith("host_") or k.startswith("dev_conv_calls")])
 _PRIOR = np.log(np.array([PRIORS[k] for k in NAMES]))
+_TIED = np.array([[_INDEX[f"dev_{part}_bf16"], _INDEX[f"dev_{part}_fp16"]] for part in TIED_16BIT])
 # What only our own steps show (public sets time large batches, where the device sets the step): the host's costs
 # and their overlap with the device.
 HOST_NAMES = tuple(k for k in NAMES if k.startswith(("host_", "dev_conv_calls_")) or k == "smooth_max_q")
@@ -116,6 +123,7 @@ def _penalty(theta: np.ndarray) -> np.ndarray:
     return np.concatenate([
         ACROSS_GROUPS * (s - s.mean(axis=0)).ravel(), ACROSS_PARTS * (s - s.mean(axis=1, keepdims=True)).ravel(),
         TOWARD_ONE * s.ravel(), HOST_PRIOR * (theta[_HOST] - _PRIOR[_HOST]),
+        TIED_STRENGTH * (theta[_TIED[:, 0]] - theta[_TIED[:, 1]]),
     ])  # fmt: skip
 
 

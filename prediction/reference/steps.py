@@ -184,6 +184,14 @@ def channel_bound_ms(
     return extra
 
 
+def linear_weights(workload: WorkloadJson) -> float:
+    """Weights (elements) the linear layers read: FLOPs / 2 per sample, at most the network's parameters."""
+    linear = workload.get("ops", {}).get("linear")
+    weights = float(linear["flops"]) / 2.0 if linear else 0.0
+    parameters = workload.get("parameters")
+    return min(weights, float(parameters)) if parameters else weights
+
+
 def linear_ms(
     workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float]
 ) -> np.ndarray:
@@ -196,10 +204,13 @@ def linear_ms(
     peak = linear_tflops(gpu, precision) * 1e12 * c["linear_efficiency"]
     flops_ps = float(linear["flops"])
     flops = flops_ps * batch * 3  # backward = data + weight gradients, each as much as forward
-    # The workload's per-sample bytes hold half the fp32 weights (read at batch 2); weights = FLOPs / 2
-    # per sample, so activations are bytes - FLOPs per sample, and the weights are read once per pass.
-    activations = max(float(linear["bytes"]) - flops_ps, 0.0) * batch * scale
-    nbytes = (activations + 2.0 * flops_ps) * 3
+    # The workload's per-sample bytes hold half the fp32 weights (read at batch 2), and the weights are read once per
+    # pass. A classifier's linear multiplies one vector per sample: weights = FLOPs / 2 per sample. A linear applied
+    # at every position (ConvNeXt's and the transformers' MLPs) or a matmul of two activations does those FLOPs over
+    # fewer weights, and all the linear layers' weights are at most the network's parameters.
+    weights = linear_weights(workload)
+    activations = max(float(linear["bytes"]) - 2.0 * weights, 0.0) * batch * scale
+    nbytes = (activations + 4.0 * weights) * 3
     return np.maximum(flops / peak, nbytes / bw) * 1e3 + float(linear["count"]) * 3 * c["kernel_floor_ms"]
 
 

@@ -52,6 +52,10 @@ def test_pairs_compare_the_ratio_within_one_run_and_configurations_by_batch_regi
     assert got["by_config"][sgd_bf16] == {"mape_small": pytest.approx(0.0), "mape_large": pytest.approx(10.0)}
     assert got["by_config"][sgd_fp16]["mape_small"] == pytest.approx((abs(10 / 12 - 1) * 100 + 0.0) / 2)
     assert all(got["pairs"][f"{a} / {b}"]["rows"] == 0 for a, b in PAIRS[1:])
+    # signed, per CNN and configuration: resnet18's bf16 steps 0% and +10% too slow, its fp16 ones -16.7% and +10%
+    assert got["by_cnn"]["resnet18"][sgd_bf16] == pytest.approx(5.0)
+    assert got["by_cnn"]["resnet18"][sgd_fp16] == pytest.approx((10 / 12 - 1 + 0.1) * 50)
+    assert got["by_cnn"]["vgg11"] == {sgd_bf16: pytest.approx(0.0), sgd_fp16: pytest.approx(0.0)}
 
 
 def test_the_committed_model_was_scored_on_the_h200_steps_in_every_configuration() -> None:
@@ -62,6 +66,7 @@ def test_the_committed_model_was_scored_on_the_h200_steps_in_every_configuration
     rows = [r for r in step_rows.load_own() if r.set in H200_FILES]
     assert own["rows"] == len(rows) and set(own["by_config"]) == set(CONFIGS)
     assert all(own["pairs"][f"{a} / {b}"]["rows"] > 50 for a, b in PAIRS)
+    assert set(own["by_cnn"]) == {r.cnn for r in rows}
 
 
 def test_the_h100_as_a_gpu_nobody_measured_and_what_our_h200_steps_add() -> None:

@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 
 from prediction.reference import load, point_errors, step_rows, stepfit, wholestep
-from prediction.reference.steps import DEVICE_PARTS, StepParts, overlap, parameter_tensors, smooth_max, step_parts
+from prediction.reference.steps import (
+    DEVICE_PARTS,
+    StepParts,
+    linear_ms,
+    linear_weights,
+    overlap,
+    parameter_tensors,
+    smooth_max,
+    step_parts,
+)
 from prediction.reference.wholestep import network
 from shared.training import TrainConfig
 
@@ -248,3 +257,48 @@ def test_ratios_of_another_machine_teach_what_these_rows_never_swap() -> None:
     for p in (without, taught):
         got, _, _ = stepfit.predict(own, p)
         assert np.mean(np.abs(got / own.measured - 1)) < 0.02
+
+
+def test_a_linear_at_every_position_reads_its_weights_once_not_its_flops() -> None:
+    """ConvNeXt's MLPs run a linear at each of 56 x 56 positions: their FLOPs per sample are 2 x weights x positions,
+    so taking weights as FLOPs / 2 (right for a classifier's one vector per sample) read ~4e9 weights a pass and made
+    the 16-bit linear time the same 14 ms at every batch size. Now its weights are at most the network's parameters,
+    its time grows with the batch, and a classifier's linear (VGG's, ResNet's) is costed as before."""
+    from prediction.reference.fit import gpu_table
+
+    gpu = gpu_table()[step_rows.GPU].filled()
+    c = load().constants(gpu)
+    batch = np.array([16.0, 256.0])
+    _, convnext = network("convnext_tiny", 224)
+    weights = linear_weights(convnext)
+    assert weights == convnext["parameters"] < convnext["ops"]["linear"]["flops"] / 2 / 100
+    small, large = linear_ms(convnext, batch, gpu, "amp_bf16", c)
+    assert large > 8 * small  # activations and FLOPs, which grow with the batch, set it: not the weights
+    # at batch 16 no more than its FLOPs at the fitted peak and its bytes at the fitted bandwidth, together
+    flops = convnext["ops"]["linear"]["flops"] * 16 * 3 / (gpu.fp16_tflops * 1e12 * c["linear_efficiency"])
+    nbytes = (convnext["ops"]["linear"]["bytes"] * 16 / 2 + 4 * weights) * 3
+    assert small <= (flops + nbytes / (gpu.mem_bandwidth_gbs * 1e9 * c["memory_efficiency"])) * 1e3 + 1.0
+    for name in ("vgg16", "resnet50", "alexnet"):  # one vector per sample: weights = FLOPs / 2, as always
+        _, work = network(name, 224)
+        assert linear_weights(work) == work["ops"]["linear"]["flops"] / 2
+
+
+def test_bf16_and_fp16_linears_share_what_either_group_s_steps_show() -> None:
+    """Linear work in bf16 steps only, made 1.6x its uncalibrated time: fp16's linear multiplier follows bf16's
+    (the same cuBLAS rate over the same bytes) instead of staying near its prior for want of rows."""
+    rng = np.random.default_rng(5)
+    truth = {**stepfit.PRIORS, "dev_linear_bf16": 1.6, "dev_linear_fp16": 1.6}
+    n = 180
+    group = rng.integers(0, 3, n)
+    work = rng.uniform(0.5, 10, (n, 5)) * 4
+    work[:, 4] = np.where(group == 1, rng.uniform(5, 40, n), 0.0)  # only bf16 rows have linear work
+    rows = stepfit.Rows(
+        device=np.column_stack([work, rng.integers(5, 60, n)]), optimizer_ms=rng.uniform(0.05, 1, n),
+        kernels=rng.integers(20, 200, n).astype(float), casts=np.zeros(n), tensors=rng.integers(10, 100, n) * 1.0,
+        group=group, passes=np.full(n, 3.0), synced=np.zeros(n, dtype=bool), autotuned=np.zeros(n, dtype=bool),
+        nhwc=np.zeros(n, dtype=bool), measured=np.ones(n), weight=np.ones(n),
+    )  # fmt: skip
+    made, _, _ = stepfit.predict(rows, truth)
+    fitted = stepfit.fit(stepfit.Rows(**{**vars(rows), "measured": made}))
+    assert fitted["dev_linear_bf16"] == pytest.approx(1.6, rel=0.1)
+    assert fitted["dev_linear_fp16"] == pytest.approx(fitted["dev_linear_bf16"], rel=0.1)
