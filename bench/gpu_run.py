@@ -367,7 +367,8 @@ def main() -> int:
     parser.add_argument(
         "--held-out",
         default=",".join(HELD_OUT),
-        help="the CNNs scored in stage 3 (comma-separated; none may be in the calibration set)",
+        help="the CNNs scored in stage 3 (comma-separated; name none of the calibration set's: it is not "
+        "checked, and they would not be held out)",
     )
     parser.add_argument("--report", metavar="SUMMARY", nargs="+", type=Path,
                         help="format these runs' summary.json files into docs/PERFORMANCE.md and stop")  # fmt: skip

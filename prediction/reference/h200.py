@@ -77,14 +77,15 @@ def summarise(rows: list[StepRow], predicted: dict[int, float]) -> dict[str, Any
             "predicted_mean": float(np.mean([p[3] for p in points])) if points else None,
             "points": [[c, b, round(m, 3), round(p, 3)] for c, b, m, p in points],
         }  # fmt: skip
-    errs = [abs(predicted[id(r)] / r.step_ms - 1) * 100 for r in rows]
-    # per CNN and configuration, the mean signed error (+: predicted slower than measured): what an op class
-    # costed from the wrong thing shows as, the same sign at every batch size
-    signed: dict[str, dict[str, list[float]]] = {}
-    for r in rows:
-        signed.setdefault(r.cnn, {}).setdefault(config_name(r), []).append((predicted[id(r)] / r.step_ms - 1) * 100)
-    by_cnn = {cnn: {k: float(np.mean(v)) for k, v in sorted(c.items())} for cnn, c in sorted(signed.items())}
-    return {"rows": len(rows), "mape": float(np.mean(errs)), "by_config": by_config, "pairs": pairs, "by_cnn": by_cnn}
+    signed = [(predicted[id(r)] / r.step_ms - 1) * 100 for r in rows]  # +: predicted slower than measured
+    # per CNN and configuration, the mean signed error: what an op class costed from the wrong thing shows as, the
+    # same sign at every batch size
+    per_cnn: dict[str, dict[str, list[float]]] = {}
+    for r, e in zip(rows, signed, strict=True):
+        per_cnn.setdefault(r.cnn, {}).setdefault(config_name(r), []).append(e)
+    by_cnn = {cnn: {k: float(np.mean(v)) for k, v in sorted(c.items())} for cnn, c in sorted(per_cnn.items())}
+    mape = float(np.mean(np.abs(signed)))
+    return {"rows": len(rows), "mape": mape, "by_config": by_config, "pairs": pairs, "by_cnn": by_cnn}
 
 
 def transfer(
