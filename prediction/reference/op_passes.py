@@ -28,8 +28,12 @@ from shared.cnn.workload import kind_of
 from shared.measurements.bundle import OpRow
 
 # Only tensors this large are timed at DRAM bandwidth (a fraction of a millisecond even on an H200: the launch and
-# timing floor of tens of microseconds is then a small part).
+# timing floor of tens of microseconds is then a small part). The bytes a kernel really moves: a bf16 tensor of the
+# same fp32 count is half as large, and its floor weighs twice as much (with the fp32 count, bf16's activations read
+# 4.9 passes where their largest tensors, like fp32's, take 2.6-2.9).
 MIN_BYTES = 128e6
+# Bytes per element of each op variant over fp32's.
+ELEMENT_SCALE = {"fp32": 1.0, "bf16": 0.5}
 # A kind's ratio needs at least this many large timings (median of them).
 MIN_ROWS = 5
 # The operators of each kind whose bytes this module can count from a signature; the workload's kinds.
@@ -106,14 +110,15 @@ def kind_of_op(op: str) -> str | None:
     return kind if kind in KINDS else None
 
 
-def passes(rows: Iterable[Timing]) -> dict[str, float]:
-    """Each kind's forward + backward time per counted byte over a ReLU forward's, from (op, bytes, forward ms,
-    backward ms) of large tensors on one GPU; kinds with fewer than MIN_ROWS timings are left out."""
+def passes(rows: Iterable[Timing], scale: float = 1.0) -> dict[str, float]:
+    """Each kind's forward + backward time per counted byte over a ReLU forward's, from (op, fp32 bytes, forward ms,
+    backward ms) of large tensors on one GPU, whose elements are scale x fp32's in size; kinds with fewer than
+    MIN_ROWS timings are left out."""
     per_byte: dict[str, list[float]] = defaultdict(list)
     relu: list[float] = []
     for op, nbytes, forward_ms, backward_ms in rows:
         kind = kind_of_op(op)
-        if kind is None or nbytes < MIN_BYTES:
+        if kind is None or nbytes * scale < MIN_BYTES:
             continue
         per_byte[kind].append((forward_ms + backward_ms) / nbytes)
         if op == "relu":
@@ -141,7 +146,7 @@ def by_variant(paths: Iterable[Path], gpus: Mapping[str, GpuSpecs] | None = None
 def _per_variant(by_gpu: Mapping[tuple[str, str], list[Timing]]) -> dict[str, dict[str, float]]:
     out = {}
     for variant in VARIANTS:
-        fitted = [passes(rows) for (v, _), rows in sorted(by_gpu.items()) if v == variant]
+        fitted = [passes(rows, ELEMENT_SCALE[variant]) for (v, _), rows in sorted(by_gpu.items()) if v == variant]
         kinds = sorted({k for f in fitted for k in f})
         out[variant] = {k: statistics.median(f[k] for f in fitted if k in f) for k in kinds}
     return out

@@ -18,6 +18,9 @@ from shared.cnn.workload import WorkloadJson
 from shared.training import TrainConfig
 
 MEMORY_KINDS = ("batch_norm", "activation", "pooling", "elementwise", "concat", "softmax_loss", "other")
+# The workload's kind of every normalisation layer (batch, layer and group norms): costed by norm_ms, since autocast
+# runs batch norms in 16 bits and layer and group norms in fp32.
+NORM_KIND = "batch_norm"
 # Kernels run in one of three ways: fp32 (TF32 convs on Ampere and later, PyTorch's default), or autocast to
 # bf16 or fp16. bf16 and fp16 have the same peak rates, but not the same kernels (cuDNN picks differently;
 # the H100 steps show it), so each is a group of its own; plain fp16 weights are costed as autocast fp16.
@@ -44,6 +47,11 @@ GRAD_SCALER_TENSORS = 2.0
 # Autocast keeps fp32 master weights: each step casts them to 16 bits for the forward (read 4 + write 2 bytes)
 # and the 16-bit weight gradients back to fp32 (read 2 + write 4): 12 bytes = three fp32 tensors per parameter.
 AMP_CAST_TENSORS = 3.0
+# A layer or group norm under autocast: its 16-bit input cast to fp32 (read 2, write 4 bytes per element) and its fp32
+# output cast back by the next layer (read 4, write 2), and the same for their gradients: 24 bytes per element, 3x the
+# 8 (input and output in fp32) the workload counts, in four cast kernels.
+AMP_NORM_CAST_PASSES = 3.0
+AMP_NORM_CASTS = 4.0
 
 
 def kernel_precision(precision: str) -> str:
@@ -130,32 +138,84 @@ def weight_casts(workload: WorkloadJson) -> float:
 
 def other_ms(
     workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float],
-    channels_last: bool = False,
+    channels_last: bool = False, kinds: tuple[str, ...] = MEMORY_KINDS,
 ) -> np.ndarray:  # fmt: skip
-    """Forward + backward time of the memory-bound operators, shape (B,); autocast halves their bytes."""
+    """Forward + backward time of the memory-bound operators of these kinds, shape (B,); autocast halves their bytes
+    (not the normalisation layers autocast runs in fp32: norm_ms)."""
     ops = workload.get("ops", {})
-    scale = element_bytes(kernel_precision(precision)) / 4.0  # the workload is read in fp32
-    group = precision_group(precision)
-    bw = gpu.mem_bandwidth_gbs * 1e9 * c["memory_efficiency"]
     total = np.zeros_like(batch, dtype=float)
-    for kind in MEMORY_KINDS:
+    for kind in kinds:
         op = ops.get(kind)
         if not op:
             continue
-        nbytes = float(op["bytes"]) * batch * scale
-        # forward and backward pass over the counted bytes as often as the kind's kernels were measured to, scaled to
-        # this GPU (op_passes.py: fp32's timings for fp32 and fp16, bf16's own), else forward once and backward twice;
-        # each kernel costs at least the floor
-        measured = c.get(f"passes_{kind}_{group}")
-        passes = (
-            1 + c["backward_bytes_ratio"] if measured is None
-            else op_passes.effective_passes(kind, measured, gpu, c.get("passes_bytes_per_cycle"))
-        )  # fmt: skip
-        n_kernels = float(op["count"]) * (1 + c["backward_kernels_per_op"])
-        total += nbytes * passes / bw * 1e3 + n_kernels * c["kernel_floor_ms"]
-        if kind == "batch_norm" and not channels_last:
-            total += channel_bound_ms(workload, batch, gpu, scale * passes / bw * 1e3, c, group)
+        if kind == NORM_KIND:
+            total += norm_ms(workload, batch, gpu, precision, c, channels_last)
+        else:
+            total += _kind_ms(kind, float(op["bytes"]), float(op["count"]), batch, gpu, precision, c)
     return total
+
+
+def _kind_ms(
+    kind: str, nbytes: float, count: float, batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float]
+) -> np.ndarray:
+    """Forward + backward time of count operators of one kind over nbytes per sample (counted in fp32), shape (B,)."""
+    scale = element_bytes(kernel_precision(precision)) / 4.0  # the workload is read in fp32
+    bw = gpu.mem_bandwidth_gbs * 1e9 * c["memory_efficiency"]
+    passes = _passes(kind, precision_group(precision), gpu, c)
+    n_kernels = count * (1 + c["backward_kernels_per_op"])  # each kernel costs at least the floor
+    return nbytes * batch * scale * passes / bw * 1e3 + n_kernels * c["kernel_floor_ms"]
+
+
+def _passes(kind: str, group: str, gpu: GpuSpecs, c: Mapping[str, float]) -> float:
+    """Forward and backward passes over a kind's counted bytes: as often as its kernels were measured to, scaled to
+    this GPU (op_passes.py: the precision group's own timings, or those it borrows), else forward once, backward
+    twice."""
+    measured = c.get(f"passes_{kind}_{group}")
+    if measured is None:
+        return 1 + c["backward_bytes_ratio"]
+    return op_passes.effective_passes(kind, measured, gpu, c.get("passes_bytes_per_cycle"))
+
+
+def batch_norms(workload: WorkloadJson) -> tuple[float, float]:
+    """(bytes, calls) per sample of the normalisation layers that are batch norms over 4-d maps: the workload's
+    batch_norm_channels, their input and output in fp32 (every one of them where the workload does not list them)."""
+    op = workload.get("ops", {}).get(NORM_KIND)
+    if not op:
+        return 0.0, 0.0
+    listed = workload.get("batch_norm_channels")
+    if listed is None:
+        return float(op["bytes"]), float(op["count"])
+    calls = float(sum(n for _, _, n in listed))
+    if calls >= float(op["count"]):  # all of them: their per-channel vectors too
+        return float(op["bytes"]), float(op["count"])
+    nbytes = sum(2.0 * channels * spatial * 4.0 * n for channels, spatial, n in listed)
+    return min(nbytes, float(op["bytes"])), calls
+
+
+def norm_ms(
+    workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float],
+    channels_last: bool = False,
+) -> np.ndarray:  # fmt: skip
+    """Forward + backward time of the normalisation layers, shape (B,): batch norms in the kernels' precision, and
+    layer and group norms (the rest of the kind), which autocast runs in fp32 between casts of their input and
+    output (torch.amp's fp32 list) and which so cost in bf16 what they cost in fp16."""
+    op = workload.get("ops", {}).get(NORM_KIND)
+    if not op:
+        return np.zeros_like(batch, dtype=float)
+    bn_bytes, bn_calls = batch_norms(workload)
+    total = _kind_ms(NORM_KIND, bn_bytes, bn_calls, batch, gpu, precision, c)
+    bw = gpu.mem_bandwidth_gbs * 1e9 * c["memory_efficiency"]
+    if not channels_last:
+        scale = element_bytes(kernel_precision(precision)) / 4.0
+        passes = _passes(NORM_KIND, precision_group(precision), gpu, c)
+        total += channel_bound_ms(workload, batch, gpu, scale * passes / bw * 1e3, c, precision_group(precision))
+    ln_bytes, ln_calls = float(op["bytes"]) - bn_bytes, float(op["count"]) - bn_calls
+    if ln_calls <= 0:
+        return total
+    if kernel_precision(precision) == "fp32":
+        return total + _kind_ms(NORM_KIND, ln_bytes, ln_calls, batch, gpu, precision, c)
+    casts = ln_bytes * batch * AMP_NORM_CAST_PASSES / bw * 1e3 + ln_calls * AMP_NORM_CASTS * c["kernel_floor_ms"]
+    return total + _kind_ms(NORM_KIND, ln_bytes, ln_calls, batch, gpu, "fp32", c) + casts
 
 
 def channel_bound_ms(

@@ -45,6 +45,19 @@ def test_passes_are_a_kinds_time_per_byte_over_a_relu_forwards() -> None:
     assert op_passes.passes(norm) == {}
 
 
+def test_a_timing_counts_by_the_bytes_it_really_moves() -> None:
+    """A bf16 tensor is half the bytes of its fp32 count: one whose real bytes are under MIN_BYTES is left out (its
+    launch and timing floor would read as passes), one over it counts, as an fp32 tensor of the same real bytes."""
+    count = 1.5 * op_passes.MIN_BYTES  # fp32 bytes: 0.75x MIN_BYTES really moved in bf16
+    relu = [("relu", 4 * count, 1.0, 1.5)] * 5
+    floored = [("relu", count, 0.25, 1.0)] * 20  # the backward's floor: 5 passes where the large ones take 2.5
+    assert op_passes.passes(relu + floored) == {"activation": pytest.approx(5.0)}
+    assert op_passes.passes(relu + floored, scale=0.5) == {"activation": pytest.approx(2.5)}
+    got = op_passes.by_variant(measured.files(), gpu_table())
+    # the H200's largest bf16 activations pass over their bytes about as often as fp32's
+    assert got["bf16"]["activation"] < 1.25 * got["fp32"]["activation"]
+
+
 def test_the_committed_bundles_measure_batch_norm_and_pooling_above_activations() -> None:
     """The H200's operators: batch norm's and max pooling's kernels pass over memory far more than a ReLU's, in fp32
     and in autocast's bf16; without the GPUs' figures the model's constants are fp32's, for the fp32 and fp16 groups
@@ -170,6 +183,30 @@ def test_fp16_and_bf16_cost_alike_but_batch_norm() -> None:
     for kind in ("activation", "pooling", "concat", "elementwise"):
         assert ms(kind, "amp_fp16") == pytest.approx(ms(kind, "amp_bf16"))
     assert ms("batch_norm", "amp_fp16") < 0.6 * ms("batch_norm", "amp_bf16")
+
+
+def test_autocast_runs_layer_norms_in_fp32_batch_norms_in_16_bits() -> None:
+    """A layer norm (a normalisation the workload does not list as a batch norm over 4-d maps) costs the same under
+    either 16-bit autocast: its fp32 time plus the casts of its input and output (torch.amp's fp32 list), more than
+    in fp32 alone; a batch norm keeps its 16-bit bytes and each group's own passes."""
+    constants = {**STEP_DEFAULTS, "memory_efficiency": 0.8, **op_passes.from_bundles(measured.files(), gpu_table())}
+    gpu = gpu_table()["H200-SXM-141GB"].filled()
+    batch = np.array([64.0])
+    layer = {"ops": {"batch_norm": {"count": 4, "bytes": 4e7, "flops": 0.0}}, "batch_norm_channels": []}
+    batch_norm = {**layer, "batch_norm_channels": [[200, 6_250, 4]]}  # 4 x 2 x 200 x 6,250 x 4 bytes = 4e7
+
+    def ms(work: dict, precision: str) -> float:
+        return float(steps.other_ms(work, batch, gpu, precision, constants)[0])  # type: ignore[arg-type]
+
+    fp32 = ms(layer, "fp32")
+    assert ms(layer, "amp_bf16") == pytest.approx(ms(layer, "amp_fp16"))
+    bw = gpu.mem_bandwidth_gbs * 1e9 * 0.8
+    casts = 4e7 * 64 * steps.AMP_NORM_CAST_PASSES / bw * 1e3 + 4 * steps.AMP_NORM_CASTS * constants["kernel_floor_ms"]
+    assert ms(layer, "amp_bf16") == pytest.approx(fp32 + casts)
+    assert ms(batch_norm, "fp32") == pytest.approx(fp32)  # fp32: a norm is a norm
+    assert ms(batch_norm, "amp_fp16") < 0.6 * fp32 < ms(batch_norm, "amp_bf16")
+    # a workload that lists no batch norms at all (a layer list) keeps every norm a batch norm
+    assert ms({"ops": layer["ops"]}, "amp_fp16") == pytest.approx(ms(batch_norm, "amp_fp16"))
 
 
 def _norms_ms(channels: int, spatial: int, gpu_name: str = "H200-SXM-141GB", nhwc: bool = False) -> float:

@@ -70,12 +70,11 @@ def test_the_committed_model_was_scored_on_the_h200_steps_in_every_configuration
 
 
 def test_the_h100_as_a_gpu_nobody_measured_and_what_our_h200_steps_add() -> None:
-    """The H100 as a GPU nobody measured: constants fitted on the public rows alone predict its steps within 15%
-    (18% when fp16 costed its memory-bound kernels as fp32's at half the bytes and bf16 as its own timings: bf16 at
-    batch 16-64 was 33% off); fitted on them and our H200's steps (optimizer and precision crossed), closer overall,
-    closer in fp32 where the host sets the step, and where the device sets it (batch 128-256) nowhere more than a
-    point worse. Under autocast at batch 16-64 the H200's faster host teaches worse (fp16 16.1% against 12.3% since
-    batch norm is costed by its channels: docs/PERFORMANCE.md, "Optimizer and precision crossed")."""
+    """The H100 as a GPU nobody measured: constants fitted on the public rows alone predict its steps within 7.5%
+    where the device sets the step (batch 128-256; 8.3% before operators' passes were read by the bytes really
+    moved), what public rows, timed at large batches, can teach; where the host sets it they teach no host cost (24%
+    off at batch 16-64). Fitted on them and our H200's steps (optimizer and precision crossed): closer overall, closer
+    where the host sets the step, in fp32 too, and where the device sets it nowhere more than a point worse."""
     from prediction.reference import load
     from prediction.reference.fit import gpu_table
     from prediction.reference.h200 import transfer
@@ -89,8 +88,9 @@ def test_the_h100_as_a_gpu_nobody_measured_and_what_our_h200_steps_add() -> None
         got = [e for (g, s), v in errs.items() if small in (None, s) and group in (None, g) for e in v]
         return sum(got) / len(got)
 
-    assert mape(alone) < 15.0
+    assert mape(alone, False) < 7.5
     assert mape(taught) < mape(alone)
+    assert mape(taught, True) < mape(alone, True)
     assert mape(taught, True, "fp32") < mape(alone, True, "fp32")
     for group in ("fp32", "bf16", "fp16"):
         assert mape(taught, False, group) < mape(alone, False, group) + 1.0, group
