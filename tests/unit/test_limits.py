@@ -69,9 +69,9 @@ def test_machine_fields_refuse_control_characters() -> None:
         with pytest.raises(ValidationError, match=field):
             MachineCreate.model_validate({**figures, field: value})
     for field in ("gpu_memory_gib", "price_usd_per_hour"):
-        for value in (float("nan"), float("inf")):
+        for figure in (float("nan"), float("inf")):
             with pytest.raises(ValidationError, match=field):
-                MachineCreate.model_validate({**figures, field: value})
+                MachineCreate.model_validate({**figures, field: figure})
 
 
 def test_duplicate_batch_sizes_are_merged() -> None:
@@ -113,14 +113,11 @@ def door(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.mark.parametrize("door", [200_000], indirect=True)
 def test_points_limit_at_the_door(door: None) -> None:
     """CNNs x machines x batch sizes over the limit is refused with the count and the limit."""
-    body = {
-        "cnns": [f"cnn{i}" for i in range(10)],
-        "machines": [f"m{i}" for i in range(30)],
-        "batch_sizes": {"min": 1, "max": 1000},
-    }
+    machines = [f"m{i}" for i in range(30)]
+    body = {"cnns": [f"cnn{i}" for i in range(10)], "machines": machines, "batch_sizes": {"min": 1, "max": 1000}}
     with pytest.raises(ValidationError, match=r"300000 prediction points .*10 CNNs x 30 machine types x 1000 .*200000"):
         JobRequest.model_validate(body)
-    assert JobRequest.model_validate({**body, "machines": body["machines"][:20]}).points() == 200_000
+    assert JobRequest.model_validate({**body, "machines": machines[:20]}).points() == 200_000
 
 
 def test_points_limit_not_applied_away_from_the_door() -> None:
