@@ -138,13 +138,13 @@ def weight_casts(workload: WorkloadJson) -> float:
 
 def other_ms(
     workload: WorkloadJson, batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float],
-    channels_last: bool = False, kinds: tuple[str, ...] = MEMORY_KINDS,
+    channels_last: bool = False,
 ) -> np.ndarray:  # fmt: skip
-    """Forward + backward time of the memory-bound operators of these kinds, shape (B,); autocast halves their bytes
-    (not the normalisation layers autocast runs in fp32: norm_ms)."""
+    """Forward + backward time of the memory-bound operators, shape (B,); autocast halves their bytes (not those of
+    the normalisation layers it runs in fp32: norm_ms)."""
     ops = workload.get("ops", {})
     total = np.zeros_like(batch, dtype=float)
-    for kind in kinds:
+    for kind in MEMORY_KINDS:
         op = ops.get(kind)
         if not op:
             continue
