@@ -159,21 +159,21 @@ def _kind_ms(
     kind: str, nbytes: float, count: float, batch: np.ndarray, gpu: GpuSpecs, precision: str, c: Mapping[str, float]
 ) -> np.ndarray:
     """Forward + backward time of count operators of one kind over nbytes per sample (counted in fp32), shape (B,)."""
-    scale = element_bytes(kernel_precision(precision)) / 4.0  # the workload is read in fp32
-    bw = gpu.mem_bandwidth_gbs * 1e9 * c["memory_efficiency"]
-    passes = _passes(kind, precision_group(precision), gpu, c)
     n_kernels = count * (1 + c["backward_kernels_per_op"])  # each kernel costs at least the floor
-    return nbytes * batch * scale * passes / bw * 1e3 + n_kernels * c["kernel_floor_ms"]
+    return nbytes * batch * _ms_per_byte(kind, precision, gpu, c) + n_kernels * c["kernel_floor_ms"]
 
 
-def _passes(kind: str, group: str, gpu: GpuSpecs, c: Mapping[str, float]) -> float:
-    """Forward and backward passes over a kind's counted bytes: as often as its kernels were measured to, scaled to
-    this GPU (op_passes.py: the precision group's own timings, or those it borrows), else forward once, backward
-    twice."""
-    measured = c.get(f"passes_{kind}_{group}")
-    if measured is None:
-        return 1 + c["backward_bytes_ratio"]
-    return op_passes.effective_passes(kind, measured, gpu, c.get("passes_bytes_per_cycle"))
+def _ms_per_byte(kind: str, precision: str, gpu: GpuSpecs, c: Mapping[str, float]) -> float:
+    """Forward + backward ms per byte a kind's operators count in fp32: the precision's bytes, passed over as often as
+    its kernels were measured to, scaled to this GPU (op_passes.py: the precision group's own timings, or those it
+    borrows), else forward once and backward twice, at the GPU's bandwidth."""
+    measured = c.get(f"passes_{kind}_{precision_group(precision)}")
+    passes = (
+        1 + c["backward_bytes_ratio"] if measured is None
+        else op_passes.effective_passes(kind, measured, gpu, c.get("passes_bytes_per_cycle"))
+    )  # fmt: skip
+    scale = element_bytes(kernel_precision(precision)) / 4.0  # the workload is read in fp32
+    return scale * passes / (gpu.mem_bandwidth_gbs * 1e9 * c["memory_efficiency"]) * 1e3
 
 
 def batch_norms(workload: WorkloadJson) -> tuple[float, float]:
@@ -204,16 +204,15 @@ def norm_ms(
         return np.zeros_like(batch, dtype=float)
     bn_bytes, bn_calls = batch_norms(workload)
     total = _kind_ms(NORM_KIND, bn_bytes, bn_calls, batch, gpu, precision, c)
-    bw = gpu.mem_bandwidth_gbs * 1e9 * c["memory_efficiency"]
     if not channels_last:
-        scale = element_bytes(kernel_precision(precision)) / 4.0
-        passes = _passes(NORM_KIND, precision_group(precision), gpu, c)
-        total += channel_bound_ms(workload, batch, gpu, scale * passes / bw * 1e3, c, precision_group(precision))
+        per_byte = _ms_per_byte(NORM_KIND, precision, gpu, c)
+        total += channel_bound_ms(workload, batch, gpu, per_byte, c, precision_group(precision))
     ln_bytes, ln_calls = float(op["bytes"]) - bn_bytes, float(op["count"]) - bn_calls
     if ln_calls <= 0:
         return total
     if kernel_precision(precision) == "fp32":
         return total + _kind_ms(NORM_KIND, ln_bytes, ln_calls, batch, gpu, precision, c)
+    bw = gpu.mem_bandwidth_gbs * 1e9 * c["memory_efficiency"]
     casts = ln_bytes * batch * AMP_NORM_CAST_PASSES / bw * 1e3 + ln_calls * AMP_NORM_CASTS * c["kernel_floor_ms"]
     return total + _kind_ms(NORM_KIND, ln_bytes, ln_calls, batch, gpu, "fp32", c) + casts
 
