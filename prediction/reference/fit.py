@@ -113,7 +113,7 @@ def fit_params(
     step = base_step(gpus, exclude)
     params: dict[str, Any] = {
         "format": 1, "features": list(FEATURES), "conv": layerfit.fit_conv(matrix, rows), "step": step,
-        "depthwise": fit_depthwise(gpus, measured.layer_rows(), exclude),
+        "depthwise": fit_depthwise(gpus, measured.layer_rows() + measured.cudnn_depthwise_rows(), exclude),
     }  # fmt: skip
     if calibrate:
         shared, params["step_families"] = fit_steps(ReferenceModel(params), gpus, exclude)
@@ -174,7 +174,7 @@ def conv_without(
     from the conv fit too; params' own where no such layer was timed."""
     from prediction.reference import wholestep
 
-    timed = measured.layer_rows()
+    timed = measured.layer_rows() + measured.cudnn_depthwise_rows()
 
     @cache  # the H100's and the H200's evaluations hold out many of the same CNNs
     def conv_of(cnn: str) -> dict[str, Any]:
@@ -244,7 +244,8 @@ def inputs() -> list[Path]:
 
     ours = (step_rows.STEPS, *step_rows.SETTINGS_FILES.values(), *step_rows.H200_FILES.values())
     own = [p for p in ours if p.exists()]
-    return [data.GPUS_CSV, *sorted(data.LAYERS.glob("*.csv.gz")), wholestep.WHOLE_STEPS, *own, *measured.files()]
+    return [data.GPUS_CSV, *sorted(data.LAYERS.glob("*.csv.gz")), wholestep.WHOLE_STEPS, *own,
+            *measured.cudnn_depthwise_files()]  # fmt: skip
 
 
 def provenance() -> dict[str, Any]:

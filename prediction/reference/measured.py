@@ -6,12 +6,16 @@ bundle file), so every GPU anyone measured teaches the answers for the GPUs nobo
 GPU without figures, or that ran out of memory carry nothing the fit can use and are left out.
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from prediction.reference import depthwise
 from prediction.reference.data import ROOT, LayerTable
+from prediction.reference.depthwise import LayerRow
 from prediction.reference.step_rows import StepRow
 from shared.local_machine import gpu_row
 from shared.measurements import transfer
@@ -54,27 +58,44 @@ def known_gpu(details: Mapping[str, Any]) -> str | None:
     return None if known is None else str(known["gpu"])
 
 
-def layer_rows() -> list[tuple[str, str, dict[str, Any], int, tuple[float, float, float]]]:
-    """Every NCHW conv layer the bundles timed on a GPU data/gpus.csv knows: (GPU, 'fp32' or 'amp_fp16', spec,
-    batch size, forward / backward-data / backward-weight ms), for the conv model's fit beside the public layers."""
-    out = []
-    for path in files():
+def _timed_layers(paths: list[Path]) -> Iterator[LayerRow]:
+    """Every NCHW conv layer these bundles timed on a GPU data/gpus.csv knows, all three phases timed, with the
+    bundle's precision word (fp32, tf32, bf16, fp16)."""
+    for path in paths:
         read = bundle(path)
         gpus = {e.hash: known_gpu(e.details) for e in read.environments}
         specs = {c.hash: c.spec for c in read.conv_signatures}
         for r in read.rows["layer"]:
             gpu = gpus[r.environment]
-            if (
-                gpu is None
-                or r.oom
-                or r.channels_last
-                or None in (r.forward_ms, r.backward_data_ms, r.backward_weight_ms)
-            ):
+            phases = (r.forward_ms, r.backward_data_ms, r.backward_weight_ms)
+            if gpu is None or r.oom or r.channels_last or None in phases:
                 continue
-            precision = "fp32" if r.precision in ("fp32", "tf32") else "amp_fp16"
-            out.append((gpu, precision, specs[r.signature], r.batch_size,
-                        (r.forward_ms, r.backward_data_ms, r.backward_weight_ms)))  # fmt: skip
-    return out
+            yield gpu, r.precision, specs[r.signature], r.batch_size, phases
+
+
+def layer_rows() -> list[LayerRow]:
+    """Every NCHW conv layer the committed bundles timed on a GPU data/gpus.csv knows, as 'fp32' or 'amp_fp16', for
+    the conv model's fit beside the public layers."""
+    return [
+        (gpu, "fp32" if precision in ("fp32", "tf32") else "amp_fp16", spec, batch, phases)
+        for gpu, precision, spec, batch, phases in _timed_layers(files())
+    ]
+
+
+def cudnn_depthwise_files() -> list[Path]:
+    """The bundles cudnn_depthwise_rows reads: the committed ones and those kept outside_the_fit/."""
+    return files() + sorted((MEASURED / "outside_the_fit").glob("*.jsonl.gz"))
+
+
+def cudnn_depthwise_rows() -> list[LayerRow]:
+    """The fp16 NCHW depthwise layers PyTorch ran on cuDNN at stride 1 (depthwise.cudnn_costed) in every bundle,
+    outside_the_fit/'s too: the only timings of that path (the bundles here timed bf16), labelled
+    depthwise.CUDNN_FP16."""
+    return [
+        (gpu, depthwise.CUDNN_FP16, spec, batch, phases)
+        for gpu, precision, spec, batch, phases in _timed_layers(cudnn_depthwise_files())
+        if precision == "fp16" and depthwise.cudnn_costed(spec, np.array([batch]))[0]
+    ]
 
 
 def with_layers(table: LayerTable) -> LayerTable:

@@ -327,7 +327,8 @@ class ReferenceModel:
     def conv_paths(
         self, convs: Sequence[tuple[Mapping[str, Any], int]], batch_sizes: Sequence[int], gpu: GpuSpecs, precision: str
     ) -> np.ndarray:
-        """Uncalibrated conv time of one step (B, 3 phases, 3 paths: on tensor cores, on CUDA cores, depthwise), ms.
+        """Uncalibrated conv time of one step (B, 3 phases, 3 paths: on tensor cores, on CUDA cores, depthwise), ms;
+        precision: the training's (fp32, tf32, amp_fp16, amp_bf16).
 
         Grouped convs that are not depthwise (ResNeXt's, RegNet's) take the path their channels per group allow: the
         depthwise path's multipliers are learnt on depthwise convs only (MobileNet-like nets), whose cost per FLOP
@@ -335,14 +336,35 @@ class ReferenceModel:
         out = np.zeros((len(batch_sizes), 3, 3))
         if not convs:
             return out
-        per_layer, tensor = self._convs([s for s, _ in convs], batch_sizes, gpu, precision)
+        specs = [s for s, _ in convs]
+        per_layer, tensor = self._convs(specs, batch_sizes, gpu, kernel_precision(precision))
+        depthwise_ = np.array([1 < int(s.get("groups", 1)) == int(s["in_channels"]) for s in specs])
+        cudnn = self.params.get("depthwise", {}).get(depthwise.CUDNN_FP16)
+        if precision == "amp_fp16" and cudnn is not None and depthwise_.any():
+            per_layer = self._cudnn_depthwise(per_layer, specs, np.asarray(batch_sizes, dtype=float), gpu, cudnn)
         weighted = per_layer * np.array([float(n) for _, n in convs])[:, None, None]
         # the first conv reads the images, which need no gradient: autograd skips its data gradient
         weighted[0, :, 1] -= per_layer[0, :, 1]
-        depthwise = np.array([1 < int(s.get("groups", 1)) == int(s["in_channels"]) for s, _ in convs])[:, None, None]
-        out[..., 0] = np.where(tensor & ~depthwise, weighted, 0.0).sum(axis=0)
-        out[..., 1] = np.where(~tensor & ~depthwise, weighted, 0.0).sum(axis=0)
-        out[..., 2] = np.where(depthwise, weighted, 0.0).sum(axis=0)
+        dw = depthwise_[:, None, None]
+        out[..., 0] = np.where(tensor & ~dw, weighted, 0.0).sum(axis=0)
+        out[..., 1] = np.where(~tensor & ~dw, weighted, 0.0).sum(axis=0)
+        out[..., 2] = np.where(dw, weighted, 0.0).sum(axis=0)
+        return out
+
+    @staticmethod
+    def _cudnn_depthwise(
+        per_layer: np.ndarray, specs: Sequence[Mapping[str, Any]], batch: np.ndarray, gpu: GpuSpecs,
+        coef: Sequence[Sequence[float]],
+    ) -> np.ndarray:  # fmt: skip
+        """per_layer (L, B, 3) with the fp16 depthwise convs PyTorch runs on cuDNN at stride 1 costed as cuDNN's
+        kernels (depthwise.cudnn_costed)."""
+        on = np.array([depthwise.cudnn_costed(s, batch) for s in specs]).reshape(len(specs), len(batch))
+        rows = np.flatnonzero(on.any(axis=1))
+        if not len(rows):
+            return per_layer
+        times = depthwise.times(convs.geometry([specs[int(i)] for i in rows]), batch, gpu.filled(), "amp_fp16", coef)
+        out = per_layer.copy()
+        out[rows] = np.where(on[rows][..., None], times, per_layer[rows])
         return out
 
     def predict_steps(
@@ -380,7 +402,7 @@ class ReferenceModel:
         """
         autotuned = autotuned or training.cudnn_benchmark
         gpu = gpu.filled()
-        paths = self.conv_paths(convs, batch_sizes, gpu, kernel_precision(training.precision))
+        paths = self.conv_paths(convs, batch_sizes, gpu, training.precision)
         batch = np.asarray(batch_sizes, dtype=float)
         return step_parts(paths, workload, batch, gpu, training, self.constants(gpu), autotuned)
 
