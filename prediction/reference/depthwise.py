@@ -34,8 +34,8 @@ MIN_LAYERS = 20
 CUDNN_FP16 = "cudnn_fp16"
 PRECISIONS = ("fp32", "amp_fp16", CUDNN_FP16)
 
-# One measured layer: (GPU, precision 'fp32' or 'amp_fp16', conv spec, batch, (forward, backward-data,
-# backward-weight) ms), as measured.layer_rows gives them.
+# One measured layer: (GPU, precision 'fp32', 'amp_fp16' or CUDNN_FP16, conv spec, batch, (forward, backward-data,
+# backward-weight) ms), as measured.layer_rows and measured.cudnn_depthwise_rows give them.
 LayerRow = tuple[str, str, dict[str, Any], int, tuple[float, float, float]]
 
 
