@@ -358,13 +358,14 @@ class ReferenceModel:
     ) -> np.ndarray:  # fmt: skip
         """per_layer (L, B, 3) with the fp16 depthwise convs PyTorch runs on cuDNN at stride 1 costed as cuDNN's
         kernels (depthwise.cudnn_costed)."""
-        on = np.array([depthwise.cudnn_costed(s, batch) for s in specs]).reshape(len(specs), len(batch))
-        rows = np.flatnonzero(on.any(axis=1))
-        if not len(rows):
+        candidates = [i for i, s in enumerate(specs) if 1 < int(s.get("groups", 1)) == int(s["in_channels"])]
+        on = {i: m for i in candidates if (m := depthwise.cudnn_costed(specs[i], batch)).any()}
+        if not on:
             return per_layer
-        times = depthwise.times(convs.geometry([specs[int(i)] for i in rows]), batch, gpu.filled(), "amp_fp16", coef)
+        rows = np.array(list(on))
+        times = depthwise.times(convs.geometry([specs[i] for i in on]), batch, gpu.filled(), "amp_fp16", coef)
         out = per_layer.copy()
-        out[rows] = np.where(on[rows][..., None], times, per_layer[rows])
+        out[rows] = np.where(np.array(list(on.values()))[..., None], times, per_layer[rows])
         return out
 
     def predict_steps(
