@@ -113,7 +113,7 @@ def fit_params(
     step = base_step(gpus, exclude)
     params: dict[str, Any] = {
         "format": 1, "features": list(FEATURES), "conv": layerfit.fit_conv(matrix, rows), "step": step,
-        "depthwise": fit_depthwise(gpus, measured.layer_rows() + measured.cudnn_depthwise_rows(), exclude),
+        "depthwise": fit_depthwise(gpus, measured.depthwise_fit_rows(), exclude),
     }  # fmt: skip
     if calibrate:
         shared, params["step_families"] = fit_steps(ReferenceModel(params), gpus, exclude)
@@ -174,7 +174,7 @@ def conv_without(
     from the conv fit too; params' own where no such layer was timed."""
     from prediction.reference import wholestep
 
-    timed = measured.layer_rows() + measured.cudnn_depthwise_rows()
+    timed = measured.depthwise_fit_rows()
 
     @cache  # the H100's and the H200's evaluations hold out many of the same CNNs
     def conv_of(cnn: str) -> dict[str, Any]:

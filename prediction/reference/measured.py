@@ -98,6 +98,11 @@ def cudnn_depthwise_rows() -> list[LayerRow]:
     ]
 
 
+def depthwise_fit_rows() -> list[LayerRow]:
+    """What the depthwise issue costs are fitted on (fit.fit_depthwise): committed layers and cuDNN-path ones."""
+    return layer_rows() + cudnn_depthwise_rows()
+
+
 def with_layers(table: LayerTable) -> LayerTable:
     """The layer table with every NCHW conv layer of the bundles appended (source "measured")."""
     for gpu, precision, conv, batch, times in layer_rows():

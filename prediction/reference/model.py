@@ -341,7 +341,9 @@ class ReferenceModel:
         depthwise_ = np.array([1 < int(s.get("groups", 1)) == int(s["in_channels"]) for s in specs])
         cudnn = self.params.get("depthwise", {}).get(depthwise.CUDNN_FP16)
         if precision == "amp_fp16" and cudnn is not None and depthwise_.any():
-            per_layer = self._cudnn_depthwise(per_layer, specs, np.asarray(batch_sizes, dtype=float), gpu, cudnn)
+            per_layer = self._cudnn_depthwise(
+                per_layer, specs, np.flatnonzero(depthwise_), np.asarray(batch_sizes, dtype=float), gpu, cudnn
+            )
         weighted = per_layer * np.array([float(n) for _, n in convs])[:, None, None]
         # the first conv reads the images, which need no gradient: autograd skips its data gradient
         weighted[0, :, 1] -= per_layer[0, :, 1]
@@ -353,13 +355,12 @@ class ReferenceModel:
 
     @staticmethod
     def _cudnn_depthwise(
-        per_layer: np.ndarray, specs: Sequence[Mapping[str, Any]], batch: np.ndarray, gpu: GpuSpecs,
-        coef: Sequence[Sequence[float]],
+        per_layer: np.ndarray, specs: Sequence[Mapping[str, Any]], candidates: np.ndarray, batch: np.ndarray,
+        gpu: GpuSpecs, coef: Sequence[Sequence[float]],
     ) -> np.ndarray:  # fmt: skip
-        """per_layer (L, B, 3) with the fp16 depthwise convs PyTorch runs on cuDNN at stride 1 costed as cuDNN's
-        kernels (depthwise.cudnn_costed)."""
-        candidates = [i for i, s in enumerate(specs) if 1 < int(s.get("groups", 1)) == int(s["in_channels"])]
-        on = {i: m for i in candidates if (m := depthwise.cudnn_costed(specs[i], batch)).any()}
+        """per_layer (L, B, 3) with the fp16 depthwise convs (among specs[candidates]) PyTorch runs on cuDNN at stride
+        1 costed as cuDNN's kernels (depthwise.cudnn_costed)."""
+        on = {int(i): m for i in candidates if (m := depthwise.cudnn_costed(specs[int(i)], batch)).any()}
         if not on:
             return per_layer
         rows = np.array(list(on))
