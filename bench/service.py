@@ -9,7 +9,8 @@ registered by a first job each), then times, with clients polling GET /v1/jobs/{
 - the same job from 8 concurrent clients, jobs/s beside a no-op Celery round trip from 8 clients (sent, its
   result awaited) on the same Redis;
 - a large cached job (31 built-in CNNs x 8 GPU machine types x batch sizes 1-256 = 63,488 points) end to end,
-  p95 of --large-runs, with the worker processes' peak RSS;
+  p95 of --large-runs, with the worker processes' peak memory (PSS: the parent imports torch before its pool
+  forks, so RSS counts the pages the children share with it once per process);
 - how both grow: points per job 1 → 100,000 and concurrent clients 1 → 32.
 
 The small job runs on a GPU machine type answered by the reference predictor (g5.xlarge), not on `local`:
@@ -150,38 +151,48 @@ class Stack:
                 os.killpg(proc.pid, 9)
                 proc.wait()
 
-    def worker_rss(self) -> tuple[int, int]:
-        """Bytes resident: the jobs worker's processes together, and the largest one."""
+    def worker_memory(self, proportional: bool = False) -> tuple[int, int]:
+        """Bytes the jobs worker's processes hold together, and the largest one's: resident (RSS), or with
+        proportional their PSS (pages shared between them split, not counted in each: ~4 ms a process to read)."""
         import psutil
 
         try:
             main = psutil.Process(self.procs["worker"].pid)
-            sizes = [p.memory_info().rss for p in (main, *main.children(recursive=True))]
+            procs = (main, *main.children(recursive=True))
+            sizes = [p.memory_full_info().pss if proportional else p.memory_info().rss for p in procs]
         except psutil.Error:
             return 0, 0
         return sum(sizes), max(sizes)
 
 
-class PeakRss:
-    """Samples the worker's RSS every 50 ms in a thread while in use."""
+class PeakMemory:
+    """Samples the worker's RSS every 50 ms in a thread while in use, and its PSS every PSS_EVERY samples (reading
+    PSS walks every mapping: at 50 ms it would take a quarter of a core from what is timed)."""
+
+    PSS_EVERY = 10
 
     def __init__(self, stack: Stack) -> None:
-        self.stack, self.total, self.largest = stack, 0, 0
+        self.stack, self.total, self.largest, self.pss = stack, 0, 0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        sample = 0
         while not self._stop.wait(0.05):
-            total, largest = self.stack.worker_rss()
+            total, largest = self.stack.worker_memory()
             self.total, self.largest = max(self.total, total), max(self.largest, largest)
+            sample += 1
+            if sample % self.PSS_EVERY == 0:
+                self.pss = max(self.pss, self.stack.worker_memory(proportional=True)[0])
 
-    def __enter__(self) -> "PeakRss":
+    def __enter__(self) -> "PeakMemory":
         self._thread.start()
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self.pss = max(self.pss, self.stack.worker_memory(proportional=True)[0])
 
 
 LAST = {"job": ""}  # the newest job run_job saw succeed
@@ -417,15 +428,15 @@ def measure(stack: Stack, key: str, cnns: list[str], gpus: list[str], args: argp
     out["points"] = []
     for label, body in steps:
         runs = large_runs if label == "63k" else (1 if args.quick else 3)
-        with PeakRss(stack) as peak:
+        with PeakMemory(stack) as peak:
             times = [run_job(http[0], body, poll_s) for _ in range(runs)]
         seconds = [t for t, _n in times]
-        out["points"].append((label, times[0][1], seconds, peak.total, peak.largest))
+        out["points"].append((label, times[0][1], seconds, peak.total, peak.largest, peak.pss))
         if label == "63k":  # reading a stored large result alone: the API's share of the end-to-end time
             url = f"/v1/jobs/{LAST['job']}"
             out["fetch"] = [_timed(lambda url=url: http[0].get(url).raise_for_status()) for _ in range(3)]  # type: ignore[misc]
-        print(f"{times[0][1]} points: p95 {percentile(seconds, 0.95):.2f} s, worker peak {peak.total / 2**20:.0f} MiB",
-              flush=True)  # fmt: skip
+        print(f"{times[0][1]} points: p95 {percentile(seconds, 0.95):.2f} s,"
+              f" worker peak PSS {peak.pss / 2**20:.0f} MiB", flush=True)  # fmt: skip
     for c in http:
         c.close()
     return out
@@ -453,7 +464,8 @@ def report(out: dict[str, Any], args: argparse.Namespace, poll_s: float) -> str:
     large = next(p for p in out["points"] if p[0] == "63k")
     rows.append(
         f"| large job ({large[1]:,} points), {len(large[2])} runs: p95 | {percentile(large[2], 0.95):.2f} s"
-        f" (worker peak RSS {large[3] / 2**20:.0f} MiB, largest process {large[4] / 2**20:.0f} MiB) |"
+        f" (worker peak PSS {large[5] / 2**20:.0f} MiB; RSS {large[3] / 2**20:.0f} MiB summed over its processes,"
+        f" the largest {large[4] / 2**20:.0f} MiB) |"
         f" small job p50 {percentile(ms, 0.5):.0f} ms | {percentile(large[2], 0.95) * 1000 / percentile(ms, 0.5):.0f}×"
         " | p95 ≤ 1 s |"
     )
@@ -471,12 +483,12 @@ def report(out: dict[str, Any], args: argparse.Namespace, poll_s: float) -> str:
             f" {fetch[len(fetch) // 2] / percentile(large[2], 0.5):.2f}× | |"
         )
     growth = [
-        "| points | runs | p50 s | p95 s | s per 1k points | worker peak RSS MiB |",
+        "| points | runs | p50 s | p95 s | s per 1k points | worker peak PSS MiB |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
-    for _label, n, seconds, total, _largest in out["points"]:
+    for _label, n, seconds, _rss, _largest, pss in out["points"]:
         growth.append(f"| {n:,} | {len(seconds)} | {percentile(seconds, 0.5):.2f} | {percentile(seconds, 0.95):.2f} |"
-                      f" {percentile(seconds, 0.5) / n * 1000:.3f} | {total / 2**20:.0f} |")  # fmt: skip
+                      f" {percentile(seconds, 0.5) / n * 1000:.3f} | {pss / 2**20:.0f} |")  # fmt: skip
     conc = ["| clients | jobs/s | no-op/s | ratio | job p50 ms | job p95 ms |", "|---:|---:|---:|---:|---:|---:|"]
     for clients, (rate, noop, lat) in out["clients"].items():
         conc.append(f"| {clients} | {rate:.1f} | {noop:.0f} | {rate / noop:.3f} | {percentile(lat, 0.5) * 1000:.0f} |"
