@@ -56,7 +56,7 @@ KERNEL_CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reduction", ("reduce", "softmax", "nll", "cross_entropy", "sum_")),
     ("elementwise", ("elementwise", "vectorized", "unrolled", "cat", "relu", "mul", "add")),
 )
-SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpyAsync")
 LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
 TOP = 12
 
