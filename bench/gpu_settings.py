@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -175,25 +176,30 @@ def _smi() -> dict[str, Any]:
         return {}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Measure and write the rows."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="steps_settings.jsonl")
-    p.add_argument("--cnns", default=",".join(CNNS))
-    p.add_argument("--configs", default=",".join(CONFIGS))
+def arguments(description: str, out: str, cnns: tuple[str, ...], configs: tuple[str, ...]) -> argparse.ArgumentParser:
+    """The options of both step scripts for the GPU host (this one and bench/gpu_step_profile.py)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", default=out)
+    p.add_argument("--cnns", default=",".join(cnns))
+    p.add_argument("--configs", default=",".join(configs))
     p.add_argument("--batches", default="32,128")
     p.add_argument("--image", type=int, default=224)
     p.add_argument("--blocks", type=int, default=3)
     p.add_argument("--per-block", type=int, default=4)
     p.add_argument("--deadline-s", type=float, default=0.0, help="stop starting new CNNs after this many seconds")
-    p.add_argument("--dry-run", action="store_true", help="CPU check: squeezenet1_1, batch 2, 64 px, one block")
-    p.add_argument("--default-only", action="store_true", help="only PyTorch's default setting (NCHW, benchmark off)")
-    a = p.parse_args(argv)
-    unknown = sorted(set(a.configs.split(",")) - {*CONFIGS, *CROSSED})
+    return p
+
+
+def refuse_unknown(p: argparse.ArgumentParser, configs: str, known: tuple[str, ...]) -> None:
+    """Stop at once, naming the known configurations, if any of configs is not one."""
+    unknown = sorted(set(configs.split(",")) - set(known))
     if unknown:
-        p.error(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join((*CONFIGS, *CROSSED))}")
-    if a.dry_run:
-        a.cnns, a.batches, a.image, a.blocks, a.per_block = "squeezenet1_1", "2", 64, 1, 1
+        p.error(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(known)}")
+
+
+def write_rows(a: argparse.Namespace, rows: Callable[[str, str, int], Iterable[dict]]) -> None:
+    """The environment's line, then rows(cnn, configuration, batch) for each, every row flushed as it is measured;
+    no new CNN is started past --deadline-s."""
     t0 = time.monotonic()
     with open(a.out, "w") as f:
         f.write(json.dumps(environment()) + "\n")
@@ -203,11 +209,24 @@ def main(argv: list[str] | None = None) -> int:
                 break
             for config in a.configs.split(","):
                 for batch in (int(b) for b in a.batches.split(",")):
-                    for nhwc, bench in SETTINGS[:1] if a.default_only else SETTINGS:
-                        row = one(name, config, batch, a.image, nhwc, bench, a)
+                    for row in rows(name, config, batch):
                         f.write(json.dumps(row) + "\n")
                         f.flush()
             print(f"{name} done at {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure and write the rows."""
+    p = arguments(__doc__.splitlines()[0], "steps_settings.jsonl", CNNS, CONFIGS)
+    p.add_argument("--dry-run", action="store_true", help="CPU check: squeezenet1_1, batch 2, 64 px, one block")
+    p.add_argument("--default-only", action="store_true", help="only PyTorch's default setting (NCHW, benchmark off)")
+    a = p.parse_args(argv)
+    refuse_unknown(p, a.configs, (*CONFIGS, *CROSSED))
+    if a.dry_run:
+        a.cnns, a.batches, a.image, a.blocks, a.per_block = "squeezenet1_1", "2", 64, 1, 1
+    settings = SETTINGS[:1] if a.default_only else SETTINGS
+    write_rows(a, lambda name, config, batch: (one(name, config, batch, a.image, nhwc, bench, a)
+                                               for nhwc, bench in settings))  # fmt: skip
     return 0
 
 

@@ -15,7 +15,6 @@ row with its error.
 """
 
 import argparse
-import json
 import sys
 import time
 from collections import defaultdict
@@ -23,7 +22,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script on the GPU host, from any folder
-from bench.gpu_settings import CROSSED, build, environment, measure, own_thread, step_fn  # noqa: E402
+from bench.gpu_settings import (  # noqa: E402
+    CROSSED,
+    arguments,
+    build,
+    measure,
+    own_thread,
+    refuse_unknown,
+    step_fn,
+    write_rows,
+)
 
 CNNS = ("resnet50", "shufflenet_v2_x1_0", "vgg16", "squeezenet1_1", "resnet18")
 # Both 16-bit types under both optimizers: fp16 (with its GradScaler) against bf16, the optimizer held.
@@ -167,36 +175,14 @@ def one(name: str, config: str, batch: int, image: int, a: argparse.Namespace) -
 
 def main(argv: list[str] | None = None) -> int:
     """Time, profile and write the rows."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="step_profile.jsonl")
-    p.add_argument("--cnns", default=",".join(CNNS))
-    p.add_argument("--configs", default=",".join(CONFIGS))
-    p.add_argument("--batches", default="32,128")
-    p.add_argument("--image", type=int, default=224)
-    p.add_argument("--blocks", type=int, default=3)
-    p.add_argument("--per-block", type=int, default=4)
+    p = arguments(__doc__.splitlines()[0], "step_profile.jsonl", CNNS, CONFIGS)
     p.add_argument("--steps", type=int, default=PROFILED_STEPS, help="profiled steps per row")
-    p.add_argument("--deadline-s", type=float, default=0.0, help="stop starting new CNNs after this many seconds")
     p.add_argument("--dry-run", action="store_true", help="CPU check: squeezenet1_1, batch 2, 64 px, one step")
     a = p.parse_args(argv)
-    known = {"sgd/fp32", *CONFIGS}
-    unknown = sorted(set(a.configs.split(",")) - known)
-    if unknown:
-        p.error(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    refuse_unknown(p, a.configs, ("sgd/fp32", *CONFIGS))
     if a.dry_run:
         a.cnns, a.batches, a.image, a.blocks, a.per_block, a.steps = "squeezenet1_1", "2", 64, 1, 1, 1
-    t0 = time.monotonic()
-    with open(a.out, "w") as f:
-        f.write(json.dumps(environment()) + "\n")
-        for name in a.cnns.split(","):
-            if a.deadline_s and time.monotonic() - t0 > a.deadline_s:
-                print(f"deadline: stopped before {name}", file=sys.stderr)
-                break
-            for config in a.configs.split(","):
-                for batch in (int(b) for b in a.batches.split(",")):
-                    f.write(json.dumps(one(name, config, batch, a.image, a)) + "\n")
-                    f.flush()
-            print(f"{name} done at {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    write_rows(a, lambda name, config, batch: [one(name, config, batch, a.image, a)])
     return 0
 
 
