@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.perf_doc import DOC, agent_settings, write_section  # noqa: E402
 from calibration import run as calibrate  # noqa: E402
+from worker.predictor import PredictorModel  # noqa: E402
 
 IMG = DOC.parent / "img" / "accuracy.png"
 MODELS = ("model", "lightgbm", "base_only", "base_shrunk", "conv_scale", "flops_scale")
@@ -115,7 +116,7 @@ def _pct(value: float | None) -> str:
 
 
 def report(
-    models: list[dict[str, Any]], noise: dict[str, Any] | None, plan: calibrate.Plan, command: str, run: str
+    models: list[PredictorModel], noise: dict[str, Any] | None, plan: calibrate.Plan, command: str, run: str
 ) -> str:
     """The markdown section; `run` says how long it took and how loaded the machine was."""
     first = models[0]["evaluation"]

@@ -260,11 +260,11 @@ def _timed(phases: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def _one(db_url: str, sql: str) -> dict[str, Any]:
-    from shared.core.db import transaction
+    from shared.core.db import one, transaction
 
     with transaction(db_url) as cur:
         cur.execute(sql)
-        return dict(cur.fetchone())
+        return one(cur)
 
 
 def repeatability(tree_runs: list[dict[str, Any]]) -> str:

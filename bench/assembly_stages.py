@@ -40,7 +40,7 @@ STAGES = (
 )
 
 
-def wrap(timings: collections.Counter[str]) -> None:
+def wrap(timings: collections.defaultdict[str, float]) -> None:
     """Time each stage's function into `timings` (seconds, summed over its calls)."""
     for module, attribute, label in STAGES:
         *owners, name = attribute.split(".")
@@ -59,7 +59,7 @@ def wrap(timings: collections.Counter[str]) -> None:
         setattr(target, name, functools.wraps(original)(timed))
 
 
-def one(body: dict[str, Any], timings: collections.Counter[str]) -> dict[str, float]:
+def one(body: dict[str, Any], timings: collections.defaultdict[str, float]) -> dict[str, float]:
     """Plan and assemble one job in this process; read its points back and parse them."""
     import orjson
 
@@ -109,7 +109,7 @@ def main() -> int:
 
         _key, cnns, gpus = setup(db_url)
         large = {"cnns": cnns, "machines": gpus[:8], "batch_sizes": {"min": 1, "max": 256}}
-        timings: collections.Counter[str] = collections.Counter()
+        timings: collections.defaultdict[str, float] = collections.defaultdict(float)
         wrap(timings)
         warm_s = time.perf_counter()
         one(large, timings)

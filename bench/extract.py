@@ -57,7 +57,7 @@ def baseline(name: str) -> tuple[float, int]:
 def deep_network(depth: int) -> torch.nn.Module:
     """A plain network of `depth` 3x3 convs with batch norm and ReLU, built on meta."""
     with torch.device("meta"):
-        blocks = [torch.nn.Conv2d(3, 16, 3, padding=1)]
+        blocks: list[torch.nn.Module] = [torch.nn.Conv2d(3, 16, 3, padding=1)]
         for _ in range(depth - 1):
             blocks += [torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3, padding=1)]
         return torch.nn.Sequential(*blocks, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10))

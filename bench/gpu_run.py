@@ -37,6 +37,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +55,23 @@ NEW_CNN, NEW_BATCHES = "regnet_x_400mf", (16, 32, 64, 128, 256)
 AFTER_CALIBRATION_S = 150
 MIN_CALIBRATION_S = 30
 H100_STEPS = ROOT / "data" / "reference" / "h100" / "steps.jsonl"
-# The dry run: what a 2-core CPU measures in a minute or two.
-DRY = {
-    "cnns": ("resnet18", "squeezenet1_1", "mobilenet_v2"), "settings": ((32, (2, 4)),), "configs": ("sgd/fp32",),
-    "held_out": ("mnasnet0_5",), "held_out_batches": (2, 4), "image": 32,
-    "new_cnn": "shufflenet_v2_x0_5", "new_batches": (1, 2, 3, 4, 5),
-}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """The dry run: what a 2-core CPU measures in a minute or two (small CNNs, images and batch sizes)."""
+
+    cnns: tuple[str, ...] = ("resnet18", "squeezenet1_1", "mobilenet_v2")
+    settings: tuple[tuple[int, tuple[int, ...]], ...] = ((32, (2, 4)),)
+    configs: tuple[str, ...] = ("sgd/fp32",)
+    held_out: tuple[str, ...] = ("mnasnet0_5",)
+    held_out_batches: tuple[int, ...] = (2, 4)
+    image: int = 32
+    new_cnn: str = "shufflenet_v2_x0_5"
+    new_batches: tuple[int, ...] = (1, 2, 3, 4, 5)
+
+
+DRY = DryRun()
 
 
 class Run:
@@ -402,11 +414,11 @@ def main() -> int:
     run = Run(args.out, args.budget_s)
     run.summary |= {"dry_run": dry, "gpu": gpu, "torch": torch.__version__,
                     "local": machine_types.get_by_name(name="local")["gpu"]}  # fmt: skip
-    configs = DRY["configs"] if dry else tuple(args.configs.split(","))
+    configs = DRY.configs if dry else tuple(args.configs.split(","))
     if args.whole_steps:
         try:
             with run.stage("whole steps"):
-                whole_steps(run, tuple(args.whole_steps.split(",")), DRY["image"] if dry else 224,
+                whole_steps(run, tuple(args.whole_steps.split(",")), DRY.image if dry else 224,
                             tuple(int(b) for b in args.steps_batches.split(",")), configs)  # fmt: skip
         finally:
             with run.stage("bundle"):
@@ -415,17 +427,17 @@ def main() -> int:
         return 1 if run.summary.get("errors") else 0
     try:
         with run.stage("calibrate"):
-            cnns, settings = (DRY["cnns"], DRY["settings"]) if dry else (calibration.DEFAULT_CNNS,
+            cnns, settings = (DRY.cnns, DRY.settings) if dry else (calibration.DEFAULT_CNNS,
                                                                            calibration.GPU_SETTINGS)  # fmt: skip
             calibrate(run, cnns, settings, configs, args.calibration_timeout_s)
         with run.stage("bundle"):  # the calibration's rows are safe even if a later stage outruns the machine
             bundle(run)
         with run.stage("new CNN"):
-            new_cnn(run, DRY["new_cnn"] if dry else NEW_CNN, DRY["image"] if dry else 224,
-                    DRY["new_batches"] if dry else NEW_BATCHES)  # fmt: skip
+            new_cnn(run, DRY.new_cnn if dry else NEW_CNN, DRY.image if dry else 224,
+                    DRY.new_batches if dry else NEW_BATCHES)  # fmt: skip
         with run.stage("held-out CNNs"):
-            held_out(run, DRY["held_out"] if dry else tuple(args.held_out.split(",")), DRY["image"] if dry else 224,
-                     DRY["held_out_batches"] if dry else HELD_OUT_BATCHES, configs, gpu)  # fmt: skip
+            held_out(run, DRY.held_out if dry else tuple(args.held_out.split(",")), DRY.image if dry else 224,
+                     DRY.held_out_batches if dry else HELD_OUT_BATCHES, configs, gpu)  # fmt: skip
     finally:
         with run.stage("bundle"):
             bundle(run)

@@ -122,6 +122,9 @@ def one(name: str, config: str, batch: int, image: int, nhwc: bool, bench: bool,
     row: dict[str, Any] = {"cnn": name, "config": config, "image": image, "batch": batch,
                            "channels_last": nhwc, "cudnn_benchmark": bench}  # fmt: skip
     fmt = torch.channels_last if nhwc else torch.contiguous_format
+    model: Any = None
+    x: Any = None
+    y: Any = None
     try:
         torch.manual_seed(0)
         model = build(name, torch, torchvision).to(device).train().to(memory_format=fmt)
@@ -139,7 +142,7 @@ def one(name: str, config: str, batch: int, image: int, nhwc: bool, bench: bool,
     except RuntimeError as exc:  # a shape the CNN cannot take is data too
         row["error"] = str(exc).splitlines()[0][:200]
     finally:
-        model = x = y = None
+        model = x = y = None  # the step's tensors go before the cache is emptied
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return row

@@ -198,6 +198,10 @@ def round_three(url: str, key: str, job: str) -> Iterator[Callable[[httpx.Client
     """Round three's requests: 40 cancels of a finished large job and 4 unpaged GETs of it, at once; 200,000-item
     layout lists; bandwidths near zero; machine type names that differ only in letter case."""
     auth = {"Authorization": f"Bearer {key}"}
+
+    def post(path: str, **kwargs: Any) -> Callable[[httpx.Client], httpx.Response]:
+        return lambda c: c.post(f"{url}{path}", **kwargs)
+
     for _ in range(40):
         yield lambda c: c.post(f"{url}/v1/jobs/{job}/cancel", headers=auth)
     for _ in range(4):
@@ -205,15 +209,15 @@ def round_three(url: str, key: str, job: str) -> Iterator[Callable[[httpx.Client
     for field in ("gpus", "nodes"):
         body = json.dumps(GOOD | {field: ["x"] * 200_000}).encode()
         typed = auth | {"Content-Type": "application/json"}
-        yield lambda c, body=body, typed=typed: c.post(f"{url}/v1/jobs", content=body, headers=typed)
+        yield post("/v1/jobs", content=body, headers=typed)
     for value in (5e-324, 1e-300, 1e-12):
-        yield lambda c, v=value: c.post(f"{url}/v1/jobs", json=GOOD | {"internode_gbps": v, "nodes": 2}, headers=auth)
+        yield post("/v1/jobs", json=GOOD | {"internode_gbps": value, "nodes": 2}, headers=auth)
         network = {"source": "network_jpeg", "network_gbps": value}
-        yield lambda c, n=network: c.post(f"{url}/v1/jobs", json=GOOD | {"input": n}, headers=auth)
+        yield post("/v1/jobs", json=GOOD | {"input": network}, headers=auth)
     from tests.integration.test_reference_jobs import OWN_GPU
 
     for name in ("P4D.24XLARGE", "Local", "G5.XLARGE"):
-        yield lambda c, n=name: c.post(f"{url}/v1/machines", json=OWN_GPU | {"name": n}, headers=auth)
+        yield post("/v1/machines", json=OWN_GPU | {"name": name}, headers=auth)
 
 
 def cancel_during_assembly(url: str, key: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.perf_doc import write_section  # noqa: E402
 from gpu_agent import input_bench  # noqa: E402
 from prediction import input_pipeline  # noqa: E402
+from shared.jobs.models import PointDict  # noqa: E402
 from shared.jobs.request import JobRequest  # noqa: E402
 from shared.machine_types import MachineTypeInfo  # noqa: E402
 
@@ -45,9 +46,9 @@ def _machine(vcpus: int, gpus: int) -> MachineTypeInfo:
     return figures  # type: ignore[return-value]
 
 
-def _answer(step_ms: float, rate: input_pipeline.Sourced, *, vcpus: int, gpus: int) -> dict[str, float | int | None]:
+def _answer(step_ms: float, rate: input_pipeline.Sourced, *, vcpus: int, gpus: int) -> PointDict:
     """prediction/input_pipeline.py's figures for one point whose GPU step is step_ms."""
-    point = {"batch_size": BATCH, "gpus_used": gpus, "nodes": 1, "iteration_seconds": step_ms / 1000,
+    point: PointDict = {"batch_size": BATCH, "gpus_used": gpus, "nodes": 1, "iteration_seconds": step_ms / 1000,
              "iteration_seconds_p10": step_ms / 1000, "iteration_seconds_p90": step_ms / 1000}  # fmt: skip
     request = JobRequest.stored({"cnns": ["resnet50"], "machines": ["x"], "batch_sizes": [BATCH],
                                  "input": {"source": "local_jpeg"}})  # fmt: skip
@@ -96,7 +97,7 @@ def main() -> None:
         wide, narrow = _answer(s["ms"], rate, vcpus=192, gpus=8), _answer(s["ms"], rate, vcpus=4, gpus=1)
         ips = BATCH / s["ms"] * 1000
 
-        def cell(p: dict[str, float | int | None]) -> str:
+        def cell(p: PointDict) -> str:
             return f"{p['input_bound_ratio']:.2f}x" + (f", echo {p['echo_factor']}" if p["input_bound"] else "")
 
         lines.append(f"| {s['cnn']} | {s['config']} | {s['ms']:.1f} | {ips:.0f} | {ips / rate.per_cpu:.1f} | "

@@ -28,7 +28,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.memory_public import ape, gpu_report, lambda_report, old_guard, workload  # noqa: E402
+from bench.memory_public import (  # noqa: E402
+    ape,
+    gpu_report,
+    lambda_report,
+    old_guard,
+    saved_over_activation,
+    workload,
+)
 from bench.perf_doc import write_section  # noqa: E402
 from shared.cnn import step_memory  # noqa: E402
 
@@ -105,10 +112,7 @@ def cpu_report(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, float]]
         train = [r for r in rows if r["cnn"] != cnn]
         held = [r for r in rows if r["cnn"] == cnn]
         saved, amp = fit(train)
-        ratio = statistics.median(
-            workload(r["cnn"], r["image_size"])["saved_bytes"] / workload(r["cnn"], r["image_size"])["activation_bytes"]
-            for r in train
-        )
+        ratio = statistics.median(saved_over_activation(r["cnn"], r["image_size"]) for r in train)
         step_memory.SAVED_PER_OUTPUT = ratio
         e = {
             "model": [ape(predict(r, saved, amp), r["peak_bytes"]) for r in held],
@@ -123,10 +127,7 @@ def cpu_report(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, float]]
     cells = " | ".join(f"**{statistics.fmean(errs[k]):.1f}%**" for k in ("model", "fallback", "params", "old"))
     lines.append(f"| all (MAPE) | {len(rows)} | {cells} |")
     saved, amp = fit(rows)
-    ratios = [
-        workload(r["cnn"], r["image_size"])["saved_bytes"] / workload(r["cnn"], r["image_size"])["activation_bytes"]
-        for r in rows
-    ]
+    ratios = [saved_over_activation(r["cnn"], r["image_size"]) for r in rows]
     constants = {
         "SAVED_SCALE": saved,
         "AMP_ACTIVATION_SCALE": amp,

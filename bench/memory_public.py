@@ -7,6 +7,7 @@ from typing import Any
 
 from shared.cnn import step_memory
 from shared.cnn import zoo as cnn_zoo
+from shared.cnn.workload import WorkloadJson
 
 PUBLIC = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "public"
 CDE = PUBLIC / "cdecatapult"
@@ -17,9 +18,17 @@ LAMBDA_GPUS = {
 }  # fmt: skip
 
 
-def workload(cnn: str, image_size: int) -> dict[str, Any]:
+def workload(cnn: str, image_size: int) -> WorkloadJson:
     """The CNN's workload as a job reads it (saved bytes per sample included)."""
-    return dict(cnn_zoo.conv_layers(cnn, image_size).workload)
+    return cnn_zoo.conv_layers(cnn, image_size).workload.copy()
+
+
+def saved_over_activation(cnn: str, image_size: int) -> float:
+    """The bytes backward keeps per sample over the activations' bytes, as the CNN's workload records them."""
+    work = workload(cnn, image_size)
+    saved, activation = work["saved_bytes"], work["activation_bytes"]
+    assert saved is not None and activation is not None, f"{cnn}'s workload has no saved or activation bytes"
+    return saved / activation
 
 
 def old_guard(r: dict[str, Any]) -> float:
@@ -60,6 +69,8 @@ def gpu_report() -> tuple[list[str], dict[str, float]]:
     import numpy as np
 
     vgg = workload("vgg16", 224)
+    vgg_parameters = vgg["parameters"]
+    assert vgg_parameters is not None, "a torchvision CNN's workload counts its parameters"
     data = cdecatapult()
     tensors = {
         name: [
@@ -90,7 +101,7 @@ def gpu_report() -> tuple[list[str], dict[str, float]]:
             )
             lines.append(
                 f"| {name}{' (held out)' if name == 'adam' else ' (fit)'} | {bs} | {real / 1e6:,.0f} | "
-                f"{pred / 1e6:,.0f} | {errs[name][-1]:.1f}% | {ape(4.0 * vgg['parameters'], real):.0f}% | "
+                f"{pred / 1e6:,.0f} | {errs[name][-1]:.1f}% | {ape(4.0 * vgg_parameters, real):.0f}% | "
                 f"{ape(base, real):.0f}% |"
             )
     return lines, {

@@ -56,6 +56,7 @@ def percentile(values: list[float], q: float) -> float:
 def fill(db_url: str, jobs: int, layer_rows: int) -> None:
     """Migrate and fill the scratch database, then VACUUM ANALYZE as autovacuum would."""
     import psycopg2
+    import psycopg2.extras
 
     from shared.core.migrate import migrate
     from shared.jobs import fill_synthetic
@@ -65,7 +66,7 @@ def fill(db_url: str, jobs: int, layer_rows: int) -> None:
     params = {"signatures": signatures, "machine_types": list(MACHINES), "batch_sizes": list(BATCH_SIZES)}
     conn = psycopg2.connect(db_url)
     conn.autocommit = True
-    with conn.cursor() as cur:
+    with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
         cur.execute(FILL, params)
         fill_synthetic(cur, finished=jobs, running=20)  # shared/jobs owns the jobs table
         cur.execute("VACUUM ANALYZE")

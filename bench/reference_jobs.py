@@ -15,7 +15,9 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -57,7 +59,7 @@ def main() -> int:
             planning.plan_job(row["id"])
             elapsed = time.perf_counter() - started
             done = jobs.get(job_id=row["id"])
-            assert done["status"] == "succeeded", done["error"]
+            assert done["status"] == "succeeded" and done["result"] is not None, done["error"]
             return elapsed, len(done["result"]["predictions"]), len(json.dumps(done["result"])) / 1e6
 
         baseline = _median(args.repeat, lambda: (_timed(read_cnns), 0, 0.0))[1:]
@@ -65,7 +67,7 @@ def main() -> int:
         everything_first, *everything = _median(args.repeat, lambda: job(gpu_types, {"min": 1, "max": 256}))
     finally:
         _drop(name)
-    rows = [
+    rows: list[tuple[Any, ...]] = [
         ("baseline: register the 3 CNNs (every job does; stored already, as in a running service)", None, *baseline),
         (f"3 CNNs x {len(TYPICAL)} GPU types x {len(TYPICAL_SIZES)} batch sizes", typical_first, *typical),
         (f"3 CNNs x all {len(gpu_types)} GPU types x batch 1-256", everything_first, *everything),
@@ -98,15 +100,15 @@ def main() -> int:
     return 0
 
 
-def _timed(fn: object) -> float:
+def _timed(fn: Callable[[], object]) -> float:
     started = time.perf_counter()
-    fn()  # type: ignore[operator]
+    fn()
     return time.perf_counter() - started
 
 
-def _median(repeat: int, run: object) -> tuple[float, float, int, float]:
+def _median(repeat: int, run: Callable[[], tuple[float, int, float]]) -> tuple[float, float, int, float]:
     """(first run's seconds, median seconds of all runs, points, result MB)."""
-    results = [run() for _ in range(repeat)]  # type: ignore[operator]
+    results = [run() for _ in range(repeat)]
     seconds = statistics.median(r[0] for r in results)
     return results[0][0], seconds, results[-1][1], round(results[-1][2], 1)
 

@@ -55,7 +55,11 @@ LABELS = {
     "interleaved-min": "interleaved, fastest run",
     "interleaved-median": "interleaved, median of all runs",
 }
-QUICK = {"layer_cnns": ("resnet18",), "step_cnns": ("squeezenet1_1", "resnet18"), "step_batches": (2, 4)}
+QUICK: dict[str, Any] = {
+    "layer_cnns": ("resnet18",),
+    "step_cnns": ("squeezenet1_1", "resnet18"),
+    "step_batches": (2, 4),
+}
 
 
 def consecutive(fn: Callable[[], object], device: torch.device, *, time_cap_s: float, max_runs: int) -> float:

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 NOOP_TASK = "bench.noop"
 NOOP_QUEUE = "bench.noop"
-SMALL = {"cnns": ["resnet18"], "machines": ["g5.xlarge"], "batch_sizes": [16, 32, 64]}
+SMALL: dict[str, Any] = {"cnns": ["resnet18"], "machines": ["g5.xlarge"], "batch_sizes": [16, 32, 64]}
 EXTRA_CNNS = ("resnet152", "densenet161")  # with calibration/run.py's full set: 31 CNNs
 GPU_TYPES = 8
 TERMINAL = ("succeeded", "failed", "canceled")
@@ -88,7 +88,8 @@ class Stack:
         from tests.support.stack import free_port
 
         self.url = f"http://127.0.0.1:{free_port()}"
-        self.env, self.logs, self.procs = env, logs, {}  # type: dict[str, subprocess.Popen[bytes]]
+        self.env, self.logs = env, logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
         bindir = Path(sys.executable).parent
         port = self.url.rsplit(":", 1)[1]
         celery = [str(bindir / "celery"), "-A"]
@@ -379,7 +380,7 @@ def measure(stack: Stack, key: str, cnns: list[str], gpus: list[str], args: argp
     poll_s = args.poll_ms / 1000
     # Jobs per concurrency step in all (split between its clients), so 32 clients take no longer than 1.
     seq_n, per_step, noop_each, large_runs = (20, 16, 50, 2) if args.quick else (40, 32, 200, 5)
-    client_steps = (1, 4, 8) if args.quick else (1, 2, 4, 8, 16, 32)
+    client_steps: tuple[int, ...] = (1, 4, 8) if args.quick else (1, 2, 4, 8, 16, 32)
     headers = {"Authorization": f"Bearer {key}"}
     http = [httpx.Client(base_url=stack.url, headers=headers, timeout=120) for _ in range(max(client_steps))]
     out: dict[str, Any] = {"cnns": len(cnns), "gpus": gpus[:GPU_TYPES]}

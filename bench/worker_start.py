@@ -52,7 +52,12 @@ def one(command: list[str], url: str, key: str, log: Path) -> dict[str, float]:
         body: dict[str, Any] = {"machines": ["g5.xlarge"], "batch_sizes": [8, 16], "image_size": 64}
         ids = [http.post("/v1/jobs", json=body | {"cnns": list(c)}).json()["id"] for c in JOBS]
         for job_id in ids:
-            job = job_finished(lambda j=job_id: http.get(f"/v1/jobs/{j}").json(), job_id, 300, log.read_text, 0.1)
+
+            def get(j: str = job_id) -> dict[str, Any]:
+                answer: dict[str, Any] = http.get(f"/v1/jobs/{j}").json()
+                return answer
+
+            job = job_finished(get, job_id, 300, log.read_text, 0.1)
             if job["status"] != "succeeded":
                 raise RuntimeError(f"job {job_id}: {job['status']}; worker log: {log.read_text()[-2000:]}")
         wall = time.perf_counter() - started

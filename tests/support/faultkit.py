@@ -17,7 +17,7 @@ import psycopg2.extras
 import redis
 
 from shared.core import tasks
-from shared.core.db import transaction
+from shared.core.db import one, transaction
 from tests.support.agent_role import agent_url
 from tests.support.stack import ROOT, Stack, free_port, http
 from tests.support.tlskit import PG_BIN, PG_USER, as_postgres, redis_server_binary
@@ -122,7 +122,7 @@ def duplicates(url: str | None = None) -> int:
     """Measurements stored twice under layer_benchmarks' unique key (the key makes this 0 unless it is lost)."""
     with transaction(url) as cur:
         cur.execute(DUPLICATES)
-        return int(cur.fetchone()["n"])
+        return int(one(cur)["n"])
 
 
 @contextmanager
@@ -136,7 +136,7 @@ def lock_table(table: str, url: str | None = None) -> Iterator[Callable[[], int]
         def waiting() -> int:
             with transaction(url) as cur:
                 cur.execute(WAITING_ON, (f"%{table}%",))
-                return int(cur.fetchone()["n"])
+                return int(one(cur)["n"])
 
         yield waiting
     finally:
@@ -219,7 +219,7 @@ def copy_api_keys(from_url: str, to_url: str) -> None:
     """Give another database this run's API keys (the shared http client sends the admin one)."""
     with psycopg2.connect(from_url) as src, src.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
         cur.execute("SELECT to_regclass('api_keys') IS NOT NULL AS present")
-        if not cur.fetchone()["present"]:
+        if not one(cur)["present"]:
             return
         cur.execute("SELECT * FROM api_keys")
         rows = cur.fetchall()

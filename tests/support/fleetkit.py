@@ -13,7 +13,7 @@ from moto import mock_aws
 from fleet.controller import Controller
 from fleet.ec2 import LaunchConfig
 from fleet.policy import Limits
-from shared.core.db import transaction
+from shared.core.db import one, transaction
 from tests.support.stack import broker
 
 REGION = "us-east-1"
@@ -68,7 +68,7 @@ def agent_on(instance_id: str, machine_type: str, *, busy: bool = False) -> None
     """An agent row beating now on that instance (what a real agent writes when it registers)."""
     with transaction() as cur:
         cur.execute(INSERT_ENV, (uuid.uuid4().hex,))
-        env = cur.fetchone()["id"]
+        env = one(cur)["id"]
         work = '{"task": "gpu_agent.bench_layers"}' if busy else None
         cur.execute(INSERT_AGENT, (uuid.uuid4(), machine_type, env, instance_id, work))
 
@@ -92,7 +92,7 @@ def fleet_row(instance_id: str) -> dict[str, Any]:
     """The fleet_instances row of an instance."""
     with transaction() as cur:
         cur.execute("SELECT * FROM fleet_instances WHERE instance_id = %s", (instance_id,))
-        return dict(cur.fetchone())
+        return one(cur)
 
 
 class ShortOfCapacity:

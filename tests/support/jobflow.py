@@ -1,13 +1,17 @@
 """Helpers that drive the job path in-process: the same functions the Celery tasks call."""
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpu_agent import app as agent
 from shared import jobs
 from shared.core.db import transaction
 from shared.jobs.request import JobRequest
+from shared.jobs.store import JobRow
 from tests.support.stack import broker
+
+if TYPE_CHECKING:
+    from worker.predictor import PredictorModel
 
 # conv_ms from the stored rows, as the definition says: Σ count × (forward + backward data + backward weight).
 STORED_CONV_MS = """
@@ -19,7 +23,7 @@ WHERE m.cnn_name = %s AND m.image_size = %s AND m.num_classes = 1000 AND b.machi
 GROUP BY b.batch_size ORDER BY b.batch_size"""
 
 
-def submit(**overrides: Any) -> dict[str, Any]:
+def submit(**overrides: Any) -> JobRow:
     """Store a job as the API does (without sending it)."""
     body = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [1, 2], "image_size": 32} | overrides
     job, _ = jobs.create(request=JobRequest.model_validate(body))
@@ -29,10 +33,11 @@ def submit(**overrides: Any) -> dict[str, Any]:
 def take_queued(task: str, machine_type: str = "local") -> dict[str, Any]:
     """Take a task's first queued message off the machine's queue (layer and op work share it); its kwargs."""
     key = f"bench.{machine_type}"
-    for raw in broker().lrange(key, 0, -1):
+    raws: list[bytes] = broker().lrange(key, 0, -1)  # type: ignore[assignment]  # bytes: no decode_responses
+    for raw in raws:
         message = json.loads(raw)
         if message["headers"]["task"] == task:
-            broker().lrem(key, 1, raw)
+            broker().lrem(key, 1, raw)  # type: ignore[arg-type]  # the hint says str; Redis takes the bytes it gave
             _args, kwargs, _embed = json.loads(message_body(message))
             return dict(kwargs)
     raise AssertionError(f"no {task} message in {key}")
@@ -42,7 +47,7 @@ def drain_agent_queue(machine_type: str = "local") -> int:
     """Consume the machine's queued benchmark messages by running the agent's task on each."""
     count = 0
     while (raw := broker().lpop(f"bench.{machine_type}")) is not None:
-        message = json.loads(raw)
+        message = json.loads(raw)  # type: ignore[arg-type]  # one element: bytes, not the hint's list
         task = {
             "gpu_agent.bench_layers": agent.bench_layers,
             "gpu_agent.measure_steps": agent.measure_steps,
@@ -56,7 +61,7 @@ def drain_agent_queue(machine_type: str = "local") -> int:
 
 def calibrate_as(
     machine_type: str, monkeypatch: Any, cnns: tuple[str, ...] = ("resnet18", "squeezenet1_1")
-) -> dict[str, Any]:
+) -> "PredictorModel":
     """Calibrate a machine type in-process with this CPU standing in for its agent; the fitted model.
 
     The rows carry this CPU's environment: a test stands in for, e.g., a T4 of g4dn.xlarge.

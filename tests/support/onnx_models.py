@@ -19,7 +19,7 @@ def export(name: str, size: int = 224, dynamic: bool = True) -> bytes:
         torch.onnx.export(
             model,
             (torch.randn(2, 3, size, size),),
-            buf,
+            buf,  # type: ignore[arg-type]  # the TorchScript exporter writes to any file object
             dynamo=False,
             training=torch.onnx.TrainingMode.TRAINING,  # keep batch norm apart from the convs, as training runs
             do_constant_folding=False,
@@ -37,5 +37,5 @@ def tutorial_export(name: str) -> bytes:
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), buf, dynamo=False)
+        torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), buf, dynamo=False)  # type: ignore[arg-type]
     return buf.getvalue()

@@ -55,8 +55,8 @@ def servers() -> Iterator[tuple[str, str]]:
             host, port = rd.get_container_host_ip(), rd.get_exposed_port(6379)
             yield pg.get_connection_url(), f"redis://{host}:{port}"
         return
-    pg, rd = chosen_urls()
-    yield pg.url, rd.url
+    pg_choice, rd_choice = chosen_urls()
+    yield pg_choice.url, rd_choice.url
 
 
 @contextmanager

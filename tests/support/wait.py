@@ -28,4 +28,9 @@ def job_finished(
     get: Callable[[], dict[str, Any]], job_id: str, timeout: float, log: Callable[[], str] = str, interval: float = 0.3
 ) -> dict[str, Any]:
     """Poll a job (`get` returns it as the API answers) until it has ended; return it whatever its status."""
-    return wait_until(lambda: (j := get())["status"] in TERMINAL and j, timeout, f"job {job_id} to end", interval, log)
+
+    def ended() -> dict[str, Any] | None:
+        job = get()
+        return job if job["status"] in TERMINAL else None
+
+    return wait_until(ended, timeout, f"job {job_id} to end", interval, log)
