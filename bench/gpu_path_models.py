@@ -9,6 +9,7 @@ steps in the run's summary.json (timed after the calibration, never seen by the 
 base alone (the baseline). Into docs/PERFORMANCE.md: what the stored models would answer with today's code.
 """
 
+import gzip
 import json
 import os
 import statistics
@@ -37,8 +38,51 @@ no calibration CNN has). On this host's CPU calibration of the same day (35 step
 folds and the stored model stayed base_shrunk; leave-one-CNN-out with it among the candidates 16.0% against
 19.9% without (docs/PERFORMANCE.md, "Outside the calibration set", run 12). The base alone is closer than
 either procedure on bf16's held-out CNNs (21.7%): bf16's seven calibration CNNs disagree most (alexnet, vgg11
-and squeezenet1_1 flat at 5-14 ms, the host's, at every batch)."""
+and squeezenet1_1 flat at 5-14 ms, the host's, at every batch).
+
+Paired steps (the last column, read from the bundles, no model): the calibration times every CNN at 160 px (batch
+16, 64), then every CNN at 224 px (8, 32, 128), each CNN's steps a window of a second or two; batch b at 224 px and
+2b at 160 px carry the same pixels (401,408 against 409,600 a step), and where the device sets the step they agree
+within 1-7% (vgg11 0.93-0.99). Where the host does, a CNN's two pairs move together by up to 1.7x: densenet121
+1.70 and 1.62 in one run, 1.03 and 0.99 in another; shufflenet_v2_x1_0 1.68 and 1.69, then 1.00 and 0.98. A state of
+the host that lasts one CNN's window (another process on its core, its clock) is in the steps every model here learns
+from and is scored on, so no model gets below that floor on these rows; timing the steps twice, minutes apart, is
+the next GPU run's measurement change (docs/GPU.md)."""
 CONFIGS = ("sgd/fp32", "sgd+momentum/amp_bf16", "adamw+wd/amp_fp16")
+# The calibration's two settings time the same pixels per step: batch b at 224 px and 2b at 160 px (401,408 and 409,600
+# pixels a sample pair): their steps should take about the same time, so how far apart they are bounds what any model
+# of these steps can reach.
+PAIRED_SIZES = (224, 160)
+
+
+def paired_steps(rows: list[dict[str, Any]], config: str) -> list[tuple[str, int, float]]:
+    """(CNN, batch at 224 px, its step over the step at twice the batch at 160 px) for a configuration's step rows."""
+    from calibration import run as calibration
+
+    want = calibration.config_from_key(config)
+    timed = {
+        (r["cnn_name"], r["image_size"], r["batch_size"]): float(r["step_ms"])
+        for r in rows
+        if r.get("kind") == "step" and not r.get("oom") and r.get("step_ms")
+        and (r["optimizer"], r["precision"], float(r["momentum"]), float(r["weight_decay"]) > 0,
+             bool(r["channels_last"]), bool(r["cudnn_benchmark"]))
+        == (want.optimizer, want.precision, want.momentum, want.weight_decay > 0, want.channels_last,
+            want.cudnn_benchmark)
+    }  # fmt: skip
+    large, small = PAIRED_SIZES
+    return sorted(
+        (cnn, batch, ms / timed[(cnn, small, 2 * batch)])
+        for (cnn, size, batch), ms in timed.items()
+        if size == large and (cnn, small, 2 * batch) in timed
+    )
+
+
+def pair_floor(pairs: list[tuple[str, int, float]]) -> tuple[float, float] | None:
+    """Mean and median of |ratio - 1| in % over paired steps (None without pairs)."""
+    if not pairs:
+        return None
+    apart = [abs(ratio - 1) * 100 for _cnn, _batch, ratio in pairs]
+    return statistics.fmean(apart), statistics.median(apart)
 
 
 def scratch_url() -> str:
@@ -159,11 +203,14 @@ def main(argv: list[str]) -> None:
 
     migrate(url)
     lines = ["| bundle | configuration | steps (CNNs) | chosen (without the overlap) | leave-one-CNN-out: model, "
-             "without the overlap, ratio | held-out CNNs: model, without the overlap, ratio; the base alone (points) |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+             "without the overlap, ratio | held-out CNNs: model, without the overlap, ratio; the base alone (points) "
+             "| paired steps apart: mean, median (pairs) |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     for i, path in enumerate(paths):
         name = f"gpu-{i}"
         summary = json.loads(path.with_name(summary_name(path)).read_text())
+        with gzip.open(path, "rt") as fh:
+            rows = [json.loads(line) for line in fh]
         import_bundle(path, name)
         for config in CONFIGS:
             s = score(name, summary, config)
@@ -173,9 +220,12 @@ def main(argv: list[str]) -> None:
             if s["held"] is not None:
                 held = (f"{s['held']:.1f}%, {s['held_before']:.1f}%, {s['held'] / s['held_before']:.2f}×; "
                         f"{s['held_base']:.1f}% ({s['held_points']})")  # fmt: skip
+            pairs = paired_steps(rows, config)
+            floor = pair_floor(pairs)
+            apart = f"{floor[0]:.1f}%, {floor[1]:.1f}% ({len(pairs)})" if floor else "–"
             lines.append(f"| {path.name.removesuffix('.jsonl.gz')} | {config} | {s['steps']} ({s['cnns']}) "
                          f"| {s['choice']} ({s['before_choice']}) | {s['loco']:.1f}%, {s['loco_before']:.1f}%, "
-                         f"{s['loco'] / s['loco_before']:.2f}× | {held} |")  # fmt: skip
+                         f"{s['loco'] / s['loco_before']:.2f}× | {held} | {apart} |")  # fmt: skip
             print(lines[-1], flush=True)
     text = "\n".join([
         f"Command: `{COMMAND}` ({time.time() - started:.0f} s). Each bundle under data/measured/ "
