@@ -18,14 +18,16 @@ Warm-up (the first call of a new shape) is done by the caller and never sampled.
 import math
 import statistics
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from gpu_agent import schedstat
 from shared.core.settings import get_settings
+
+K = TypeVar("K", bound=Hashable)  # what names an operation timed in rounds
 
 
 @dataclass(frozen=True)
@@ -123,12 +125,12 @@ class OpError(Exception):
 
 
 def time_rounds(
-    ops: dict[Hashable, Callable[[], object]],
+    ops: Mapping[K, Callable[[], object]],
     device: torch.device,
     policy: Policy,
     *,
     stop: Callable[[], bool] = lambda: False,
-) -> dict[Hashable, Timing]:
+) -> dict[K, Timing]:
     """Time warmed-up operations round-robin, each until it is stable or at its cap; all at a stop or max rounds.
 
     Each operation's time cap is its share of the window's (policy.time_cap_s over the operations).

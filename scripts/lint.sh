@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
-"$VENV/bin/mypy" api worker prediction gpu_agent shared cli fleet calibration
+"$VENV/bin/mypy" api worker prediction gpu_agent shared cli fleet calibration bench tests
 # The fleet's CloudFormation template (deploy/aws/); tests/unit/test_fleet_template.py checks its policies.
 "$VENV/bin/cfn-lint" deploy/aws/*.yaml
 # The fleet's boot script as an instance receives it (fleet/boot.sh under its settings).

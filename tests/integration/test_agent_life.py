@@ -53,7 +53,13 @@ def test_agent_registers_beats_and_shows_its_work(stack: Stack, clean_db: None) 
     )
 
     # A task that fails (misrouted: another machine type's work) is shown as the agent's last error.
-    misrouted = {"cnn": "resnet18", "image_size": 32, "optimizer": "sgd", "precision": "fp32", "batch_sizes": [2]}
+    misrouted: dict[str, Any] = {
+        "cnn": "resnet18",
+        "image_size": 32,
+        "optimizer": "sgd",
+        "precision": "fp32",
+        "batch_sizes": [2],
+    }
     tasks.send(tasks.MEASURE_STEPS, queue=tasks.bench_queue("local"), machine_type="g5.xlarge", **misrouted)
     failed = until_agent(lambda: (a := listed(stack, pid)) and a["last_error"] and a, "the failure to show", stack)
     assert "g5.xlarge" in failed["last_error"] and failed["alive"]
@@ -107,7 +113,7 @@ def test_a_killed_agent_is_silent_and_its_task_is_redelivered_once(stack: Stack,
     before = stored()
     assert queued_tasks("bench.local") == []  # unacknowledged, not lost: Redis holds it until the timeout
 
-    def listed_dead() -> dict[str, Any] | None:
+    def listed_dead() -> agents.AgentListed | None:
         agent = next(a for a in agents.list_all(alive_after_s=1.0, machine_type="local") if a["pid"] == pid)
         return None if agent["alive"] else agent
 

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from shared.core import redis_acl, tasks
-from shared.core.db import transaction
+from shared.core.db import one, transaction
 from shared.measurements import layers
 from tests.support.stack import Stack, http, queued_tasks
 from tests.support.wait import job_finished, wait_until
@@ -84,7 +84,7 @@ def test_agent_runs_as_its_redis_acl_user(
         )  # fmt: skip
         with transaction() as cur:
             cur.execute(SELECT_ROWS, (sig_id,))
-            assert cur.fetchone()["n"] == 2
+            assert one(cur)["n"] == 2
         assert stack.stop("agent") == 0
     finally:
         for proc in list(stack.procs):
@@ -156,9 +156,9 @@ def test_api_worker_and_agent_run_as_their_redis_acl_users(
             with pytest.raises(redis.exceptions.NoPermissionError):
                 as_api.execute_command(*command)
         # The workers' in-flight messages and the agents' are apart: neither user reaches the other's.
-        for kind, command in [*(("agent", c) for c in OTHERS_IN_FLIGHT), ("worker", ("HGETALL", AGENT_UNACKED))]:
+        for kind, other in [*(("agent", c) for c in OTHERS_IN_FLIGHT), ("worker", ("HGETALL", AGENT_UNACKED))]:
             with pytest.raises(redis.exceptions.NoPermissionError):
-                redis.Redis.from_url(urls[kind]).execute_command(*command)
+                redis.Redis.from_url(urls[kind]).execute_command(*other)
     finally:
         for name in users:
             admin.execute_command("ACL", "DELUSER", name)

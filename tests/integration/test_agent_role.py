@@ -12,7 +12,7 @@ import pytest
 from gpu_agent import environment, lifecycle, store
 from gpu_agent.timing import Timing
 from gpu_agent.windows import Outcome
-from shared.core.db import Json, transaction
+from shared.core.db import Json, one, transaction
 from shared.core.settings import get_settings
 from shared.training import TrainConfig
 from tests.support.agent_role import AGENT_LOGIN, agent_url
@@ -93,10 +93,10 @@ def test_the_agent_stores_measurements_and_keeps_its_row(
     assert get_settings().database_url == as_agent
     with transaction() as cur:
         cur.execute("SELECT current_user AS me")
-        assert cur.fetchone()["me"] == AGENT_LOGIN
+        assert one(cur)["me"] == AGENT_LOGIN
     with transaction(owner) as cur:  # what a worker planned: a signature and a CNN
         cur.execute(NEW_SIGNATURE, (f"role-test-{time.time_ns()}", Json({"kernel": [3, 3]})))
-        sig_id = cur.fetchone()["id"]
+        sig_id = one(cur)["id"]
         cur.execute(NEW_CNN)
 
     env_id = environment.environment_id("cpu")
@@ -127,7 +127,7 @@ def test_the_agent_stores_measurements_and_keeps_its_row(
     store.save_layer_failure(**layer, batch_sizes=[8], error="RuntimeError: role-test")
     with transaction(owner) as cur:
         cur.execute("SELECT error FROM layer_failures WHERE signature_id = %s", (sig_id,))
-        assert cur.fetchone()["error"] == "RuntimeError: role-test"
+        assert one(cur)["error"] == "RuntimeError: role-test"
 
     step: dict[str, Any] = {"cnn": "role-test-cnn", "machine_type": "local", "image_size": 32, "config": TrainConfig()}
     step |= {"environment_id": env_id}
@@ -137,7 +137,7 @@ def test_the_agent_stores_measurements_and_keeps_its_row(
     assert store.step_batch_sizes_done(**step) == {1, 8}
     with transaction(owner) as cur:
         cur.execute("SELECT peak_memory_bytes FROM step_measurements WHERE cnn_name = 'role-test-cnn'")
-        assert cur.fetchone()["peak_memory_bytes"] == 2**20
+        assert one(cur)["peak_memory_bytes"] == 2**20
 
 
 def test_the_agent_role_is_denied_everything_else(as_agent: str) -> None:
@@ -161,7 +161,7 @@ def test_the_agent_role_has_column_grants_on_its_tables_only() -> None:
         for table in tables:
             for privilege in TABLE_PRIVILEGES:
                 cur.execute(HAS_TABLE_PRIVILEGE, ("traincast_agent", f"public.{table}", privilege))
-                assert not cur.fetchone()["granted"], f"{privilege} on {table}"
+                assert not one(cur)["granted"], f"{privilege} on {table}"
         cur.execute(COLUMN_GRANTS)
         assert {r["table_name"] for r in cur.fetchall()} == GRANTED_TABLES
 
@@ -169,4 +169,4 @@ def test_the_agent_role_has_column_grants_on_its_tables_only() -> None:
 def _agent_row(owner_url: str, agent_id: Any) -> dict[str, Any]:
     with transaction(owner_url) as cur:
         cur.execute(AGENT_ROW, (agent_id,))
-        return dict(cur.fetchone())
+        return one(cur)

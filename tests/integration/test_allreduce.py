@@ -88,12 +88,16 @@ def test_a_measured_all_reduce_replaces_the_modelled_one_within_the_machine(clea
     from tests.integration.test_reference_jobs import run
 
     job = dict(cnns=["resnet50"], machines=[P5], batch_sizes=[64], gpus=[2, 8])
-    before = {p["gpus_used"]: p for p in run(**job)["result"]["predictions"]}
+    modelled = run(**job)["result"]
+    assert modelled is not None
+    before = {p["gpus_used"]: p for p in modelled["predictions"]}
     assert {p["allreduce_source"] for p in before.values()} == {"modelled"}
     env = environment.environment_id("cpu")
     allreduce.save(machine_type=P5, environment_id=env, backend="nccl", gpus=8,
                    timings=[(2**20, 0.5), (100 * 2**20, 50.0)], stats={"test": "stand-in timings"})  # fmt: skip
-    after = {p["gpus_used"]: p for p in run(**job)["result"]["predictions"]}
+    timed = run(**job)["result"]
+    assert timed is not None
+    after = {p["gpus_used"]: p for p in timed["predictions"]}
     assert after[8]["allreduce_source"] == "measured" and after[2]["allreduce_source"] == "modelled"
     assert after[8]["allreduce_ms"] > before[8]["allreduce_ms"] and after[2] == before[2]
     measured = allreduce.largest(machine_types=[P5])[(P5, 8)]

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from shared.core.db import transaction
+from shared.core.db import one, transaction
 from tests.support.stack import Stack, broker, http
 
 GOOD: dict[str, Any] = {"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [8, 16], "image_size": 64}
@@ -14,7 +14,7 @@ def job_count() -> int:
     """Rows in the jobs table."""
     with transaction() as cur:
         cur.execute("SELECT count(*) AS n FROM jobs")
-        return int(cur.fetchone()["n"])
+        return int(one(cur)["n"])
 
 
 BAD_BODIES = [
@@ -71,7 +71,7 @@ def test_submit_poll_cancel(api_only: Stack, clean_db: None) -> None:
     assert r.status_code == 202
     job = r.json()
     assert r.headers["location"] == f"/v1/jobs/{job['id']}" and job["status"] == "queued"
-    assert "worker.plan_job" in broker().lrange("jobs", 0, -1)[-1].decode()
+    assert "worker.plan_job" in broker().lrange("jobs", 0, -1)[-1].decode()  # type: ignore[union-attr]  # bytes: no decode_responses
     polled = http.get(f"{api_only.url}{r.headers['location']}")
     assert polled.status_code == 200 and polled.headers["retry-after"] == "2"
     assert polled.json()["request"]["batch_sizes"] == [8, 16]

@@ -31,11 +31,11 @@ def forbidden(modules: list[str]) -> list[str]:
     return [m for m in modules if m.split(".")[0] in FORBIDDEN]
 
 
-def run_python(code: str) -> dict[str, Any]:
+def run_python(code: str) -> Any:
     """Run code in a fresh interpreter (this run's settings in its environment) and parse its last stdout line."""
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: Any = json.loads(done.stdout.strip().splitlines()[-1])  # a list or an object, as the code prints
     return result
 
 

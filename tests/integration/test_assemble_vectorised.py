@@ -1,6 +1,7 @@
 """Assembly answers every point of a machine type in one model call, with the numbers of each point alone."""
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,14 +19,14 @@ CNNS = ("resnet18", "squeezenet1_1")
 
 
 def point_features(
-    members: list[tuple[int, dict[str, Any], int]],
-    rows: dict[int, dict[str, Any]],
-    work: dict[str, Any],
+    members: Sequence[tuple[int, dict[str, Any], int]],
+    rows: Mapping[int, Mapping[str, Any]],
+    work: Mapping[str, Any],
     bs: int,
     request: JobRequest,
-    machine_info: dict[str, Any],
-    op_members: list[tuple[int, dict[str, Any], int]],
-    op_rows: dict[int, dict[str, Any]],
+    machine_info: Mapping[str, Any],
+    op_members: Sequence[tuple[int, dict[str, Any], int]],
+    op_rows: Mapping[int, Mapping[str, Any]],
 ) -> list[float] | None:
     """One point's features computed on their own, field by field (the per-point way assembly used to)."""
     f: dict[str, float] = dict.fromkeys(features.NAMES, 0.0)
@@ -54,15 +55,15 @@ def point_features(
     operators = [(sig, spec, count) for sig, spec, count in op_members if not ops.is_optimizer(spec)]
     timed = 0
     for sig, spec, count in operators:
-        row = op_rows.get(sig)
-        if row is None:
+        op_row = op_rows.get(sig)
+        if op_row is None:
             continue
-        if row["oom"]:
+        if op_row["oom"]:
             return None
-        if row["forward_ms"] is not None:
-            f["other_ms"] += count * (row["forward_ms"] + row["backward_ms"])
+        if op_row["forward_ms"] is not None:
+            f["other_ms"] += count * (op_row["forward_ms"] + op_row["backward_ms"])
             if spec["op"] in ("linear", "bmm"):  # measured matmuls, also a part of other_ms
-                f["linear_ms"] += count * (row["forward_ms"] + row["backward_ms"])
+                f["linear_ms"] += count * (op_row["forward_ms"] + op_row["backward_ms"])
             timed += 1
     f["ops_measured"] = float(bool(operators) and timed == len(operators))
     step = next((op_rows.get(sig) for sig, spec, _c in op_members if ops.is_optimizer(spec)), None)
@@ -91,11 +92,12 @@ def test_vectorised_assembly_equals_each_point_alone(clean_db: None) -> None:
     assert stored["status"] == "succeeded", stored["error"]
     request = JobRequest.model_validate(stored["request"])
     local = machine_types.get_by_name(name="local")
+    assert stored["result"] is not None
     by_point = {(p["cnn"], p["batch_size"]): p for p in stored["result"]["predictions"]}
     assert len(by_point) == len(CNNS) * len(sizes)
     tables, alone = [], []
     for cnn in CNNS:
-        key = {"name": cnn, "image_size": 32, "num_classes": cnns.variant_classes(cnn, None)}
+        key: dict[str, Any] = {"name": cnn, "image_size": 32, "num_classes": cnns.variant_classes(cnn, None)}
         members, work, op_members = layers.members(**key), layers.workload(**key), ops.members(**key)
         rows = layers.newest(signature_ids=[m[0] for m in members], machine_types=["local"], batch_sizes=sizes,
                              precision="fp32")  # fmt: skip
@@ -117,7 +119,7 @@ def test_vectorised_assembly_equals_each_point_alone(clean_db: None) -> None:
             point = by_point[(cnn, bs)]
             times = (point["iteration_seconds_p10"], point["iteration_seconds"], point["iteration_seconds_p90"])
             assert times == tuple(points.significant(np.array([low, mid, high]) / 1000).tolist())
-            assert point["conv_ms"] == points.significant(own[features.NAMES.index("conv_ms") :][:1])[0]
+            assert point["conv_ms"] == points.significant(np.array(own[features.NAMES.index("conv_ms") :][:1]))[0]
             alone.append((low, mid, high))
         tables.append(x)
     # One call for every CNN and batch size gives each point's own numbers.

@@ -48,7 +48,9 @@ def counts(db_url: str) -> dict[str, int]:
         found = {}
         for table in TABLES:
             cur.execute(f"SELECT count(*) FROM {table}")  # noqa: S608 - fixed names
-            found[table] = cur.fetchone()[0]
+            row = cur.fetchone()
+            assert row is not None
+            found[table] = row[0]
     conn.close()
     return found
 

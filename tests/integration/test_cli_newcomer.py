@@ -1,9 +1,11 @@
 """A newcomer's CLI: "did you mean", `traincast cnns`, providers as the page names them, defaults in
 --help, the machine type said when none is given, a quiet closed pipe, one-line human errors, honest progress."""
 
+import argparse
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
 from cli import main as cli_main
 from tests.integration.test_end_to_end import TRAINCAST, cli
@@ -76,7 +78,11 @@ def test_predict_says_its_machine_and_help_shows_defaults(no_agent: Stack) -> No
     job does not wait for an agent); --help shows each default."""
     out = cli(no_agent, "--api-url", "http://127.0.0.1:9", "predict", "resnet18", "--batch-sizes", "1")
     assert out.returncode == 1 and "no --machine given: predicting for local" in out.stderr, out.stderr
-    text = cli_main.build_parser()._subparsers._group_actions[0].choices["predict"].format_help()  # type: ignore[union-attr]
+    subparsers = cli_main.build_parser()._subparsers
+    assert subparsers is not None
+    commands = subparsers._group_actions[0]
+    assert isinstance(commands, argparse._SubParsersAction)
+    text = commands.choices["predict"].format_help()
     text = " ".join(text.split())  # argparse wraps lines where it likes
     for default in (
         "(default: 8,16,32,64)",
@@ -91,7 +97,7 @@ def test_predict_says_its_machine_and_help_shows_defaults(no_agent: Stack) -> No
 def test_a_reference_answer_says_its_benchmarks_are_queued_not_stuck() -> None:
     """A job answered at once with its layer benchmarks still to come: no '0/736' bar, and no "queued" where no agent
     will take them."""
-    job = {"status": "succeeded", "progress": {"layer_benchmarks": {"needed": 736, "done": 0}}}
+    job: dict[str, Any] = {"status": "succeeded", "progress": {"layer_benchmarks": {"needed": 736, "done": 0}}}
     line = cli_main._bar(job)
     assert line == "succeeded: answered from reference; 736 layer benchmarks queued for their agents"
     machines = {"g4dn.xlarge": {"needed": 400, "done": 0, "pending": 400, "agent_alive": True},

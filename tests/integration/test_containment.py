@@ -3,7 +3,7 @@
 import base64
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import psycopg2
 import psycopg2.errors
@@ -14,9 +14,11 @@ from fleet import store as fleet_store
 from gpu_agent import app as agent
 from gpu_agent import layer_bench
 from shared import jobs
-from shared.core.db import Json, transaction
+from shared.core.db import Json, one, transaction
 from shared.core.errors import ServiceUnavailable
 from shared.core.settings import get_settings
+from shared.jobs.models import ResultDict
+from shared.jobs.store import JobRow
 from shared.measurements import layers
 from tests.support.jobflow import drain_agent_queue, submit, take_queued
 from tests.support.stack import broker
@@ -39,7 +41,7 @@ def queued_signatures() -> list[int]:
     return out
 
 
-def status(job: dict[str, Any]) -> dict[str, Any]:
+def status(job: JobRow) -> JobRow:
     """The job as stored now."""
     return jobs.get(job_id=job["id"])
 
@@ -48,7 +50,7 @@ def assembly_failing_for(monkeypatch: pytest.MonkeyPatch, epochs: int, exc: Exce
     """Make assembly raise exc for jobs of that epoch count only."""
     real = assemble.result
 
-    def result(**kwargs: Any) -> dict[str, Any]:
+    def result(**kwargs: Any) -> ResultDict:
         if kwargs["request"].epochs == epochs:
             raise exc
         return real(**kwargs)
@@ -69,6 +71,7 @@ def test_an_unexpected_error_fails_its_job_and_the_fan_in_goes_on(
     failed = status(bad)
     assert failed["status"] == "failed" and failed["finished_at"] is not None
     # A stable message and an id to find the logged exception by, never the exception's own text.
+    assert failed["error"] is not None
     assert failed["error"].startswith(planning.INTERNAL_ERROR + " (error id ")
     assert "Overflow" not in failed["error"] and "int too large" not in failed["error"]
     assert failed["progress"]["layer_benchmarks"]["needed"] > 0  # kept, not wiped
@@ -85,10 +88,11 @@ def test_a_result_the_database_refuses_fails_its_job_and_the_reconciler_goes_on(
     drain_agent_queue()
     real = assemble.result
 
-    def result(**kwargs: Any) -> dict[str, Any]:
+    def result(**kwargs: Any) -> ResultDict:
         out = real(**kwargs)
         if kwargs["request"].epochs == 7:
-            out["note"] = "nul \u0000 byte"  # jsonb has no NUL: the UPDATE itself fails
+            # A key ResultDict does not have, on purpose: a plain dict to the database.
+            cast(dict[str, Any], out)["note"] = "nul \u0000 byte"  # jsonb has no NUL: the UPDATE itself fails
         return out
 
     monkeypatch.setattr(assemble, "result", result)
@@ -97,7 +101,8 @@ def test_a_result_the_database_refuses_fails_its_job_and_the_reconciler_goes_on(
             cur.execute(STALE, (job["id"],))
     assert reconcile.run() == 2
     failed = status(bad)
-    assert failed["status"] == "failed" and failed["error"].startswith(planning.INTERNAL_ERROR)
+    assert failed["status"] == "failed" and failed["error"] is not None
+    assert failed["error"].startswith(planning.INTERNAL_ERROR)
     assert "UPDATE" not in failed["error"] and "Untranslatable" not in failed["error"]  # no SQL or exception text
     assert status(good)["status"] == "succeeded"
 
@@ -111,7 +116,8 @@ def test_a_soft_time_limit_fails_the_job_with_the_reason(clean_db: None, monkeyp
 
     monkeypatch.setattr(layers, "register_all", slow)
     planning.plan_job(job["id"])
-    assert status(job)["status"] == "failed" and "time limit" in status(job)["error"]
+    failed = status(job)
+    assert failed["status"] == "failed" and failed["error"] is not None and "time limit" in failed["error"]
 
 
 def test_transient_errors_are_not_the_jobs_fault(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,7 +158,9 @@ def test_failure_withdraws_queued_work(clean_db: None, monkeypatch: pytest.Monke
     assert queued_signatures()
     monkeypatch.setattr(coverage, "missing", lambda *a, **k: (_ for _ in ()).throw(KeyError("peers")))
     planning.advance_jobs("local")
-    assert status(job)["status"] == "failed" and status(job)["error"].startswith(planning.INTERNAL_ERROR)
+    failed = status(job)
+    assert failed["status"] == "failed" and failed["error"] is not None
+    assert failed["error"].startswith(planning.INTERNAL_ERROR)
     assert queued_signatures() == []
 
 
@@ -196,7 +204,8 @@ def test_the_reconciler_resends_only_lost_work(clean_db: None) -> None:
     assert queued_signatures() == sent  # all still queued: nothing re-sent
 
     taken = broker().rpop("bench.local")  # an agent took the oldest task and is measuring it
-    sig = json.loads(base64.b64decode(json.loads(taken)["body"]))[1]["items"][0]["signature_id"]
+    # rpop without a count gives one element (bytes), not the hint's list.
+    sig = json.loads(base64.b64decode(json.loads(taken)["body"]))[1]["items"][0]["signature_id"]  # type: ignore[arg-type]
     work = {"task": "gpu_agent.bench_layers", "signature_id": sig, "since": datetime.now(UTC).isoformat()}
     with transaction() as cur:
         cur.execute(ENVIRONMENT)
@@ -234,14 +243,14 @@ def test_a_transient_database_error_in_the_agent_is_retried_not_counted(
     assert rejected.value.requeue is True
     with transaction() as cur:
         cur.execute("SELECT count(*) AS n FROM layer_failures")
-        assert cur.fetchone()["n"] == 0
+        assert one(cur)["n"] == 0
 
     monkeypatch.setattr(layer_bench, "measure", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bad spec")))
     with pytest.raises(RuntimeError):
         agent.bench_layers(**kwargs)
     with transaction() as cur:
         cur.execute("SELECT count(*) AS n FROM layer_failures")
-        assert cur.fetchone()["n"] == 1  # a real failure still counts
+        assert one(cur)["n"] == 1  # a real failure still counts
 
 
 def test_a_job_whose_only_agent_is_hung_ends(clean_db: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -258,7 +267,9 @@ def test_a_job_whose_only_agent_is_hung_ends(clean_db: None, monkeypatch: pytest
     assert waiting["agent_alive"] is False and waiting["waiting_for"] == "waiting for an agent on local"
     monkeypatch.setattr(get_settings(), "agent_wait_timeout_s", 0.0)
     assert planning.finish_if_complete(job["id"]) is True
-    assert status(job)["status"] == "failed" and "no agent on local came up" in status(job)["error"]
+    failed = status(job)
+    assert failed["status"] == "failed" and failed["error"] is not None
+    assert "no agent on local came up" in failed["error"]
 
 
 def test_a_cancel_during_assembly_takes_effect_at_once_and_the_result_is_dropped(
@@ -275,7 +286,7 @@ def test_a_cancel_during_assembly_takes_effect_at_once_and_the_result_is_dropped
     building, release = threading.Event(), threading.Event()
     real = assemble.result
 
-    def slow(**kwargs: Any) -> dict[str, Any]:
+    def slow(**kwargs: Any) -> ResultDict:
         building.set()
         assert release.wait(30)
         return real(**kwargs)
@@ -292,14 +303,18 @@ def test_a_cancel_during_assembly_takes_effect_at_once_and_the_result_is_dropped
     assert canceled["status"] == "canceled" and waited < 5, waited
     assert status(job)["status"] == "canceled" and status(job)["result"] is None
 
-    monkeypatch.setattr(assemble, "result", lambda **kw: (time.sleep(0.6), real(**kw))[1])
+    def late(**kwargs: Any) -> ResultDict:
+        time.sleep(0.6)
+        return real(**kwargs)
+
+    monkeypatch.setattr(assemble, "result", late)
     done = submit(epochs=6)
     before = datetime.now(UTC)
     planning.plan_job(done["id"])  # its benchmarks are stored: it is assembled at once
     drain_agent_queue()
     planning.advance_jobs("local")
     finished = status(done)
-    assert finished["status"] == "succeeded"
+    assert finished["status"] == "succeeded" and finished["finished_at"] is not None
     assert finished["finished_at"] - before >= timedelta(seconds=0.5), (finished["finished_at"], before)
 
 

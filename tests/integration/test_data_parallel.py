@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from shared import machine_types
+from shared.jobs.store import JobRow
 from tests.integration.test_end_to_end import cli
 from tests.integration.test_reference_jobs import run
 from tests.support.stack import Stack, http
@@ -14,9 +15,10 @@ P5 = "p5.48xlarge"  # 8 x H100 SXM on NVSwitch, EFA between machines
 NO_NETWORK = "Standard_NC24s_v3"  # 4 x V100 PCIe; Azure publishes no network figure for it (data/interconnect.csv)
 
 
-def points_of(job: dict[str, Any]) -> list[dict[str, Any]]:
+def points_of(job: JobRow) -> list[dict[str, Any]]:
     """A succeeded job's points."""
     assert job["status"] == "succeeded", job["error"]
+    assert job["result"] is not None
     return list(job["result"]["predictions"])
 
 
@@ -48,6 +50,7 @@ def test_resnet50_on_p5_uses_all_eight_gpus_and_four_nodes_cost_four_machines(cl
         assert four["scaling_efficiency"] <= one["scaling_efficiency"]
     # A small per-GPU batch hides less of the all-reduce behind its shorter backward.
     assert by[(4, 32)]["scaling_efficiency"] < by[(4, 256)]["scaling_efficiency"]
+    assert job["result"] is not None
     best = job["result"]["best"][0]
     assert (best["min_time"]["gpus"], best["min_time"]["nodes"]) == (8, 4)
     assert "data parallel" in job["result"]["parallel_note"]
@@ -87,6 +90,7 @@ def test_a_two_phase_schedule_is_priced_beside_the_best_constant_batch(clean_db:
               precision="amp_bf16", schedule=schedule, schedule_batch="per_gpu")  # fmt: skip
     points = points_of(job)
     assert sorted({p["batch_size"] for p in points}) == [32, 256, 1024]
+    assert job["result"] is not None
     [priced] = job["result"]["schedules"]
     index = {(p["batch_size"], p["gpus_used"], p["nodes"]): p for p in points}
     first, second = priced["phases"]
@@ -135,6 +139,7 @@ def test_types_of_one_and_eight_gpus_are_each_answered_for_the_counts_they_hold(
     job = run(cnns=["resnet18"], machines=["g5.xlarge", P5], batch_sizes=[64], image_size=224, gpus=[1, 8])
     layouts = {(p["machine"], p["gpus_used"]) for p in points_of(job)}
     assert layouts == {("g5.xlarge", 1), (P5, 1), (P5, 8)}
+    assert job["result"] is not None
     assert "g5.xlarge has 1 GPU, so it is answered for gpus 1 only" in job["result"]["parallel_note"]
 
 
@@ -224,6 +229,7 @@ def test_the_decision_names_one_winner_across_machines_and_layouts(no_agent: Sta
     }
     job = run(**body)
     points = [p for p in points_of(job) if p["total_seconds"] is not None]
+    assert job["result"] is not None
     found = {d["question"]: d for d in job["result"]["decisions"]}
     assert set(found) == {"fastest", "cheapest", "cheapest_within_deadline", "fastest_within_budget"}
     fastest = found["fastest"]["winner"]
@@ -253,6 +259,7 @@ def test_a_schedule_in_global_batches_as_people_state_them(clean_db: None) -> No
     the job's epochs are the schedule's; the stored request says both figures."""
     job = run(cnns=["resnet50"], machines=[P5], batch_sizes=[64], image_size=224, gpus=8, precision="amp_bf16",
               schedule=[{"epochs": 5, "batch_size": 256}, {"epochs": 85, "batch_size": 1024}])  # fmt: skip
+    assert job["result"] is not None
     [priced] = job["result"]["schedules"]
     assert [(p["batch_size"], p["gpus"], p["nodes"]) for p in priced["phases"]] == [(32, 8, 1), (128, 8, 1)]
     assert priced["missing"] is None and priced["epochs"] == 90 == job["request"]["epochs"]
@@ -261,7 +268,8 @@ def test_a_schedule_in_global_batches_as_people_state_them(clean_db: None) -> No
     assert job["request"]["schedule_batch"] == "per_gpu"
     shorter = run(cnns=["resnet50"], machines=[P5], batch_sizes=[64], image_size=224, gpus=8,
                   schedule=[{"epochs": 10, "batch_size": 512}])  # fmt: skip
-    assert shorter["request"]["epochs"] == 10 and shorter["result"]["schedules"][0]["epochs"] == 10
+    assert shorter["request"]["epochs"] == 10 and shorter["result"] is not None
+    assert shorter["result"]["schedules"][0]["epochs"] == 10
 
 
 def test_the_all_reduce_algorithm_is_asked_and_said(clean_db: None) -> None:

@@ -22,7 +22,7 @@ import pytest
 
 from shared.agents import UPSERT_AGENT
 from shared.core import logins
-from shared.core.db import Json, transaction
+from shared.core.db import Json, one, transaction
 from shared.core.migrate import migrate
 from shared.measurements.environments import INSERT_ENVIRONMENT
 from tests.support.faultkit import OwnPostgres, OwnRedis, copy_api_keys
@@ -92,7 +92,7 @@ def register_agent(url: str, machine_type: str) -> None:
     """What an agent does first, as url's login: store its environment, then its agents row for machine."""
     with transaction(url) as cur:
         cur.execute(INSERT_ENVIRONMENT, (f"logins-{uuid.uuid4()}", Json({})))
-        env_id = cur.fetchone()["id"]
+        env_id = one(cur)["id"]
         row = {"id": uuid.uuid4(), "machine_type": machine_type, "host": "logins-test", "pid": 1, "device": "cpu"}
         row |= {"env": env_id, "started_at": datetime.now(UTC), "instance": None, "description": None}
         cur.execute(UPSERT_AGENT, row)
@@ -109,7 +109,7 @@ def test_the_logins_work_for_their_processes(owner_url: str, tmp_path: Path) -> 
             assert cur.fetchone() == {"me": logins.LOGINS[kind], "member": True}
         with transaction(owner_url) as cur:
             cur.execute(GROUPS_OF, (logins.LOGINS[kind],))
-            assert cur.fetchone()["groups"] == [group]  # in its own group, no other
+            assert one(cur)["groups"] == [group]  # in its own group, no other
         assert refused(login_url(owner_url, kind, passwords()))
 
     redis = OwnRedis(tmp_path)  # the job's queued message reaches no other test's worker
@@ -152,7 +152,7 @@ def test_running_again_rotates_passwords_and_sets_the_mapping(owner_url: str) ->
         cur.execute(MAPPED, (logins.LOGINS["agent"],))
         assert [r["machine_type"] for r in cur.fetchall()] == ["local"]
         cur.execute("SELECT count(*) AS n FROM pg_roles WHERE rolname = ANY(%s)", (list(logins.LOGINS.values()),))
-        assert cur.fetchone()["n"] == len(logins.GROUPS)
+        assert one(cur)["n"] == len(logins.GROUPS)
     assert not refused(login_url(owner_url, "api", new))
     with pytest.raises(psycopg2.errors.InsufficientPrivilege, match="row-level security"):
         register_agent(login_url(owner_url, "agent", new), OTHER)

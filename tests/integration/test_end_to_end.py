@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from prediction import features
-from shared.core.db import transaction
+from shared.core.db import one, transaction
 from tests.support.onnx_models import export
 from tests.support.stack import Stack, http, queued_tasks
 from tests.support.wait import job_finished, wait_until
@@ -28,7 +28,7 @@ def measured() -> tuple[int, Any]:
     """How many layer benchmarks are stored, and when the newest was."""
     with transaction() as cur:
         cur.execute("SELECT count(*) AS n, max(measured_at) AS last FROM layer_benchmarks")
-        row = cur.fetchone()
+        row = one(cur)
     return int(row["n"]), row["last"]
 
 

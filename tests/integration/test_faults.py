@@ -12,7 +12,7 @@ import httpx
 import psycopg2
 import pytest
 
-from shared.core.db import transaction
+from shared.core.db import one, transaction
 from shared.core.migrate import migrate
 from tests.support.faultkit import (
     FaultStack,
@@ -53,14 +53,14 @@ def measurements(url: str | None = None) -> int:
     """Layer benchmark rows stored."""
     with transaction(url) as cur:
         cur.execute("SELECT count(*) AS n FROM layer_benchmarks")
-        return int(cur.fetchone()["n"])
+        return int(one(cur)["n"])
 
 
 def busy_agents() -> int:
     """Agents that say they are measuring now."""
     with transaction() as cur:
         cur.execute(BUSY_AGENTS)
-        return int(cur.fetchone()["n"])
+        return int(one(cur)["n"])
 
 
 def test_worker_killed_while_planning(stack: FaultStack) -> None:

@@ -86,5 +86,5 @@ def test_a_job_waiting_too_long_for_an_agent_fails_with_the_reason(clean_db: Non
         cur.execute(SET_WAITING, (Json(first), job["id"]))
     reconcile.run()
     failed = jobs.get(job_id=job["id"])
-    assert failed["status"] == "failed"
+    assert failed["status"] == "failed" and failed["error"] is not None
     assert failed["error"].startswith("no agent on g5.xlarge came up within 1800 s")

@@ -249,7 +249,10 @@ def test_boot_installs_the_published_wheel_registers_and_leaves_on_a_spot_notice
     sig_id = send_layer_work()
     wait_for(lambda: rows("SELECT 1 FROM layer_benchmarks WHERE signature_id = %s", sig_id), "a first row", host)
     host.imds.interrupt()
-    code = wait_for(lambda: host.exit_code() is not None and [host.exit_code()], "the agent to leave", host, 60)[0]
+    # In a list: an exit code of 0 is falsy, and wait_for waits for something truthy.
+    code = wait_for(
+        lambda: [host.exit_code()] if host.exit_code() is not None else None, "the agent to leave", host, 60
+    )[0]
 
     assert code == 0
     stored = rows("SELECT batch_size FROM layer_benchmarks WHERE signature_id = %s", sig_id)

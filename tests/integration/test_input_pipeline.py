@@ -10,6 +10,7 @@ from gpu_agent import app as agent
 from shared import machine_cpus, machine_types
 from shared.core.db import transaction
 from shared.jobs.request import MachineCreate
+from shared.jobs.store import JobRow
 from shared.measurements import inputs
 from tests.integration.test_end_to_end import cli, wait_for
 from tests.integration.test_reference_jobs import run
@@ -34,9 +35,10 @@ def stored_rates() -> list[dict[str, Any]]:
         return [dict(r) for r in cur.fetchall()]
 
 
-def by_machine(job: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+def by_machine(job: JobRow) -> dict[tuple[str, int], dict[str, Any]]:
     """A succeeded job's points by (machine type, batch size)."""
     assert job["status"] == "succeeded", job["error"]
+    assert job["result"] is not None
     return {(p["machine"], p["batch_size"]): p for p in job["result"]["predictions"]}
 
 
@@ -88,6 +90,7 @@ def test_four_vcpus_feeding_an_a100_is_input_bound_and_echoing_removes_it(measur
     assert point["dataloader_workers"] == 4 and point["cost_usd"] > gpu_only["cost_usd"]
     # 12 vCPUs per GPU on p4d against 4: a third of the input time at the same per-vCPU rate; p4d's vCPUs are
     # hardware threads two to a core, so its rate is this host's moved to them (the own type's is not moved).
+    assert fed_job["result"] is not None
     rates = {m: fed_job["result"]["inputs"][m]["images_per_s_per_cpu"] for m in (A100_4VCPU["name"], P4D)}
     assert rates[A100_4VCPU["name"]] == pytest.approx(measured_here["images_per_s_all"] / measured_here["host_cpus"],
                                                       abs=0.06)  # fmt: skip

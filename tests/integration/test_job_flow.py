@@ -11,7 +11,7 @@ import pytest
 
 from shared import jobs
 from shared.cnn import zoo as cnn_zoo
-from shared.core.db import transaction
+from shared.core.db import one, transaction
 from shared.core.settings import get_settings
 from shared.jobs import store as job_store
 from shared.jobs.store import ASSEMBLY_LOCK_CLASS
@@ -42,14 +42,14 @@ def op_rows() -> int:
     """Op benchmark rows stored (optimizer steps included)."""
     with transaction() as cur:
         cur.execute("SELECT count(*) AS n FROM op_benchmarks")
-        return int(cur.fetchone()["n"])
+        return int(one(cur)["n"])
 
 
 def benchmark_rows() -> int:
     """Layer benchmark rows stored."""
     with transaction() as cur:
         cur.execute("SELECT count(*) AS n FROM layer_benchmarks")
-        return int(cur.fetchone()["n"])
+        return int(one(cur)["n"])
 
 
 def test_plan_measure_assemble_then_reuse(clean_db: None) -> None:
@@ -73,6 +73,7 @@ def test_plan_measure_assemble_then_reuse(clean_db: None) -> None:
     done = jobs.get(job_id=job["id"])
     assert done["status"] == "succeeded" and done["finished_at"] is not None
     result = done["result"]
+    assert result is not None
     assert [p["batch_size"] for p in result["predictions"]] == [1, 2]
     assert all(p["iteration_seconds"] is None for p in result["predictions"])
     # Each conv counted once per use and all three phases: every signature's count, each phase's time.
@@ -239,7 +240,7 @@ WHERE locktype = 'advisory' AND granted AND classid = %(class)s
 def _claims_held(job_id: object) -> int:
     with transaction() as cur:
         cur.execute(HELD_CLAIM, {"class": ASSEMBLY_LOCK_CLASS, "job": str(job_id)})
-        return int(cur.fetchone()["n"])
+        return int(one(cur)["n"])
 
 
 def _claimable(job_id: object) -> bool:
@@ -271,7 +272,8 @@ def test_unreadable_cnn_fails_the_job_with_the_reason(clean_db: None) -> None:
     job = submit(cnns=["inception_v3"], image_size=64)
     planning.plan_job(job["id"])
     failed = jobs.get(job_id=job["id"])
-    assert failed["status"] == "failed" and "inception_v3 cannot run on 64x64" in failed["error"]
+    assert failed["status"] == "failed" and failed["error"] is not None
+    assert "inception_v3 cannot run on 64x64" in failed["error"]
 
 
 def test_job_says_which_machine_has_no_agent(clean_db: None) -> None:
@@ -302,7 +304,7 @@ def test_a_benchmark_that_keeps_failing_fails_the_job(clean_db: None) -> None:
             agent.bench_layers(**kwargs)
         assert planning.finish_if_complete(job["id"]) is (attempt == 3)
     failed = jobs.get(job_id=job["id"])
-    assert failed["status"] == "failed"
+    assert failed["status"] == "failed" and failed["error"] is not None
     expected = f"the layer benchmark of signature {item['signature_id']} failed 3 times on local: RuntimeError"
     assert failed["error"].startswith(expected) and "divisible by 7" in failed["error"]
 
@@ -328,7 +330,7 @@ def test_an_op_benchmark_that_keeps_failing_fails_the_job(clean_db: None) -> Non
             agent.bench_ops(**kwargs)
         assert planning.finish_if_complete(job["id"]) is (attempt == 3)
     failed = jobs.get(job_id=job["id"])
-    assert failed["status"] == "failed"
+    assert failed["status"] == "failed" and failed["error"] is not None
     expected = f"the op benchmark of signature {item['signature_id']} ({planned.op}"
     assert failed["error"].startswith(expected), failed["error"]
     assert "failed 3 times on local: RuntimeError" in failed["error"] and "too small" in failed["error"]
@@ -342,17 +344,21 @@ def test_layer_timings_come_from_one_environment_when_one_has_them_all(clean_db:
     drain_agent_queue()
     with transaction() as cur:
         cur.execute("SELECT * FROM layer_benchmarks ORDER BY signature_id LIMIT 1")
-        first = cur.fetchone()
+        first = one(cur)
         cur.execute(NEW_ENVIRONMENT, (f"test-{first['id']}",))
-        newer = cur.fetchone()["id"]
+        newer = one(cur)["id"]
         cur.execute(COPY_ROW, (newer, first["id"]))  # the same point again, newer, another environment
     assert planning.finish_if_complete(job["id"])
-    [point] = jobs.get(job_id=job["id"])["result"]["predictions"]
+    result = jobs.get(job_id=job["id"])["result"]
+    assert result is not None
+    [point] = result["predictions"]
     assert point["layer_environments"] == [first["environment_id"]]
 
     again = submit(batch_sizes=[1], epochs=2)
     with transaction() as cur:  # now a point only the newer environment has
         cur.execute("DELETE FROM layer_benchmarks WHERE id = %s", (first["id"],))
     planning.plan_job(again["id"])
-    [point] = jobs.get(job_id=again["id"])["result"]["predictions"]
+    result = jobs.get(job_id=again["id"])["result"]
+    assert result is not None
+    [point] = result["predictions"]
     assert point["layer_environments"] == sorted([first["environment_id"], newer])

@@ -11,7 +11,7 @@ import pytest
 
 from shared import jobs
 from shared.core import migrate
-from shared.core.db import transaction
+from shared.core.db import one, transaction
 from shared.jobs import JobStatus, predictions
 from shared.jobs.request import JobRequest
 from tests.support.services import fresh_database, server_urls
@@ -53,7 +53,7 @@ def test_points_are_stored_in_parts_and_read_back_whole_or_by_page(clean_db: Non
             (2, 512, 88),
         ]
         cur.execute("SELECT result FROM jobs WHERE id = %s", (job_id,))
-        assert "predictions" not in cur.fetchone()["result"]  # the row keeps the rest only
+        assert "predictions" not in one(cur)["result"]  # the row keeps the rest only
     everything = result["predictions"]
     assert predictions.points(job_id=job_id) == everything
     for offset, limit in [

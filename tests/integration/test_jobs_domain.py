@@ -15,6 +15,7 @@ from starlette.routing import Route
 from api import compress
 from shared import jobs
 from shared.jobs import JobStatus, Plan, Progress, Result
+from shared.jobs.store import JobRow
 from tests.support.jobflow import calibrate_as, drain_agent_queue, submit
 from tests.support.stack import Stack, http
 from worker import planning
@@ -45,7 +46,7 @@ def undeclared(value: Any, where: str) -> list[str]:
     return []
 
 
-def run_job(**overrides: Any) -> dict[str, Any]:
+def run_job(**overrides: Any) -> JobRow:
     """A job planned, its benchmark work measured by this host standing in for the agent, and finished."""
     job = submit(**overrides)
     planning.plan_job(job["id"])
@@ -57,7 +58,7 @@ def run_job(**overrides: Any) -> dict[str, Any]:
     return done
 
 
-def check_typed(job: dict[str, Any]) -> Result:
+def check_typed(job: JobRow) -> Result:
     """The job's stored plan, progress and result read back through their models, every key declared."""
     plan, progress = Plan.model_validate(job["plan"]), Progress.model_validate(job["progress"])
     result = Result.model_validate(job["result"])

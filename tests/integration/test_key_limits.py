@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from shared import agents, jobs, keys
-from shared.core.db import transaction
+from shared.core.db import one, transaction
 from shared.core.settings import get_settings
 from shared.jobs.request import JobRequest
 from tests.integration.test_keys import TRAINCAST
@@ -65,7 +65,7 @@ def owned_jobs(key: str) -> int:
     """Jobs stored for a key: what a refused submission must not change."""
     with transaction() as cur:
         cur.execute("SELECT count(*) AS n FROM jobs WHERE owner_key_id = %s", (key_id(key),))
-        return int(cur.fetchone()["n"])
+        return int(one(cur)["n"])
 
 
 def assert_refused(r: httpx.Response, status: int, *words: str) -> None:
@@ -221,7 +221,9 @@ def test_planning_charges_the_points_it_sends(limits_stack: Stack, clean_db: Non
         _args, kwargs, _embed = json.loads(message_body(message))
         points[message["headers"]["task"]] += sum(len(item["batch_sizes"]) for item in kwargs["items"])
     assert all(n > 0 for n in points.values()), points
-    charge = jobs.get(job_id=job["id"])["plan"]["bench_seconds"]
+    plan = jobs.get(job_id=job["id"])["plan"]
+    assert plan is not None
+    charge = plan["bench_seconds"]
     cap = get_settings().bench_time_cap_s
     assert charge == pytest.approx((points["gpu_agent.bench_layers"] * 3 + points["gpu_agent.bench_ops"]) * cap)
     assert jobs.key_usage(owner_key_id=key_id(key))["bench_seconds_day"] == charge
@@ -246,7 +248,9 @@ def test_planning_reserves_the_charge_and_refuses_what_would_pass_the_budget(cle
     key = new_key()
     first, _ = jobs.create(request=JobRequest.model_validate(sizes(2)), owner_key_id=key_id(key))
     planning.plan_job(first["id"])
-    charge = jobs.get(job_id=first["id"])["plan"]["bench_seconds"]
+    plan = jobs.get(job_id=first["id"])["plan"]
+    assert plan is not None
+    charge = plan["bench_seconds"]
     assert charge > 0
     set_budget(key, charge * 1.5)  # room for half of the same job again
     queued = broker().llen("bench.local")
@@ -254,6 +258,7 @@ def test_planning_reserves_the_charge_and_refuses_what_would_pass_the_budget(cle
     planning.plan_job(second["id"])
     refused = jobs.get(job_id=second["id"])
     assert refused["status"] == "failed", refused
+    assert refused["error"] is not None, refused
     assert f"needs {charge:g} s of layer benchmarks" in refused["error"], refused["error"]
     assert f"has {charge * 0.5:g} s left of its {charge * 1.5:g} s a day" in refused["error"], refused["error"]
     assert broker().llen("bench.local") == queued
@@ -280,12 +285,13 @@ def test_reference_answered_work_past_the_budget_is_not_sent_and_the_job_is_answ
     planning.plan_job(poor["id"])
     answered = jobs.get(job_id=poor["id"])
     assert answered["status"] == "succeeded", answered
+    assert answered["plan"] is not None
     assert answered["plan"]["bench_seconds"] == 0 and broker().llen("bench.g4dn.xlarge") == 0
     set_budget(key, 1e6)
     rich, _ = jobs.create(request=JobRequest.model_validate(body), owner_key_id=key_id(key))
     planning.plan_job(rich["id"])
     sent = jobs.get(job_id=rich["id"])
-    assert sent["status"] == "succeeded" and sent["plan"]["bench_seconds"] > 1.0
+    assert sent["status"] == "succeeded" and sent["plan"] is not None and sent["plan"]["bench_seconds"] > 1.0
     assert broker().llen("bench.g4dn.xlarge") > 0
 
 
@@ -339,5 +345,6 @@ def test_a_budget_refusal_names_a_retry_that_can_succeed(limits_stack: Stack, cl
     set_budget(small, 1.0)  # far below what the job's benchmarks need
     planning.plan_job(job["id"])
     failed = jobs.get(job_id=job["id"])
-    assert failed["status"] == "failed" and "whole budget of 1 s a day" in failed["error"], failed["error"]
+    assert failed["status"] == "failed" and failed["error"] is not None, failed
+    assert "whole budget of 1 s a day" in failed["error"], failed["error"]
     assert "no retry can run it" in failed["error"] and "retry after" not in failed["error"]

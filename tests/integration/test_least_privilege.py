@@ -18,7 +18,7 @@ from gpu_agent import environment, store
 from gpu_agent.windows import Outcome
 from shared import agents, machine_types
 from shared.core import logins
-from shared.core.db import Json, transaction
+from shared.core.db import Json, one, transaction
 from shared.core.settings import get_settings
 from shared.training import TrainConfig
 from tests.integration.test_agent_role import timing
@@ -115,9 +115,9 @@ def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, servi
     owner = service_env["DATABASE_URL"]
     with transaction(owner) as cur:
         cur.execute(NEW_SIGNATURE, (f"lp-test-{time.time_ns()}", Json({"kernel": [3, 3]})))
-        sig_id = cur.fetchone()["id"]
+        sig_id = one(cur)["id"]
         cur.execute(NEW_OP, (f"lp-test-{time.time_ns()}", Json({"op": "relu", "shape": [8], "args": {}})))
-        op_id = cur.fetchone()["id"]
+        op_id = one(cur)["id"]
         cur.execute(NEW_CNN)
     env_id = environment.environment_id("cpu")
     phases = {p: timing(1.5) for p in ("forward", "backward_data", "backward_weight")}
@@ -155,8 +155,8 @@ def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, servi
     for write in writes(OTHER):
         with pytest.raises(psycopg2.errors.InsufficientPrivilege, match="row-level security"):
             write()
-    tables = ("layer_benchmarks", "op_benchmarks", "layer_failures", "op_failures", "step_measurements")
-    tables += ("step_failures", "agents")
+    tables: tuple[str, ...] = ("layer_benchmarks", "op_benchmarks", "layer_failures", "op_failures")
+    tables += ("step_measurements", "step_failures", "agents")
     with transaction(owner) as cur:
         # Only this test's rows: other tests leave agents and measurements of these types behind.
         mine = {
@@ -172,9 +172,9 @@ def test_an_agent_stores_rows_only_for_its_machine_types(local_agent: str, servi
             column, value = mine[table]
             sql = ROWS_OF.format(table=table) + f" AND environment_id = %s AND {column} = %s"
             cur.execute(sql, ("local", env_id, value))
-            assert cur.fetchone()["n"] >= 1, table
+            assert one(cur)["n"] >= 1, table
             cur.execute(sql, (OTHER, env_id, value))
-            assert cur.fetchone()["n"] == 0, table
+            assert one(cur)["n"] == 0, table
         cur.execute(OWNER_LAYER, (sig_id, OTHER, env_id))  # another type's agent measured it
         cur.execute(OWNER_OP, (op_id, OTHER, env_id))
     layer = {"signature_id": sig_id, "precision": "fp32", "environment_id": env_id}
@@ -272,7 +272,7 @@ def test_the_fleet_controller_store_runs_as_its_role(
     try:
         with transaction() as cur:
             cur.execute("SELECT current_user AS me")
-            assert cur.fetchone()["me"] == LOGINS["fleet"]
+            assert one(cur)["me"] == LOGINS["fleet"]
         assert OTHER in machine_types.aws_prices() and machine_types.vcpus(name=OTHER) == 4
         assert fleet_store.waiting_jobs() == {}
         assert fleet_store.adopt(inst, price=0.5) is not None

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shared.core.db import transaction
+from shared.core.db import one, transaction
 from tests.support.stack import Stack, broker, http
 from tests.unit.test_limits import MARKER, conv_model, layer
 
@@ -33,7 +33,7 @@ def counts() -> tuple[int, int, int]:
     """Jobs, registered CNNs and queued messages: what a refused request must not change."""
     with transaction() as cur:
         cur.execute("SELECT (SELECT count(*) FROM jobs) AS jobs, (SELECT count(*) FROM cnns) AS cnns")
-        row = cur.fetchone()
+        row = one(cur)
     return int(row["jobs"]), int(row["cnns"]), int(broker().llen("jobs"))
 
 
@@ -185,7 +185,7 @@ def test_uploaded_onnx_stores_no_tensor_data(limits_api: Stack) -> None:
     assert r.status_code == 201, r.text
     with transaction() as cur:
         cur.execute("SELECT graph, definition::text AS definition FROM cnns WHERE name = %s", (name,))
-        row = cur.fetchone()
+        row = one(cur)
     marker = np.float32(MARKER).tobytes()
     assert data.count(marker) > 1000 and marker not in bytes(row["graph"]) and len(bytes(row["graph"])) < 1000
     described = http.get(f"{limits_api.url}/v1/cnns/{name}", params={"image_size": 32}).json()

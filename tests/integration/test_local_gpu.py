@@ -20,7 +20,7 @@ from calibration import run as calibrate
 from cli.main import build_parser, calibration_plan
 from gpu_agent import environment, lifecycle
 from shared import agents, local_machine, machine_types
-from shared.core.db import transaction
+from shared.core.db import one, transaction
 from shared.core.settings import get_settings
 from tests.integration.test_reference_jobs import run
 from tests.support import standin_gpu
@@ -44,7 +44,7 @@ def local_row(owner: str) -> dict[str, Any]:
     """`local`'s catalog row, read as the owner (whoever this process's agent code connects as)."""
     with transaction(owner) as cur:
         cur.execute(LOCAL_ROW)
-        return dict(cur.fetchone())
+        return one(cur)
 
 
 @pytest.fixture
@@ -162,6 +162,7 @@ def test_a_gpu_agent_process_shows_local_as_its_gpu_and_jobs_get_gpu_answers(
     # No model of local yet: answered at once like a cloud type with its GPU (memory: the H100's, not this host's RAM).
     job = run(cnns=["resnet18"], machines=["local", "a3-highgpu-1g"], batch_sizes=[64], image_size=224)
     assert job["status"] == "succeeded", job["error"]
+    assert job["result"] is not None
     points = {p["machine"]: p for p in job["result"]["predictions"]}
     assert {m["status"] for m in job["result"]["models"].values()} == {"reference"}
     assert points["local"]["source"] == "reference" and points["local"]["fits_in_memory"] is True
@@ -169,6 +170,7 @@ def test_a_gpu_agent_process_shows_local_as_its_gpu_and_jobs_get_gpu_answers(
     # Beyond this host's RAM but within the H100's memory: fits; beyond the H100's: does not.
     host_ram_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     sizes = run(cnns=["resnet18"], machines=["local"], batch_sizes=[1024, 4096], image_size=224)["result"]
+    assert sizes is not None
     big, huge = sorted(sizes["predictions"], key=lambda p: p["batch_size"])
     assert host_ram_gib < big["peak_memory_gib"] < local["gpu_memory_gib"] and big["fits_in_memory"] is True
     assert huge["peak_memory_gib"] > local["gpu_memory_gib"] and huge["fits_in_memory"] is False

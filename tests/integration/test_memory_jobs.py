@@ -13,6 +13,7 @@ def run(**overrides: Any) -> dict[str, Any]:
     planning.plan_job(job["id"])
     done = jobs.get(job_id=job["id"])
     assert done["status"] == "succeeded", done["error"]
+    assert done["result"] is not None
     return dict(done["result"])
 
 

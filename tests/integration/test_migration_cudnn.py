@@ -37,11 +37,17 @@ def test_rows_before_the_migration_keep_the_setting_their_environment_recorded(
         with psycopg2.connect(url) as conn, conn.cursor() as cur:
             cur.execute("INSERT INTO cnns (name, source) VALUES ('resnet18', 'builtin') ON CONFLICT DO NOTHING")
             cur.execute(ENVIRONMENT, ("gpu", '{"device_type": "cuda", "cudnn_benchmark": true}'))
-            gpu = cur.fetchone()[0]
+            row = cur.fetchone()
+            assert row is not None
+            gpu = row[0]
             cur.execute(ENVIRONMENT, ("cpu", '{"device_type": "cpu"}'))
-            cpu = cur.fetchone()[0]
+            row = cur.fetchone()
+            assert row is not None
+            cpu = row[0]
             cur.execute(STEP, (8, gpu))
-            on_gpu = cur.fetchone()[0]
+            row = cur.fetchone()
+            assert row is not None
+            on_gpu = row[0]
             cur.execute(STEP, (8, cpu))
             cur.execute(MODEL, (1, f"[{on_gpu}]"))
         conn.close()
@@ -55,5 +61,6 @@ def test_rows_before_the_migration_keep_the_setting_their_environment_recorded(
             # The same step with the setting off is a row of its own now, not a conflict.
             cur.execute(STEP_OFF, (8, gpu))
             cur.execute("SELECT count(*) FROM step_measurements WHERE environment_id = %s", (gpu,))
-            assert cur.fetchone()[0] == 2
+            row = cur.fetchone()
+            assert row is not None and row[0] == 2
         conn.close()

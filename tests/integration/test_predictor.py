@@ -61,6 +61,7 @@ def test_job_result_names_the_model_version(clean_db: None) -> None:
     job = submit(cnns=["resnet18"], batch_sizes=[2])
     planning.plan_job(job["id"])
     result = jobs.get(job_id=job["id"])["result"]
+    assert result is not None
     assert result["models"]["local"] == {
         "status": "ok", "source": "benchmarked", "version": model["version"], "kind": predictor.KIND,
         "loco_mape": model["evaluation"]["loco_mape"], "pooled_from": ["local"], "training": "sgd/fp32",

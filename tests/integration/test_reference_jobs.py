@@ -9,6 +9,8 @@ from shared import jobs, machine_types
 from shared.core.db import transaction
 from shared.core.settings import get_settings
 from shared.jobs.request import MachineCreate
+from shared.jobs.store import JobRow
+from shared.machine_types import MachineTypeInfo
 from tests.support.jobflow import calibrate_as, submit
 from tests.support.stack import broker
 from worker import planning
@@ -20,7 +22,7 @@ OWN_GPU: dict[str, Any] = {
 }  # fmt: skip
 
 
-def type_with(*, gpu: str, provider: str, count: int = 1) -> dict[str, Any]:
+def type_with(*, gpu: str, provider: str, count: int = 1) -> MachineTypeInfo:
     """A catalog machine type of that provider carrying `count` of that GPU."""
     found = [
         m for m in machine_types.list_all() if m["gpu"] == gpu and m["provider"] == provider and m["gpu_count"] == count
@@ -29,7 +31,7 @@ def type_with(*, gpu: str, provider: str, count: int = 1) -> dict[str, Any]:
     return found[0]
 
 
-def run(**overrides: Any) -> dict[str, Any]:
+def run(**overrides: Any) -> JobRow:
     """Submit and plan a job in-process; return it as stored."""
     job = submit(**overrides)
     planning.plan_job(job["id"])
@@ -43,6 +45,7 @@ def test_gpu_types_with_no_agent_are_answered_at_once_and_labelled(clean_db: Non
     job = run(cnns=["resnet18", "mobilenet_v3_large"], machines=names, batch_sizes=[1, 8, 64], image_size=224)
     assert job["status"] == "succeeded", job["error"]
     result = job["result"]
+    assert result is not None
     assert len(result["predictions"]) == 2 * 3 * 3
     for point in result["predictions"]:
         assert point["source"] == "reference" and point["measured_on"] == []
@@ -64,6 +67,7 @@ def test_gpu_types_with_no_agent_are_answered_at_once_and_labelled(clean_db: Non
     # One GPU of an 8-GPU machine is no faster than one GPU of a 1-GPU machine with the same GPU model.
     single = type_with(gpu="A100-SXM4-40GB", provider="gcp")["name"]
     pair = run(cnns=["resnet18"], machines=[single, multi["name"]], batch_sizes=[64], image_size=224, gpus=1)["result"]
+    assert pair is not None
     one, eight = (p["iteration_seconds"] for p in pair["predictions"])
     assert one == pytest.approx(eight)
     # Nobody would measure them: no agent and no fleet, so nothing is queued.
@@ -93,10 +97,13 @@ def test_benchmarks_of_a_gpu_model_win_for_every_type_that_carries_it(
     priced at its own price, and says where it was measured."""
     gcp_t4 = type_with(gpu="T4", provider="gcp")
     body = {"cnns": ["resnet18"], "machines": [gcp_t4["name"]], "batch_sizes": [2], "image_size": 32}
-    assert run(**body)["result"]["predictions"][0]["source"] == "reference"
+    before = run(**body)["result"]
+    assert before is not None
+    assert before["predictions"][0]["source"] == "reference"
     calibrate_as("g4dn.xlarge", monkeypatch)
     job = run(**body)
     assert job["status"] == "succeeded", job["error"]
+    assert job["result"] is not None
     [point] = job["result"]["predictions"]
     assert point["source"] == "benchmarked" and point["measured_on"] == ["g4dn.xlarge"]
     assert point["cost_usd"] == pytest.approx(gcp_t4["price_usd_per_hour"] * point["total_seconds"] / 3600, rel=1e-5)
@@ -110,6 +117,7 @@ def test_a_gpu_registered_by_its_specs_is_predicted_at_once(clean_db: None) -> N
     slower |= {"gpu_fp16_tflops": 36.4, "gpu_mem_bandwidth_gbs": 96, "provider": "lab"}
     machine_types.create(figures=MachineCreate(**slower))
     job = run(cnns=["resnet50"], machines=["lab-rtx-box", "lab-slow"], batch_sizes=[128], image_size=224)
+    assert job["result"] is not None
     fast, slow = job["result"]["predictions"]
     assert fast["source"] == slow["source"] == "reference"
     assert fast["iteration_seconds"] < slow["iteration_seconds"]
@@ -140,6 +148,7 @@ def test_a_geforce_board_is_costed_at_its_full_tensor_rate(clean_db: None) -> No
     # at 224 px, where the GPU sets the step (at the test suite's usual 32 px the host's dispatch does)
     job = run(cnns=["resnet50"], machines=["lab-3090", "lab-3090-full"], batch_sizes=[128], precision="amp_fp16",
               image_size=224)  # fmt: skip
+    assert job["result"] is not None
     halved, full = job["result"]["predictions"]
     assert (halved["machine"], full["machine"]) == ("lab-3090", "lab-3090-full")
     assert halved["source"] == full["source"] == "reference"
@@ -169,6 +178,7 @@ def test_uploaded_cnns_are_answered_on_gpu_types_in_every_precision(clean_db: No
     body = {"cnns": ["two-convs", "onnx-resnet18"], "machines": ["g5.xlarge"], "batch_sizes": [1, 64]}
     job = run(**body, image_size=32, precision=precision, optimizer="adamw")
     assert job["status"] == "succeeded", job["error"]
+    assert job["result"] is not None
     points = job["result"]["predictions"]
     assert {p["cnn"] for p in points} == {"two-convs", "onnx-resnet18"} and len(points) == 4
     for point in points:

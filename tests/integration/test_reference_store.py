@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from prediction.reference.model import MODEL_JSON, from_json_text
-from shared.core.db import transaction
+from shared.core.db import one, transaction
 from tests.unit.test_reference_cache import A100, layers_of
 from worker import reference_store
 
@@ -18,7 +18,7 @@ def stored() -> dict[str, Any]:
     """How many layers are stored, with how many batch sizes in all."""
     with transaction() as cur:
         cur.execute(ROWS)
-        return dict(cur.fetchone())
+        return one(cur)
 
 
 def test_a_new_process_reads_the_stored_predictions(clean_reference: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -30,9 +30,12 @@ def test_a_new_process_reads_the_stored_predictions(clean_reference: None, monke
 
     rows: list[int] = []
     real = lgb.Booster.predict
-    monkeypatch.setattr(
-        lgb.Booster, "predict", lambda self, data, *a, **k: rows.append(len(data)) or real(self, data, *a, **k)
-    )
+
+    def counted(self: lgb.Booster, data: Any, *a: Any, **k: Any) -> Any:
+        rows.append(len(data))
+        return real(self, data, *a, **k)
+
+    monkeypatch.setattr(lgb.Booster, "predict", counted)
     second = reference_store.attached(from_json_text(MODEL_JSON.read_text()))
     again = second.predict_convs(specs=specs, batch_sizes=[256, 1, 16], gpu=A100, precision="fp32")
     assert rows == [] and np.array_equal(again, expected[:, [2, 0, 1]])

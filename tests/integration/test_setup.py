@@ -82,7 +82,9 @@ def test_databases_of_a_fresh_cluster_migrate_one_at_a_time() -> None:
         def waiting() -> bool:
             with holder.cursor() as cur:
                 cur.execute(WAITING_FOR_LOCK, (LOCK_KEY,))
-                return cur.fetchone()[0] == 3
+                row = cur.fetchone()
+                assert row is not None
+                return row[0] == 3
 
         # A lock per database let them run at once, and two creating the same role could fail.
         until("every migration to wait for the cluster's lock", waiting, 60)
@@ -95,7 +97,8 @@ def test_databases_of_a_fresh_cluster_migrate_one_at_a_time() -> None:
         assert applied == {url: every for url in urls}
         with holder.cursor() as cur:
             cur.execute(GROUP_ROLES)
-            assert cur.fetchone()[0] == 3
+            row = cur.fetchone()
+            assert row is not None and row[0] == 3
     finally:
         if holder is not None:
             holder.close()

@@ -79,18 +79,25 @@ def test_resnet50_on_t4_and_a100_amp_faster_adamw_costlier(no_agent: Stack, clea
         times[(optimizer, precision)] = {(p["machine"], p["batch_size"]): p["iteration_seconds"] for p in points}
     # Points that do not fit have no time (AdamW in fp32 on the T4 runs out first): compared where all four fit.
     keys = [k for k in times[("sgd", "fp32")] if all(t[k] is not None for t in times.values())]
+
+    def timed(config: tuple[str, str], key: tuple[str, int]) -> float:
+        """The point's time in that configuration: a point compared has one."""
+        seconds = times[config][key]
+        assert seconds is not None, (config, key)
+        return seconds
+
     assert len(keys) >= 16 and ("g4dn.xlarge", 128) in keys and (a100, 256) in keys
     for key in keys:
         # Where a step is short, autocast's casts and GradScaler's wait for its inf check cost about what its faster
         # kernels save: our H100 measured bf16 steps slower than fp32 ones at batch 32 for 9 of 12 CNNs. An A100's
         # ResNet-50 at batch 32 sits at that crossing; a T4's (8 TFLOPS fp32) is far from it.
         margin = 1.02 if key == (a100, 32) else 1.0
-        assert times[("sgd", "amp_fp16")][key] < times[("sgd", "fp32")][key] * margin, key
-        assert times[("adamw", "amp_fp16")][key] < times[("adamw", "fp32")][key] * margin, key
-        assert times[("adamw", "fp32")][key] > times[("sgd", "fp32")][key], key
-        assert times[("adamw", "amp_fp16")][key] > times[("sgd", "amp_fp16")][key], key
+        assert timed(("sgd", "amp_fp16"), key) < timed(("sgd", "fp32"), key) * margin, key
+        assert timed(("adamw", "amp_fp16"), key) < timed(("adamw", "fp32"), key) * margin, key
+        assert timed(("adamw", "fp32"), key) > timed(("sgd", "fp32"), key), key
+        assert timed(("adamw", "amp_fp16"), key) > timed(("sgd", "amp_fp16"), key), key
     # Tensor cores: the T4 (65 FP16 vs 8.1 FP32 TFLOPS) gains more from AMP than the A100 (TF32 convs already).
-    gain = {m: times[("sgd", "fp32")][(m, 128)] / times[("sgd", "amp_fp16")][(m, 128)] for m in machine_types}
+    gain = {m: timed(("sgd", "fp32"), (m, 128)) / timed(("sgd", "amp_fp16"), (m, 128)) for m in machine_types}
     assert gain["g4dn.xlarge"] > gain[a100] > 1.2
 
 
@@ -131,9 +138,11 @@ def test_a_gpu_calibrated_for_another_config_gets_the_reference_with_the_reason(
     assert model["cost_key"] == "sgd/fp32"
     body = {"cnns": ["resnet18"], "machines": ["g4dn.xlarge"], "batch_sizes": [2], "image_size": 32}
     sgd = run(**body)
+    assert sgd["result"] is not None
     assert sgd["result"]["predictions"][0]["source"] == "benchmarked"
     adamw = run(**body, optimizer="adamw")
     assert adamw["status"] == "succeeded", adamw["error"]
+    assert adamw["result"] is not None
     assert adamw["result"]["predictions"][0]["source"] == "reference"
     summary = adamw["result"]["models"]["g4dn.xlarge"]
     assert summary["status"] == "reference" and summary["training"] == "adamw+wd/fp32"
@@ -148,13 +157,17 @@ def test_local_calibrated_for_another_config_fails_fast_with_the_command(clean_d
     drain_agent_queue()
     predictor.train(machine_type="local")
     failed = run(optimizer="adamw")
-    assert failed["status"] == "failed"
+    assert failed["status"] == "failed" and failed["error"] is not None
     assert "local has no model calibrated for adamw+wd/fp32 (only for sgd/fp32)" in failed["error"]
     assert (
         "traincast calibrate --machine local --optimizer adamw --weight-decay 0.01 --precision fp32" in failed["error"]
     )
     bf16 = run(precision="amp_bf16", momentum=0.9)
-    assert bf16["status"] == "failed" and "--momentum 0.9 --precision amp_bf16" in bf16["error"]
+    assert bf16["status"] == "failed" and bf16["error"] is not None
+    assert "--momentum 0.9 --precision amp_bf16" in bf16["error"]
     ok = run(batch_sizes=[2])
-    assert ok["status"] == "succeeded" and ok["result"]["models"]["local"]["training"] == "sgd/fp32"
-    assert jobs.get(job_id=ok["id"])["result"]["predictions"][0]["iteration_seconds"] > 0
+    assert ok["status"] == "succeeded" and ok["result"] is not None
+    assert ok["result"]["models"]["local"]["training"] == "sgd/fp32"
+    again = jobs.get(job_id=ok["id"])["result"]
+    assert again is not None
+    assert again["predictions"][0]["iteration_seconds"] > 0

@@ -523,7 +523,7 @@ def test_measured_elsewhere_and_unknown_fit_are_drawn_as_such(page: Page) -> Non
 
     def point(machine_type: str, bs: int, source: str, fits: bool | None) -> dict[str, Any]:
         seconds = 3600.0 * 64 / bs if fits is not False else None
-        extra = (
+        extra: dict[str, Any] = (
             {"measured_on": ["g4dn.xlarge"]}
             if source == "benchmarked"
             else {
@@ -1197,4 +1197,5 @@ def test_a_suggested_batch_size_says_the_memory_it_leaves_free(page: Page) -> No
     page.open()
     draw(page, result, cnns, machines)
     cell = page.find('#best-table tr[data-machine="g4dn.xlarge"] td[data-field="batch_size"]')
-    assert "23% memory free" in cell.text and "10%" in cell.get_attribute("title"), cell.text
+    title = cell.get_attribute("title")
+    assert "23% memory free" in cell.text and title is not None and "10%" in title, cell.text

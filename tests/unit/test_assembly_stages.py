@@ -33,6 +33,7 @@ def test_a_measured_machine_type_gets_the_measured_estimator_and_says_it_has_no_
     assert isinstance(answer, estimate.Measured)
     summary = answer.summary(machine(measured=True))
     assert summary["status"] == "no_model" and summary["source"] == "benchmarked"
+    assert summary["detail"] is not None
     assert "calibrate" in summary["detail"]
 
 

@@ -16,7 +16,7 @@ def measured_cnns(cnns: int, *, seed: int, prefix: str, effect_sigma: float = 0.
     """CNNs whose steps are their measured conv, other ops and optimizer added up, times an effect of each CNN's
     own that no term explains (lognormal), with point noise: the plain sum is right on average, no fit can be."""
     rng = random.Random(seed)
-    points = []
+    points: list[step_model.Point] = []
     for c in range(cnns):
         conv_per, other_per, optimizer = 0.2 + rng.random(), 0.05 + 0.6 * rng.random(), 2 + 20 * rng.random()
         effect = rng.gauss(0, effect_sigma)

@@ -16,8 +16,8 @@ def test_names_and_parameters_match_torchvision() -> None:
     """Every torchvision classification model is listed once, with its parameter count and default size."""
     assert cnn_registry.names() == cnn_zoo.builtin_names()
     stale = [
-        e.name
-        for e in ENTRIES
+        name
+        for name, e in zip(cnn_registry.names(), ENTRIES, strict=True)
         if e is None
         or (e.parameters, e.default_image_size) != (cnn_zoo.parameter_count(e.name), cnn_zoo.default_image_size(e.name))
     ]

@@ -129,4 +129,5 @@ def test_torch_workload_is_consistent_with_a_real_forward() -> None:
     assert reading.workload["parameter_tensors"] == len(list(model.parameters()))
     batch_norms = sum(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
     assert ops["batch_norm"]["count"] == batch_norms and ops["linear"]["count"] == 1
+    assert reading.workload["activation_bytes"] is not None
     assert reading.workload["activation_bytes"] > 0

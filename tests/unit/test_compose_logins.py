@@ -42,7 +42,8 @@ def login_problems(compose: dict[str, Any]) -> list[str]:
         problems.append("db-logins: does not run python -m shared.core.logins")
     if urlsplit(env_of(made).get("DATABASE_URL", "")).username != OWNER:
         problems.append("db-logins: must run as the owner (it creates roles and maps agent logins)")
-    settings = logins.LoginSettings(**{k.lower(): v for k, v in env_of(made).items()})
+    # pydantic validates the environment's strings into SecretStr; the signature says SecretStr only.
+    settings = logins.LoginSettings(**{k.lower(): v for k, v in env_of(made).items()})  # type: ignore[arg-type]
     wanted = {kind: TEST_ENV[f"{kind.upper()}_DB_PASSWORD"] for kind in logins.GROUPS}
     if settings.passwords() != wanted:
         problems.append("db-logins: does not get every kind's password from its own variable")
@@ -63,7 +64,9 @@ def test_a_chosen_gpu_machine_type_is_mapped_too() -> None:
     """GPU_MACHINE_TYPE names the gpu-agent's type and is mapped to the agents' login, not the default."""
     compose = interpolate(RAW_COMPOSE, TEST_ENV | {"GPU_MACHINE_TYPE": "g4dn.xlarge"})
     assert login_problems(compose) == []
-    made = logins.LoginSettings(**{k.lower(): v for k, v in env_of(compose["services"]["db-logins"]).items()})
+    env = env_of(compose["services"]["db-logins"])
+    # pydantic validates the environment's strings into SecretStr; the signature says SecretStr only.
+    made = logins.LoginSettings(**{k.lower(): v for k, v in env.items()})  # type: ignore[arg-type]
     assert made.machine_types() == ["local", "g4dn.xlarge"]
 
 

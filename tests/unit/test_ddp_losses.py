@@ -70,7 +70,8 @@ def test_a_layouts_step_is_compute_plus_the_tail_plus_each_loss() -> None:
     assert "ddp_losses_ms" not in by[1] and by[1]["scaling_efficiency"] == 1
     for gpus in (2, 8):
         p = by[gpus]
-        terms = p["ddp_losses_ms"]
+        # DdpLossesDict's values are all floats; a TypedDict's values() is typed object.
+        terms = cast(dict[str, float], p["ddp_losses_ms"])
         assert set(terms) == {"bucket_copies", "contention", "stragglers"} and min(terms.values()) > 0
         extra = cast(float, p["exposed_allreduce_ms"]) + sum(terms.values())
         assert p["iteration_seconds"] == pytest.approx(0.2 + extra / 1000, rel=1e-4)

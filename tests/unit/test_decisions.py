@@ -1,26 +1,29 @@
 """Decisions: one winner per question across machine types and layouts, with its reasons and its ties."""
 
-from typing import Any
+from typing import Any, cast
 
+from shared.jobs.models import DecisionDict, PointDict
 from shared.jobs.request import JobRequest
 from worker import decisions
 
 
 def point(machine: str, bs: int, hours: float, usd: float, *, gpus: int = 1, nodes: int = 1, band: float = 0.1,
-          peak: float | None = None, fits: bool | None = True, **extra: Any) -> dict[str, Any]:  # fmt: skip
+          peak: float | None = None, fits: bool | None = True, **extra: Any) -> PointDict:  # fmt: skip
     """A timed point with a symmetric band of ±band around its time and cost."""
     s = hours * 3600
-    return {"cnn": "resnet50", "machine": machine, "batch_size": bs, "gpus_used": gpus, "nodes": nodes,
+    fields = {"cnn": "resnet50", "machine": machine, "batch_size": bs, "gpus_used": gpus, "nodes": nodes,
             "global_batch_size": bs * gpus * nodes, "source": "reference", "fits_in_memory": fits,
             "peak_memory_gib": peak, "total_seconds": s, "total_seconds_p10": s * (1 - band),
             "total_seconds_p90": s * (1 + band), "cost_usd": usd, "cost_usd_p10": usd * (1 - band),
             "cost_usd_p90": usd * (1 + band), **extra}  # fmt: skip
+    # `extra` holds further PointDict keys (input_bound, input_limit), which a TypedDict literal cannot spread.
+    return cast(PointDict, fields)
 
 
 REQUEST = JobRequest.model_validate({"cnns": ["resnet50"], "machines": ["g4dn.xlarge"], "batch_sizes": [64]})
 
 
-def by_question(found: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def by_question(found: list[DecisionDict]) -> dict[str, DecisionDict]:
     return {d["question"]: d for d in found}
 
 
@@ -31,6 +34,7 @@ def test_one_winner_across_machines_and_layouts_with_the_layout_named() -> None:
     found = by_question(decisions.decide([("resnet50", p4d, 40.0), ("resnet50", t4, 15.0)], REQUEST))
     assert set(found) == {"fastest", "cheapest"}  # no deadline or budget asked
     fastest, cheapest = found["fastest"], found["cheapest"]
+    assert fastest["winner"] is not None and cheapest["winner"] is not None
     assert (fastest["winner"]["machine"], fastest["winner"]["gpus"], fastest["winner"]["nodes"]) == ("p4d", 8, 2)
     assert fastest["reasons"][0] == "8 GPUs x 2 machines of p4d, batch 256 per GPU (4,096 in all)"
     assert (cheapest["winner"]["gpus"], cheapest["winner"]["nodes"]) == (8, 1)
@@ -44,6 +48,7 @@ def test_headroom_is_said_when_it_changes_the_choice() -> None:
     """Batch 320 is cheaper but leaves 5% free: batch 256 wins and the reason says why."""
     t4 = [point("g4dn", 256, 10.0, 70.74, peak=12.0, band=0.0), point("g4dn", 320, 9.8, 69.14, peak=14.25, band=0.0)]
     cheapest = by_question(decisions.decide([("resnet50", t4, 15.0)], REQUEST))["cheapest"]
+    assert cheapest["winner"] is not None
     assert cheapest["winner"]["batch_size"] == 256
     assert "batch 320 on g4dn would be $69.14 but leaves 5% of a GPU's memory free; choices keep 10%" in \
         cheapest["reasons"][1]  # fmt: skip
@@ -61,8 +66,10 @@ def test_deadline_and_budget_questions() -> None:
     request = REQUEST.model_copy(update={"deadline_hours": 5.0, "budget_usd": 50.0})
     options = [point("p4d", 256, 3.9, 85.4, gpus=8), point("g4dn", 256, 30.0, 60.0)]
     found = by_question(decisions.decide([("resnet50", options[:1], 40.0), ("resnet50", options[1:], 15.0)], request))
-    assert found["cheapest"]["winner"]["machine"] == "g4dn"
-    assert found["cheapest_within_deadline"]["winner"]["machine"] == "p4d"
+    cheapest, within_deadline = found["cheapest"]["winner"], found["cheapest_within_deadline"]["winner"]
+    assert cheapest is not None and within_deadline is not None
+    assert cheapest["machine"] == "g4dn"
+    assert within_deadline["machine"] == "p4d"
     budget = found["fastest_within_budget"]
     assert budget["winner"] is None
     assert budget["reasons"] == [

@@ -221,8 +221,8 @@ def security_problems(objects: list[dict[str, Any]]) -> list[str]:
             if "emptyDir" not in volumes.get(mounts.get(path, ""), {}):
                 problems.append(f"{c.name}: {path} is not a writable emptyDir on a read-only root filesystem")
         for variable in CA_VARIABLES:
-            path = Path(c.literal_env().get(variable, "/"))
-            volume = volumes.get(mounts.get(str(path.parent), ""), {})
+            ca_file = Path(c.literal_env().get(variable, "/"))
+            volume = volumes.get(mounts.get(str(ca_file.parent), ""), {})
             source = (volume.get("configMap") or {}).get("name") or (volume.get("secret") or {}).get("secretName")
             if source != "traincast-ca":
                 problems.append(f"{c.name}: {variable} is not a file of the traincast-ca ConfigMap")

@@ -9,6 +9,14 @@ import pytest
 from tests.support.k8skit import by_name, pod, secret_ref, set_env, spec
 from tests.unit.test_k8s import CHECKS, GPU, OBJECTS
 
+
+def named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    """The object of this kind and name, which the manifests must have (to break in a copy)."""
+    found = by_name(objects, kind, name)
+    assert found is not None, f"no {kind} {name} in the manifests"
+    return found
+
+
 BREAKS: list[tuple[str, Callable[[list[dict[str, Any]]], None]]] = [
     ("command", lambda o: spec(o, "worker").update(command=["celery", "-A", "worker.app", "worker", "-Q", "bench"])),
     ("command", lambda o: spec(o, "beat").update(args=["--max-interval", "5"])),
@@ -28,12 +36,12 @@ BREAKS: list[tuple[str, Callable[[list[dict[str, Any]]], None]]] = [
     ("credentials", lambda o: set_env(o, "migrate", "DATABASE_URL", secret_ref("traincast-api", "DATABASE_URL"))),
     ("credentials", lambda o: o.append({"kind": "Secret", "metadata": {"name": "traincast-api"}, "stringData": {}})),
     ("credentials", lambda o: spec(o, "api").update(envFrom=[{"secretRef": {"name": "traincast-owner"}}])),
-    ("singletons", lambda o: by_name(o, "Deployment", "beat")["spec"].update(replicas=2)),  # type: ignore[index]
-    ("singletons", lambda o: by_name(o, "Deployment", "fleet")["spec"].pop("strategy")),  # type: ignore[index]
+    ("singletons", lambda o: named(o, "Deployment", "beat")["spec"].update(replicas=2)),
+    ("singletons", lambda o: named(o, "Deployment", "fleet")["spec"].pop("strategy")),
     (
         "singletons",
-        lambda o: by_name(o, "HorizontalPodAutoscaler", "worker")["spec"]["scaleTargetRef"].update(name="beat"),
-    ),  # type: ignore[index]
+        lambda o: named(o, "HorizontalPodAutoscaler", "worker")["spec"]["scaleTargetRef"].update(name="beat"),
+    ),
     ("gpu", lambda o: spec(o, "gpu-agent")["resources"]["limits"].pop(GPU)),
     ("gpu", lambda o: pod(o, "gpu-agent").update(tolerations=[{"key": "dedicated", "operator": "Exists"}])),
     ("gpu", lambda o: pod(o, "gpu-agent").update(terminationGracePeriodSeconds=30)),
@@ -42,11 +50,11 @@ BREAKS: list[tuple[str, Callable[[list[dict[str, Any]]], None]]] = [
     ("gpu", lambda o: set_env(o, "db-logins", "AGENT_DB_MACHINE_TYPES", {"value": "local"})),
     ("probes", lambda o: spec(o, "api")["readinessProbe"]["httpGet"].update(path="/ready")),
     ("probes", lambda o: spec(o, "api")["livenessProbe"]["httpGet"].update(port=8080)),
-    ("probes", lambda o: by_name(o, "Service", "api")["spec"]["ports"][0].update(targetPort=80)),  # type: ignore[index]
+    ("probes", lambda o: named(o, "Service", "api")["spec"]["ports"][0].update(targetPort=80)),
     ("env", lambda o: set_env(o, "worker", "CELERY_CONCURRENCY", {"value": "2"})),
     ("env", lambda o: set_env(o, "api", "API_DB_PASSWORD", secret_ref("traincast-logins", "API_DB_PASSWORD"))),
-    ("env", lambda o: by_name(o, "ConfigMap", "traincast-fleet")["data"].update(FLEET_SUBNETS="subnet-a")),  # type: ignore[index]
-    ("env", lambda o: by_name(o, "ConfigMap", "traincast-fleet")["data"].update(FLEET_AMIS="ami-1")),  # type: ignore[index]
+    ("env", lambda o: named(o, "ConfigMap", "traincast-fleet")["data"].update(FLEET_SUBNETS="subnet-a")),
+    ("env", lambda o: named(o, "ConfigMap", "traincast-fleet")["data"].update(FLEET_AMIS="ami-1")),
     ("security", lambda o: spec(o, "gpu-agent")["securityContext"].update(readOnlyRootFilesystem=False)),
     ("security", lambda o: pod(o, "api")["securityContext"].pop("runAsNonRoot")),
     ("security", lambda o: spec(o, "worker")["resources"].pop("limits")),

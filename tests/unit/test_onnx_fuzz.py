@@ -55,7 +55,7 @@ def graphs(draw: Any) -> bytes:
     if "unknown op" in bad:
         ops.insert(draw(st.integers(0, len(ops))), "NotAnOp")
     for i, op in enumerate(ops):
-        x, y, attrs, extra = f"x{i}", f"x{i + 1}", {}, []  # type: dict[str, Any]
+        x, y, attrs, extra = f"x{i}", f"x{i + 1}", {}, []  # type: str, str, dict[str, Any], list[str]
         if op in ("Conv", "ConvTranspose"):
             out, k = draw(st.integers(1, 16)), draw(st.integers(1, 5))
             group = draw(st.sampled_from([g for g in range(1, 9) if channels % g == 0 and out % g == 0]))

@@ -5,11 +5,11 @@ import torch
 
 from gpu_agent import op_bench
 from shared.cnn.op_signatures import OpSignature
-from shared.training import TrainConfig
+from shared.training import Precision, TrainConfig
 
 
 @pytest.mark.parametrize("precision", ["amp_bf16", "fp32"])
-def test_batch_norm_keeps_fp32_parameters_under_a_16_bit_variant(precision: str) -> None:
+def test_batch_norm_keeps_fp32_parameters_under_a_16_bit_variant(precision: Precision) -> None:
     """The input takes the variant's dtype; weight, bias and running statistics are fp32, as a module's are."""
     config = TrainConfig(precision=precision)
     sig = OpSignature.of("batch_norm", (8, 6, 6))

@@ -48,6 +48,7 @@ def autograd_sums(name: str) -> int:
     out = model(name)(torch.randn(2, 3, SIZE, SIZE))
     loss = F.cross_entropy(out, torch.zeros(2, dtype=torch.long))
     edges: Counter[tuple[Any, int]] = Counter()
+    assert loss.grad_fn is not None
     seen, todo = set(), [loss.grad_fn]
     while todo:
         node = todo.pop()
@@ -81,7 +82,12 @@ def test_convnext_block_mlps_layer_scale_and_norms_follow_its_modules(monkeypatc
     assert all(s.arguments["batched"] is False for s in scales)
     normed: list[torch.Tensor] = []
     real = F.layer_norm
-    monkeypatch.setattr(F, "layer_norm", lambda x, *args, **kwargs: normed.append(x) or real(x, *args, **kwargs))
+
+    def recording(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        normed.append(x)
+        return real(x, *args, **kwargs)
+
+    monkeypatch.setattr(F, "layer_norm", recording)
     model("convnext_tiny")(torch.randn(2, 3, SIZE, SIZE))
     norms = extracted("convnext_tiny", "layer_norm")
     assert sum(norms.values()) == len(normed)

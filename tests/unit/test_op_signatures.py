@@ -78,7 +78,12 @@ def test_signatures_are_shared_across_cnns() -> None:
     # Same op and size in any CNN, in-place or not: one signature, one hash.
     x = torch.empty(2, 64, 8, 8, device="meta")
     inplace, plain = from_aten("relu_", (x,), x, 2), from_aten("relu", (x,), x, 2)
-    assert inplace == plain and inplace is not None and inplace.hash == OpSignature.from_json(plain.to_json()).hash
+    assert (
+        inplace == plain
+        and inplace is not None
+        and plain is not None
+        and inplace.hash == OpSignature.from_json(plain.to_json()).hash
+    )
 
 
 def test_every_op_of_the_calibration_cnns_runs_on_the_agent() -> None:

@@ -15,7 +15,7 @@ FLOOR, PER_OP, CONSTANT = 0.03, 0.05, 1.0
 def gpu_steps(cnns: int, *, seed: int) -> list[step_model.Point]:
     """Steps where the host sets small batches and the kernels large ones, with 2% noise."""
     rng = random.Random(seed)
-    points = []
+    points: list[step_model.Point] = []
     for c in range(cnns):
         operations, speed = rng.randint(30, 500), 0.2 + rng.random()
         for batch in (8, 16, 32, 64, 128, 256):

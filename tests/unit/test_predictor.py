@@ -1,12 +1,14 @@
 """The predictor's models on synthetic points: the base terms, LightGBM's ratio, a model of an older kind refused."""
 
 import random
+from typing import cast
 
 import pytest
 
 from prediction import features, step_model, validation
 from shared.core.errors import InvalidRequest
 from worker import predictor
+from worker.predictor import PredictorModel
 
 
 def test_base_finds_the_per_parameter_cost_a_conv_scale_cannot() -> None:
@@ -27,7 +29,10 @@ def test_base_finds_the_per_parameter_cost_a_conv_scale_cannot() -> None:
 
 def test_an_older_kind_of_model_is_not_used() -> None:
     """A stored model of another kind gives a clear error (assembly then reports no number), not a wrong one."""
-    model = {"id": -1, "version": 7, "kind": "lightgbm_ratio", "params": {"features": list(features.NAMES)}}
+    # Only the fields predict_ms reads before it refuses the kind; the rest of a row plays no part.
+    model = cast(
+        PredictorModel, {"id": -1, "version": 7, "kind": "lightgbm_ratio", "params": {"features": list(features.NAMES)}}
+    )
     with pytest.raises(InvalidRequest, match="older kind; retrain"):
         predictor.predict_ms(model, [0.0] * len(features.NAMES), 1.0)
 

@@ -10,7 +10,7 @@ import pytest
 from prediction.reference import GpuSpecs, ReferenceModel, layerfit, load
 from prediction.reference import data as ref_data
 from prediction.reference.fit import STEP_DEFAULTS, fit_memory_ops, gpu_table
-from shared.training import TrainConfig
+from shared.training import Precision, TrainConfig
 
 A100 = GpuSpecs("A100-test", fp32_tflops=19.5, mem_bandwidth_gbs=1555, fp16_tflops=312, tf32_tflops=156,
                 sm_count=108, l2_mib=40, compute_capability="8.0", memory_gib=40)  # fmt: skip
@@ -149,7 +149,7 @@ def test_memory_ops_fit_is_physical() -> None:
 
 
 @pytest.mark.parametrize("precision", ["fp32", "amp_fp16", "amp_bf16"])
-def test_a_larger_batch_is_never_faster_than_a_smaller_one(model: ReferenceModel, precision: str) -> None:
+def test_a_larger_batch_is_never_faster_than_a_smaller_one(model: ReferenceModel, precision: Precision) -> None:
     """Every conv of two CNNs, on GPUs of three generations: a phase at any batch size takes no longer than at the
     power-of-two sizes above it, and so does the whole step within 0.1% (the paths' own multipliers may reorder the
     sum by a hair); the learnt correction alone answered an H100's fp16 CUDA-core convs 7x slower at batch 1 than

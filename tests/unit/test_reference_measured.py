@@ -10,17 +10,21 @@ from prediction.reference import fit, measured, step_rows, wholestep
 from shared.measurements import bundle, environments
 
 H100_STEPS = Path(__file__).resolve().parents[2] / "data" / "reference" / "h100" / "steps.jsonl"
-GPU_ENV = {"device_type": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0", "cudnn": 91900}
-CPU_ENV = {"device_type": "cpu", "cpu": "x86", "torch": "2.14.1"}
+GPU_ENV: dict[str, object] = {"device_type": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0", "cudnn": 91900}
+CPU_ENV: dict[str, object] = {"device_type": "cpu", "cpu": "x86", "torch": "2.14.1"}
 
 
 def write_bundle(
     path: Path, steps: list[dict[str, object]], envs: tuple[dict[str, object], ...] = (GPU_ENV, CPU_ENV)
 ) -> None:
     """A bundle of whole steps as an export writes it (two environments: a GPU's and a CPU's)."""
-    lines = [{"kind": "header", "format": bundle.FORMAT, "version": bundle.VERSION, "source": "h100-host",
-              "exported_at": "2026-11-27T09:00:00+00:00", "machine_types": []}]  # fmt: skip
-    body = [{"kind": "environment", "hash": environments.digest(d), "details": d} for d in envs]
+    lines: list[dict[str, object]] = [
+        {"kind": "header", "format": bundle.FORMAT, "version": bundle.VERSION, "source": "h100-host",
+         "exported_at": "2026-11-27T09:00:00+00:00", "machine_types": []}
+    ]  # fmt: skip
+    body: list[dict[str, object]] = [
+        {"kind": "environment", "hash": environments.digest(d), "details": d} for d in envs
+    ]
     body += steps
     lines += [*body, {"kind": "end", "lines": len(body)}]
     path.write_bytes(gzip.compress(b"".join(json.dumps(x).encode() + b"\n" for x in lines)))

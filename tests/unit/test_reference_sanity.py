@@ -42,8 +42,8 @@ def test_a_gpu_with_constants_of_its_own_still_gets_the_settings_effect() -> Non
 
 def test_an_ordering_that_breaks_is_named() -> None:
     """A table where the better-endowed variant is slower, or autocast loses to fp32, is caught."""
-    good = {label: 1000.0 for label in sanity.SETTINGS}
-    slow_amp = {**good, "amp_fp16 NCHW": 500.0}
+    good: dict[str, float | None] = {label: 1000.0 for label in sanity.SETTINGS}
+    slow_amp: dict[str, float | None] = {**good, "amp_fp16 NCHW": 500.0}
     rows = [sanity.Row("A100-SXM4-80GB", {**good, "fp32 NHWC": 900.0}), sanity.Row("A100-SXM4-40GB", good),
             sanity.Row("T4", slow_amp)]  # fmt: skip
     found = sanity.violations(rows)

@@ -17,6 +17,7 @@ from prediction.reference.steps import (
     step_parts,
 )
 from prediction.reference.wholestep import network
+from shared.cnn.workload import OpTotalsJson, WorkloadJson
 from shared.training import TrainConfig
 
 
@@ -96,8 +97,11 @@ def test_settings_multipliers_are_learnt_from_ratios_to_the_same_run() -> None:
 
 def test_a_layer_list_workload_without_counts_still_gets_host_terms() -> None:
     """Workloads that count no kernels or parameter tensors (JSON layer lists) fall back to their operators."""
-    ops = {"conv": {"count": 3, "flops": 1e8, "bytes": 1e6}, "batch_norm": {"count": 2, "flops": 1, "bytes": 1e5}}
-    work = {"ops": ops, "parameters": 1000, "parameter_tensors": None}
+    ops: dict[str, OpTotalsJson] = {
+        "conv": {"count": 3, "flops": 1e8, "bytes": 1e6},
+        "batch_norm": {"count": 2, "flops": 1, "bytes": 1e5},
+    }
+    work: WorkloadJson = {"ops": ops, "parameters": 1000, "parameter_tensors": None}
     assert parameter_tensors(work) == 2 * (3 + 2)
     model = load()
     from prediction.reference.fit import gpu_table
@@ -271,10 +275,12 @@ def test_a_linear_at_every_position_reads_its_weights_once_not_its_flops() -> No
     batch = np.array([16.0, 256.0])
     _, convnext = network("convnext_tiny", 224)
     weights = linear_weights(convnext)
+    assert convnext["parameters"] is not None
     assert weights == convnext["parameters"] < convnext["ops"]["linear"]["flops"] / 2 / 100
     small, large = linear_ms(convnext, batch, gpu, "amp_bf16", c)
     assert large > 8 * small  # activations and FLOPs, which grow with the batch, set it: not the weights
     # at batch 16 no more than its FLOPs at the fitted peak and its bytes at the fitted bandwidth, together
+    assert gpu.fp16_tflops is not None
     flops = convnext["ops"]["linear"]["flops"] * 16 * 3 / (gpu.fp16_tflops * 1e12 * c["linear_efficiency"])
     nbytes = (convnext["ops"]["linear"]["bytes"] * 16 / 2 + 4 * weights) * 3
     assert small <= (flops + nbytes / (gpu.mem_bandwidth_gbs * 1e9 * c["memory_efficiency"])) * 1e3 + 1.0

@@ -1,5 +1,7 @@
 """The worker's plain-dict shapes of a result agree with the pydantic models that validate and document it."""
 
+from pydantic import BaseModel
+
 from shared.jobs.models import (
     Best,
     BestDict,
@@ -45,7 +47,7 @@ def test_best_choices_and_model_summaries_have_exactly_their_models_fields() -> 
 
 def test_decisions_schedules_and_inputs_have_exactly_their_models_fields() -> None:
     """The typed entries of `decisions`, `schedules` and `inputs` agree with the pydantic models that validate them."""
-    pairs = [
+    pairs: list[tuple[type, type[BaseModel]]] = [
         (DecisionDict, Decision),
         (OptionDict, Option),
         (PricedScheduleDict, PricedSchedule),

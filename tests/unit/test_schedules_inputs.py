@@ -33,6 +33,7 @@ def test_a_schedule_sums_its_phases_and_stands_beside_the_best_constant_batch() 
     assert priced is not None
     assert [(p["batch_size"], p["seconds"]) for p in priced["phases"]] == [(32, 500.0), (128, 5100.0)]
     assert priced["total_seconds"] == 5600.0 and priced["cost_usd"] == pytest.approx(5600.0)
+    assert priced["best_constant"] is not None
     assert priced["best_constant"]["batch_size"] == 128 and priced["best_constant"]["total_seconds"] == 5400.0
     assert priced["time_vs_best_constant"] == pytest.approx(5600 / 5400)
     # A phase whose point does not fit: no total, and which phase says so.

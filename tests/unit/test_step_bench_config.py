@@ -13,7 +13,7 @@ from shared.training import TrainConfig
 CPU = torch.device("cpu")
 
 
-def tiny() -> torch.nn.Module:
+def tiny() -> torch.nn.Sequential:
     """A small CNN: conv, batch norm, ReLU, pooling, linear."""
     return torch.nn.Sequential(
         torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
@@ -21,7 +21,7 @@ def tiny() -> torch.nn.Module:
     )  # fmt: skip
 
 
-def stepped(config: TrainConfig) -> tuple[torch.nn.Module, torch.optim.Optimizer, list[torch.dtype]]:
+def stepped(config: TrainConfig) -> tuple[torch.nn.Sequential, torch.optim.Optimizer, list[torch.dtype]]:
     """A tiny CNN after one prepared step with that configuration, and the dtypes its conv output had."""
     model = tiny()
     if config.channels_last:
@@ -85,8 +85,10 @@ def test_every_timed_fp16_step_runs_the_optimizer() -> None:
         assert "amp_fp16 is not supported on cpu by torch" in exc.detail
         return
     model = tiny()
+    norm = model[1]
+    assert isinstance(norm, torch.nn.BatchNorm2d)
     with torch.no_grad():
-        model[1].weight.fill_(1000.0)  # batch norm's scale: activations, and the linear layer's gradients, large
+        norm.weight.fill_(1000.0)  # batch norm's scale: activations, and the linear layer's gradients, large
     opt = step_bench.make_optimizer(model.parameters(), config)
     prepared = step_bench.prepare(model, opt, 2, 8, config, CPU)
     assert prepared.info["grad_scale"] == 1.0  # stored in the row's stats: how it was timed
@@ -102,7 +104,9 @@ def test_every_timed_fp16_step_runs_the_optimizer() -> None:
 def test_channels_last_images_and_weights() -> None:
     """channels_last puts the conv weights and the images in that memory format."""
     model, _, _ = stepped(TrainConfig(channels_last=True))
-    assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
+    conv = model[0]
+    assert isinstance(conv, torch.nn.Conv2d)
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
 
 
 def test_cudnn_benchmark_is_set_for_the_step_only() -> None:

@@ -46,7 +46,13 @@ def members_of(cnn: str) -> tuple[list[tuple[int, dict[str, Any], int]], dict[st
 def test_a_second_ask_is_the_first_answer(model: Counting) -> None:
     """Asked again (another job, another type with the GPU's figures): no computation, the same arrays, read-only."""
     members, work = members_of("resnet18")
-    ask = {"members": members, "workload": work, "batch_sizes": SIZES, "gpu": A100, "training": TrainConfig()}
+    ask: dict[str, Any] = {
+        "members": members,
+        "workload": work,
+        "batch_sizes": SIZES,
+        "gpu": A100,
+        "training": TrainConfig(),
+    }
     first = step_cache.steps(model, **ask)
     second = step_cache.steps(model, **ask)
     assert Counting.calls == 1 and second is first

@@ -18,7 +18,7 @@ GRID = ((64, (8, 32)), (112, (2, 4, 16)), (160, (2, 8)))
 def synthetic(cnns: int, *, seed: int, cnn_sigma: float = 0.08, point_sigma: float = 0.04) -> list[step_model.Point]:
     """Steps = 2 × conv + 3 ms per million parameters, times a lognormal CNN effect and point noise (known)."""
     rng = random.Random(seed)
-    points = []
+    points: list[step_model.Point] = []
     for c in range(cnns):
         mparams, speed, effect = 60 * rng.random(), 0.5 + rng.random(), rng.gauss(0, cnn_sigma)
         for size, batches in GRID:
@@ -160,7 +160,7 @@ def drifting(cnns: int, *, seed: int, drift: float = 0.1) -> list[step_model.Poi
     """Steps as in `synthetic` (2 image sizes × batch 2..32), times 2^(drift × log2 batch): a trend in batch size
     that a fit follows only over the batch sizes it saw, so its error grows by `drift` per doubling outside them."""
     rng = random.Random(seed)
-    points = []
+    points: list[step_model.Point] = []
     for c in range(cnns):
         mparams, speed, effect = 60 * rng.random(), 0.5 + rng.random(), rng.gauss(0, 0.08)
         for size in (64, 112):
@@ -230,7 +230,7 @@ def test_every_cnn_of_the_default_calibration_is_an_inner_fold_of_its_own() -> N
     With a fold per CNN the inner errors and the interval stay near the points' own noise."""
     rng = random.Random(3)
     names = ("alexnet", "densenet121", "mobilenet_v2", "resnet18", "shufflenet_v2_x1_0", "squeezenet1_1", "vgg11")
-    points = []
+    points: list[step_model.Point] = []
     for name in names:
         speed, linear = 0.5 + rng.random(), 40.0 if name in ("alexnet", "vgg11") else 0.0
         for size, batches in GRID:
