@@ -68,7 +68,7 @@ def predict(
     wait: have each job wait for the agent's benchmarks even where the reference could answer (a GPU `local`).
     deadline: a time.monotonic() after which the jobs still running are cancelled (and answered as cancelled)."""
     from cli.client import Api
-    from cli.main import follow
+    from cli.jobs import follow
     from shared.jobs.models import JobStatus
 
     port = os.environ.get("API_PORT", "8000")

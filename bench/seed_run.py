@@ -81,7 +81,7 @@ def register(client: Any) -> None:
 
 def ask(client: Any, machine: str, changes: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """The job's points by per-GPU batch size, as the API answers them."""
-    from cli.main import follow
+    from cli.jobs import follow
 
     job = client.call("POST", "/v1/jobs", json=COMMON | {"machines": [machine]} | changes)
     done = follow(client, job["id"], show=False)

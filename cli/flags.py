@@ -1,6 +1,13 @@
-"""A request's JSON fields spelt as the `traincast predict` flags that set them, so a refusal names what was typed."""
+"""A request's JSON fields spelt as the `traincast predict` flags that set them, so a refusal names what was typed;
+the training flags that predict, calibrate and train share."""
 
+import argparse
 import re
+
+from pydantic import ValidationError
+
+from shared.core.errors import InvalidRequest
+from shared.training import OPTIMIZERS, PRECISIONS, TrainConfig, config_of
 
 # Each field of a prediction request (shared/jobs/request.py) and the flag of `traincast predict` that sets it.
 PREDICT = {
@@ -32,3 +39,32 @@ def named(message: str, fields: dict[str, str] = PREDICT) -> str:
     for api, command in COMMANDS.items():
         message = message.replace(api, command)
     return _WHERE.sub(flag, message)
+
+
+def add_training_flags(p: argparse.ArgumentParser) -> None:
+    """--optimizer, --momentum, --weight-decay, --precision, --channels-last, --cudnn-benchmark (shared/training.py)."""
+    p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="torch.optim's (default: sgd)")
+    p.add_argument("--momentum", type=float, default=0.0, help="SGD only (default 0, as PyTorch)")
+    p.add_argument("--weight-decay", type=float, default=None, help="default PyTorch's: 0, or 0.01 for adamw")
+    p.add_argument("--precision", choices=list(PRECISIONS), default="fp32", help="fp32 (PyTorch's defaults), tf32, or "
+                   "autocast amp_fp16 / amp_bf16 (default: fp32)")  # fmt: skip
+    p.add_argument("--channels-last", action="store_true", help="model and images in channels_last memory format "
+                   "(default: NCHW, PyTorch's)")  # fmt: skip
+    p.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True, as "
+                   "torchvision's train.py, timm and DeepLearningExamples set it "
+                   "(default: off, PyTorch's)")  # fmt: skip
+
+
+def training_of(args: argparse.Namespace) -> TrainConfig:
+    """The training configuration the flags name; a bad combination is a one-line error."""
+    try:
+        return config_of(
+            optimizer=args.optimizer, precision=args.precision, momentum=args.momentum,
+            weight_decay=args.weight_decay, channels_last=args.channels_last, cudnn_benchmark=args.cudnn_benchmark,
+        )  # fmt: skip
+    except ValidationError as exc:
+        reasons = (
+            f"{'.'.join(map(str, e['loc'])) + ': ' if e['loc'] else ''}{e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise InvalidRequest(named("; ".join(reasons))) from None

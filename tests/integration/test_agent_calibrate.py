@@ -4,7 +4,8 @@ import pytest
 import torchvision
 
 from calibration import run as calibrate
-from cli.main import build_parser, calibration_plan
+from cli.admin import calibration_plan
+from cli.main import build_parser
 from cli.main import main as traincast
 from shared.cnn import zoo as cnn_zoo
 from shared.core.db import one, transaction

@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from cli import jobs as cli_jobs
 from cli import main as cli_main
 from tests.integration.test_end_to_end import TRAINCAST, cli
 from tests.support.onnx_models import tutorial_export
@@ -98,14 +99,14 @@ def test_a_reference_answer_says_its_benchmarks_are_queued_not_stuck() -> None:
     """A job answered at once with its layer benchmarks still to come: no '0/736' bar, and no "queued" where no agent
     will take them."""
     job: dict[str, Any] = {"status": "succeeded", "progress": {"layer_benchmarks": {"needed": 736, "done": 0}}}
-    line = cli_main._bar(job)
+    line = cli_jobs.progress_bar(job)
     assert line == "succeeded: answered from reference; 736 layer benchmarks queued for their agents"
     machines = {"g4dn.xlarge": {"needed": 400, "done": 0, "pending": 400, "agent_alive": True},
                 "p5.48xlarge": {"needed": 336, "done": 0, "pending": 336, "agent_alive": False}}  # fmt: skip
     job["progress"]["machines"] = machines
-    assert cli_main._bar(job) == (
+    assert cli_jobs.progress_bar(job) == (
         "succeeded: answered from reference; 400 layer benchmarks queued for their agents; no agent serves "
         "p5.48xlarge: not measured until one does (traincast agents)"
     )
     running = {"status": "running", "progress": {"layer_benchmarks": {"needed": 10, "done": 5}}}
-    assert "5/10 layer benchmarks" in cli_main._bar(running)
+    assert "5/10 layer benchmarks" in cli_jobs.progress_bar(running)

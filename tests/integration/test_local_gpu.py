@@ -17,7 +17,8 @@ import psycopg2.errors
 import pytest
 
 from calibration import run as calibrate
-from cli.main import build_parser, calibration_plan
+from cli.admin import calibration_plan
+from cli.main import build_parser
 from gpu_agent import environment, lifecycle
 from shared import agents, local_machine, machine_types
 from shared.core.db import one, transaction

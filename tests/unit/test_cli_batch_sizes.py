@@ -2,7 +2,10 @@
 
 import pytest
 
-from cli.main import CliError, batch_size_list, build_parser, calibration_plan, parse_batch_sizes
+from cli.admin import calibration_plan
+from cli.client import CliError
+from cli.jobs import batch_size_list, parse_batch_sizes
+from cli.main import build_parser
 
 
 def test_list_and_range_forms() -> None:
