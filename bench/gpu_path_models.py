@@ -47,7 +47,8 @@ within 1-7% (vgg11 0.93-0.99). Where the host does, a CNN's two pairs move toget
 1.70 and 1.62 in one run, 1.03 and 0.99 in another; shufflenet_v2_x1_0 1.68 and 1.69, then 1.00 and 0.98. A state of
 the host that lasts one CNN's window (another process on its core, its clock) is in the steps every model here learns
 from and is scored on, so no model gets below that floor on these rows; timing the steps twice, minutes apart, is
-the next GPU run's measurement change (docs/GPU.md)."""
+the next GPU run's measurement change (docs/GPU.md). The stored models' P10-P90 held 52 of the 60 held-out steps
+(87%; median P90/P10 1.6-3.1): as wide as the steps' own disagreement, which their inner folds saw."""
 CONFIGS = ("sgd/fp32", "sgd+momentum/amp_bf16", "adamw+wd/amp_fp16")
 # The calibration's two settings time the same pixels per step: batch b at 224 px and 2b at 160 px (401,408 and 409,600
 # pixels a sample pair): their steps should take about the same time, so how far apart they are bounds what any model
@@ -182,12 +183,15 @@ def score(name: str, summary: dict[str, Any], config: str) -> dict[str, Any] | N
         return params["choice"], validation.evaluate(train)["loco"]["model"]["mape"], ape(mids)
 
     choice, loco, held = procedure()
+    # The stored model's P10-P90 on the held-out CNNs: how many of their steps it holds (about 80% when it means it).
+    bands = step_model.predict_many(step_model.load(validation.fit_model(train)), [(p.x, p.conv_ms) for p in test])
+    inside = sum(lo <= p.step_ms <= hi for (lo, _mid, hi), p in zip(bands, test, strict=True))
     with candidates_without("overlap"):
         before_choice, before_loco, before_held = procedure()
     base = step_model.base_predictor(train)
     return {"steps": len(train), "cnns": len({p.cnn for p in train}), "choice": choice, "loco": loco, "held": held,
             "before_choice": before_choice, "loco_before": before_loco, "held_before": before_held,
-            "held_base": ape([base(p) for p in test]), "held_points": len(test)}  # fmt: skip
+            "held_base": ape([base(p) for p in test]), "held_points": len(test), "inside": inside}  # fmt: skip
 
 
 def main(argv: list[str]) -> None:
@@ -203,7 +207,8 @@ def main(argv: list[str]) -> None:
 
     migrate(url)
     lines = ["| bundle | configuration | steps (CNNs) | chosen (without the overlap) | leave-one-CNN-out: model, "
-             "without the overlap, ratio | held-out CNNs: model, without the overlap, ratio; the base alone (points) "
+             "without the overlap, ratio | held-out CNNs: model, without the overlap, ratio; the base alone (points); "
+             "inside the model's P10-P90 "
              "| paired steps apart: mean, median (pairs) |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     for i, path in enumerate(paths):
@@ -219,7 +224,7 @@ def main(argv: list[str]) -> None:
             held = "–"
             if s["held"] is not None:
                 held = (f"{s['held']:.1f}%, {s['held_before']:.1f}%, {s['held'] / s['held_before']:.2f}×; "
-                        f"{s['held_base']:.1f}% ({s['held_points']})")  # fmt: skip
+                        f"{s['held_base']:.1f}% ({s['held_points']}); P10-P90 held {s['inside']}")  # fmt: skip
             pairs = paired_steps(rows, config)
             floor = pair_floor(pairs)
             apart = f"{floor[0]:.1f}%, {floor[1]:.1f}% ({len(pairs)})" if floor else "–"
