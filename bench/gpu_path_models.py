@@ -110,7 +110,7 @@ def fresh_database(url: str) -> None:
 def import_bundle(path: Path, name: str) -> str:
     """Import a bundle's `local` rows as machine type `name`, typed by the GPU its header names; the GPU's name."""
     from shared import machine_types
-    from shared.jobs.request import MachineCreate
+    from shared.machine_request import MachineCreate
     from shared.measurements import layers, transfer
     from shared.measurements import steps as whole_steps
 

@@ -12,7 +12,7 @@ import psycopg2.extras
 from shared import gpu_catalog
 from shared.core.db import Cursor, floats, one, transaction
 from shared.core.errors import Conflict, Forbidden, NotFound
-from shared.jobs.request import MachineCreate
+from shared.machine_request import MachineCreate
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 GPUS_CSV = gpu_catalog.GPUS_CSV

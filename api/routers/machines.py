@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Response
 from api.auth import Reader, Submitter, require
 from api.routing import ParsedOffLoop
 from shared import interconnect, jobs, machine_types
-from shared.jobs.request import MachineCreate
+from shared.machine_request import MachineCreate
 from shared.machine_types import MachineTypeInfo
 
 router = APIRouter(

@@ -9,8 +9,8 @@ import pytest
 from gpu_agent import app as agent
 from shared import machine_cpus, machine_types
 from shared.core.db import transaction
-from shared.jobs.request import MachineCreate
 from shared.jobs.store import JobRow
+from shared.machine_request import MachineCreate
 from shared.measurements import inputs
 from tests.integration.test_end_to_end import cli, wait_for
 from tests.integration.test_reference_jobs import run

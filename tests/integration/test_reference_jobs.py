@@ -8,8 +8,8 @@ import pytest
 from shared import jobs, machine_types
 from shared.core.db import transaction
 from shared.core.settings import get_settings
-from shared.jobs.request import MachineCreate
 from shared.jobs.store import JobRow
+from shared.machine_request import MachineCreate
 from shared.machine_types import MachineTypeInfo
 from tests.support.jobflow import calibrate_as, submit
 from tests.support.stack import broker

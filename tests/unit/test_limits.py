@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from shared.cnn import layer_list, onnx_reader
 from shared.core.errors import ExtractionError, PayloadTooLarge
 from shared.core.settings import get_settings
-from shared.jobs.request import JobRequest, MachineCreate, points_limit
+from shared.jobs.request import JobRequest, points_limit
+from shared.machine_request import MachineCreate
 
 GOOD = '{"cnns": ["resnet18"], "machines": ["local"], "batch_sizes": [8]'
 MARKER = np.float32(1.2345678e-7)  # a value no shape constant has: its bytes mark a tensor's data
