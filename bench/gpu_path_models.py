@@ -9,7 +9,6 @@ steps in the run's summary.json (timed after the calibration, never seen by the 
 base alone (the baseline). Into docs/PERFORMANCE.md: what the stored models would answer with today's code.
 """
 
-import gzip
 import json
 import os
 import statistics
@@ -18,8 +17,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    from shared.measurements.steps import MeasuredStep
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -56,20 +58,18 @@ CONFIGS = ("sgd/fp32", "sgd+momentum/amp_bf16", "adamw+wd/amp_fp16")
 PAIRED_SIZES = (224, 160)
 
 
-def paired_steps(rows: list[dict[str, Any]], config: str) -> list[tuple[str, int, float]]:
-    """(CNN, batch at 224 px, its step over the step at twice the batch at 160 px) for a configuration's step rows."""
+def paired_steps(steps: "list[MeasuredStep]", config: str) -> list[tuple[str, int, float]]:
+    """(CNN, batch at 224 px, its step over the step at twice the batch at 160 px) for a configuration's stored steps
+    (shared.measurements.steps.measured: those that ran)."""
     from calibration import run as calibration
+    from worker import predictor
 
-    want = calibration.config_from_key(config)
+    key = calibration.config_from_key(config).cost_key()
     timed = {
-        (r["cnn_name"], r["image_size"], r["batch_size"]): float(r["step_ms"])
-        for r in rows
-        if r.get("kind") == "step" and not r.get("oom") and r.get("step_ms")
-        and (r["optimizer"], r["precision"], float(r["momentum"]), float(r["weight_decay"]) > 0,
-             bool(r["channels_last"]), bool(r["cudnn_benchmark"]))
-        == (want.optimizer, want.precision, want.momentum, want.weight_decay > 0, want.channels_last,
-            want.cudnn_benchmark)
-    }  # fmt: skip
+        (s["cnn_name"], s["image_size"], s["batch_size"]): float(s["step_ms"])
+        for s in steps
+        if predictor.step_config(s).cost_key() == key
+    }
     large, small = PAIRED_SIZES
     return sorted(
         (cnn, batch, ms / timed[(cnn, small, 2 * batch)])
@@ -177,17 +177,17 @@ def score(name: str, summary: dict[str, Any], config: str) -> dict[str, Any] | N
         found = [abs(m / p.step_ms - 1) * 100 for m, p in zip(predicted, test, strict=True)]
         return statistics.fmean(found) if found else None
 
-    def procedure() -> tuple[str, float, float | None]:
+    def procedure() -> tuple[str, float, float | None, int]:
+        """The model's choice, leave-one-CNN-out MAPE, held-out MAPE, and how many held-out steps its P10-P90 holds."""
         params = validation.fit_model(train)
-        mids = step_model.medians_ms(step_model.load(params), [(p.x, p.conv_ms) for p in test])
-        return params["choice"], validation.evaluate(train)["loco"]["model"]["mape"], ape(mids)
+        bands = step_model.predict_many(step_model.load(params), [(p.x, p.conv_ms) for p in test])
+        inside = sum(lo <= p.step_ms <= hi for (lo, _mid, hi), p in zip(bands, test, strict=True))
+        loco = validation.evaluate(train)["loco"]["model"]["mape"]
+        return params["choice"], loco, ape([mid for _lo, mid, _hi in bands]), inside
 
-    choice, loco, held = procedure()
-    # The stored model's P10-P90 on the held-out CNNs: how many of their steps it holds (about 80% when it means it).
-    bands = step_model.predict_many(step_model.load(validation.fit_model(train)), [(p.x, p.conv_ms) for p in test])
-    inside = sum(lo <= p.step_ms <= hi for (lo, _mid, hi), p in zip(bands, test, strict=True))
+    choice, loco, held, inside = procedure()
     with candidates_without("overlap"):
-        before_choice, before_loco, before_held = procedure()
+        before_choice, before_loco, before_held, _inside = procedure()
     base = step_model.base_predictor(train)
     return {"steps": len(train), "cnns": len({p.cnn for p in train}), "choice": choice, "loco": loco, "held": held,
             "before_choice": before_choice, "loco_before": before_loco, "held_before": before_held,
@@ -204,6 +204,7 @@ def main(argv: list[str]) -> None:
     os.environ["DATABASE_URL"] = url
     fresh_database(url)
     from shared.core.migrate import migrate
+    from shared.measurements import steps as whole_steps
 
     migrate(url)
     lines = ["| bundle | configuration | steps (CNNs) | chosen (without the overlap) | leave-one-CNN-out: model, "
@@ -214,9 +215,8 @@ def main(argv: list[str]) -> None:
     for i, path in enumerate(paths):
         name = f"gpu-{i}"
         summary = json.loads(path.with_name(summary_name(path)).read_text())
-        with gzip.open(path, "rt") as fh:
-            rows = [json.loads(line) for line in fh]
         import_bundle(path, name)
+        steps = whole_steps.measured(machine_type=name)
         for config in CONFIGS:
             s = score(name, summary, config)
             if s is None:
@@ -225,7 +225,7 @@ def main(argv: list[str]) -> None:
             if s["held"] is not None:
                 held = (f"{s['held']:.1f}%, {s['held_before']:.1f}%, {s['held'] / s['held_before']:.2f}×; "
                         f"{s['held_base']:.1f}% ({s['held_points']}); P10-P90 held {s['inside']}")  # fmt: skip
-            pairs = paired_steps(rows, config)
+            pairs = paired_steps(steps, config)
             floor = pair_floor(pairs)
             apart = f"{floor[0]:.1f}%, {floor[1]:.1f}% ({len(pairs)})" if floor else "–"
             lines.append(f"| {path.name.removesuffix('.jsonl.gz')} | {config} | {s['steps']} ({s['cnns']}) "

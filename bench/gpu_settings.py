@@ -112,15 +112,21 @@ def own_thread(run: Any) -> Any:
         return pool.submit(isolated).result()
 
 
-def one(name: str, config: str, batch: int, image: int, nhwc: bool, bench: bool, a: argparse.Namespace) -> dict:
-    """One measured (or failed) step as a JSON-able row."""
+def on_device(
+    row: dict[str, Any],
+    name: str,
+    batch: int,
+    image: int,
+    nhwc: bool,
+    run: Callable[[Any, Any, Any, Callable[[], None]], dict[str, Any]],
+) -> dict[str, Any]:
+    """row with run(model, images, labels, sync)'s figures for a fresh CNN and batch on the device (channels_last if
+    nhwc), or with the error that stopped it (out of memory, a shape the CNN cannot take: data too); the step's
+    tensors freed before the cache is emptied, so the next row starts clean."""
     import torch
     import torchvision
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    torch.backends.cudnn.benchmark = bench
-    row: dict[str, Any] = {"cnn": name, "config": config, "image": image, "batch": batch,
-                           "channels_last": nhwc, "cudnn_benchmark": bench}  # fmt: skip
     fmt = torch.channels_last if nhwc else torch.contiguous_format
     model: Any = None
     x: Any = None
@@ -131,21 +137,37 @@ def one(name: str, config: str, batch: int, image: int, nhwc: bool, bench: bool,
         x = torch.randn(batch, 3, image, image, device=device).contiguous(memory_format=fmt)
         y = torch.randint(0, 1000, (batch,), device=device)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        ms, blocks = own_thread(lambda: measure(step_fn(model, config, x, y, torch), sync, a.blocks, a.per_block))
-        row.update(ms=ms, blocks_ms=blocks)
-        if device.type == "cuda":
-            row["peak_alloc_bytes"] = torch.cuda.max_memory_allocated()
+        row.update(run(model, x, y, sync))
     except torch.OutOfMemoryError:
         row["error"] = "out of memory"
-    except RuntimeError as exc:  # a shape the CNN cannot take is data too
+    except RuntimeError as exc:
         row["error"] = str(exc).splitlines()[0][:200]
     finally:
-        model = x = y = None  # the step's tensors go before the cache is emptied
+        model = x = y = None
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return row
+
+
+def one(name: str, config: str, batch: int, image: int, nhwc: bool, bench: bool, a: argparse.Namespace) -> dict:
+    """One measured (or failed) step as a JSON-able row."""
+    import torch
+
+    torch.backends.cudnn.benchmark = bench
+    row: dict[str, Any] = {"cnn": name, "config": config, "image": image, "batch": batch,
+                           "channels_last": nhwc, "cudnn_benchmark": bench}  # fmt: skip
+
+    def timed(model: Any, x: Any, y: Any, sync: Callable[[], None]) -> dict[str, Any]:
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        ms, blocks = own_thread(lambda: measure(step_fn(model, config, x, y, torch), sync, a.blocks, a.per_block))
+        figures: dict[str, Any] = {"ms": ms, "blocks_ms": blocks}
+        if cuda:
+            figures["peak_alloc_bytes"] = torch.cuda.max_memory_allocated()
+        return figures
+
+    return on_device(row, name, batch, image, nhwc, timed)
 
 
 def environment() -> dict:

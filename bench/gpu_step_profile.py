@@ -18,6 +18,7 @@ import argparse
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from bench.gpu_settings import (  # noqa: E402
     CROSSED,
     arguments,
-    build,
     measure,
+    on_device,
     own_thread,
     refuse_unknown,
     step_fn,
@@ -144,33 +145,19 @@ def profiled(run: Any, sync: Any, steps: int) -> dict[str, Any]:
 def one(name: str, config: str, batch: int, image: int, a: argparse.Namespace) -> dict[str, Any]:
     """One CNN, configuration and batch size: its timed step and its profile, or the error that stopped it."""
     import torch
-    import torchvision
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cudnn.benchmark = False  # PyTorch's default, the setting the reference answers for
     row: dict[str, Any] = {"cnn": name, "config": config, "image": image, "batch": batch}
-    try:
-        torch.manual_seed(0)
-        model = build(name, torch, torchvision).to(device).train()
-        x = torch.randn(batch, 3, image, image, device=device)
-        y = torch.randint(0, 1000, (batch,), device=device)
-        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
+    def timed_and_profiled(model: Any, x: Any, y: Any, sync: Callable[[], None]) -> dict[str, Any]:
         def both() -> tuple[tuple[float, list[float]], dict[str, Any]]:
             run = step_fn(model, config, x, y, torch)
             return measure(run, sync, a.blocks, a.per_block), profiled(run, sync, a.steps)
 
         (ms, blocks), prof = own_thread(both)
-        row.update(ms=ms, blocks_ms=blocks, **prof)
-    except torch.OutOfMemoryError:
-        row["error"] = "out of memory"
-    except RuntimeError as exc:
-        row["error"] = str(exc).splitlines()[0][:200]
-    finally:
-        model = x = y = None  # type: ignore[assignment]  # freed before the next row's model
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    return row
+        return {"ms": ms, "blocks_ms": blocks, **prof}
+
+    return on_device(row, name, batch, image, False, timed_and_profiled)
 
 
 def main(argv: list[str] | None = None) -> int:

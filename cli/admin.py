@@ -142,7 +142,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
+COMMANDS = {"calibrate": cmd_calibrate, "train": cmd_train, "migrate": cmd_migrate, "db-logins": cmd_db_logins}
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run one of this module's commands."""
-    handlers = {"calibrate": cmd_calibrate, "train": cmd_train, "migrate": cmd_migrate, "db-logins": cmd_db_logins}
-    return handlers[args.command](args)
+    """Run one of this module's COMMANDS."""
+    return COMMANDS[args.command](args)

@@ -305,8 +305,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ag.add_argument("--json", action="store_true")
 
 
+COMMANDS = {"predict": cmd_predict, "status": cmd_status, "jobs": cmd_jobs, "cancel": cmd_cancel, "agents": cmd_agents}
+
+
 def run(api: Api, args: argparse.Namespace) -> int:
-    """Run one of this module's commands."""
-    handlers = {"predict": cmd_predict, "status": cmd_status, "jobs": cmd_jobs, "cancel": cmd_cancel,
-                "agents": cmd_agents}  # fmt: skip
-    return handlers[args.command](api, args)
+    """Run one of this module's COMMANDS."""
+    return COMMANDS[args.command](api, args)

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     api = Api(args.api_url)
     try:
-        if args.command in ("predict", "status", "jobs", "cancel", "agents"):
+        if args.command in jobs.COMMANDS:
             return jobs.run(api, args)
         if args.command == "cnns":
             return cnns.run(api, args)

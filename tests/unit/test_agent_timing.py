@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -18,8 +18,6 @@ CPU = torch.device("cpu")
 # Sleeping operations still wait for a CPU to wake up on a busy machine; tests of other
 # properties than that take every block as quiet.
 ANY_WAIT = math.inf
-# The operations time_rounds takes, keyed by anything hashable (here their names).
-Ops = dict[Hashable, Callable[[], object]]
 
 
 def sleeper(ms: float, calls: list[str], name: str, slow: Callable[[], bool] = lambda: False) -> Callable[[], None]:
@@ -35,7 +33,7 @@ def sleeper(ms: float, calls: list[str], name: str, slow: Callable[[], bool] = l
 def test_operations_are_timed_round_robin_with_rotating_order() -> None:
     """Every operation runs in every round, and no operation always follows the same one."""
     calls: list[str] = []
-    ops: Ops = {name: sleeper(1, calls, name) for name in "abc"}
+    ops = {name: sleeper(1, calls, name) for name in "abc"}
     out = time_rounds(
         ops, CPU, Policy(time_cap_s=10, target_spread=-1, min_rounds=3, max_rounds=3, max_reps=1, quiet_wait=ANY_WAIT)
     )
@@ -49,7 +47,7 @@ def test_a_noisy_stretch_does_not_bias_the_value() -> None:
     # Rounds 3 to 5 of 6 (calls 5 to 10: 2 operations × 1 rep) run 3× slower, as if another process woke up.
     noisy = lambda: 5 <= len(calls) <= 10  # noqa: E731
     # Sleeps long beside a busy host's wake-up delays (1-3 ms): 4 and 8 ms ones left two quiet rounds 72% apart.
-    ops: Ops = {"a": sleeper(20, calls, "a", noisy), "b": sleeper(40, calls, "b", noisy)}
+    ops = {"a": sleeper(20, calls, "a", noisy), "b": sleeper(40, calls, "b", noisy)}
     out = time_rounds(
         ops, CPU, Policy(time_cap_s=10, target_spread=-1, min_rounds=6, max_rounds=6, max_reps=1, quiet_wait=ANY_WAIT)
     )
@@ -64,7 +62,7 @@ def test_a_noisy_stretch_does_not_bias_the_value() -> None:
 def test_stops_when_stable_at_the_cap_or_on_request() -> None:
     """Stable operations stop at min_rounds; otherwise the time cap or a stop request ends the window."""
     calls: list[str] = []
-    ops: Ops = {"a": sleeper(2, calls, "a")}
+    ops = {"a": sleeper(2, calls, "a")}
     stable = time_rounds(
         ops,
         CPU,
@@ -93,7 +91,7 @@ def test_stops_when_stable_at_the_cap_or_on_request() -> None:
 def test_reps_per_round_follow_the_operation_length() -> None:
     """Short operations are repeated within a round (median of several), long ones run once."""
     calls: list[str] = []
-    ops: Ops = {"short": sleeper(0.2, calls, "short"), "long": sleeper(30, calls, "long")}
+    ops = {"short": sleeper(0.2, calls, "short"), "long": sleeper(30, calls, "long")}
     # 50 ms a round: several runs of the short one even where a loaded machine stretches its sleep to ms.
     out = time_rounds(
         ops, CPU, Policy(time_cap_s=30, target_spread=-1, min_rounds=3, max_rounds=3, round_s=0.05, quiet_wait=ANY_WAIT)
@@ -207,14 +205,14 @@ def test_rewarm_discards_the_cost_of_switching_operations() -> None:
 
         return run
 
-    ops: Ops = {name: op(name) for name in "abc"}  # three: with two, rotation repeats one across rounds
+    ops = {name: op(name) for name in "abc"}  # three: with two, rotation repeats one across rounds
     policy = Policy(time_cap_s=10, target_spread=-1, min_rounds=4, max_rounds=4, max_reps=1, quiet_wait=ANY_WAIT)
     cold = time_rounds(ops, CPU, policy)
     warm = time_rounds(ops, CPU, replace(policy, rewarm=1))
     assert all(cold[k].value_ms >= 12 and 4 <= warm[k].value_ms < 8 and warm[k].rewarm == 1 for k in ops)
 
 
-def steady_and_restless(calls: list[str]) -> Ops:
+def steady_and_restless(calls: list[str]) -> dict[str, Callable[[], None]]:
     """A steady 2 ms operation, and one 30 % slower on each call, whose blocks never agree within 10 %."""
     restless_ms = [2.0]
 
@@ -251,7 +249,7 @@ def test_a_short_operation_is_capped_in_blocks_a_long_one_by_its_share_of_the_ti
     """The cap follows an operation's length: a few blocks of a short one, its share of the window for a long one."""
     calls: list[str] = []
     never = Policy(time_cap_s=0.4, target_spread=-1, min_rounds=3, settle_rounds=6, max_reps=1, quiet_wait=ANY_WAIT)
-    ops: Ops = {"short": sleeper(1, calls, "short"), "long": sleeper(50, calls, "long")}
+    ops = {"short": sleeper(1, calls, "short"), "long": sleeper(50, calls, "long")}
     out = time_rounds(ops, CPU, never)
     # The long one's share is 0.2 s of the 0.4 s window: 4 blocks of 50 ms, before 6 blocks; the short one
     # (6 ms in all) stops at 6 blocks, far from its 0.2 s.
@@ -342,7 +340,7 @@ def test_a_long_operation_short_of_quiet_blocks_may_use_the_whole_windows_time(m
     has enough quiet blocks (it stored a busy block's figure, 3x its runs, after 3 blocks before)."""
     calls: list[str] = []
     op = scripted_wait(monkeypatch, calls, lambda: len(calls) <= 4)  # its first 4 blocks are busy
-    others: Ops = {f"o{i}": (lambda: time.sleep(0.004)) for i in range(7)}
+    others = {f"o{i}": (lambda: time.sleep(0.004)) for i in range(7)}
     # 8 operations share 0.08 s: 0.01 s each, two busy blocks of 12 ms each use twice the share
     policy = Policy(time_cap_s=0.08, target_spread=-1, min_rounds=3, max_rounds=50, max_reps=1, busy_cap_factor=2)
     out = time_rounds({"a": op, **others}, CPU, policy)["a"]
