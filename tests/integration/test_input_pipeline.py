@@ -2,11 +2,13 @@
 slower of that and the GPU step, flagged when the input is the bottleneck, with the data echoing factor that removes
 it; a machine type its agent has not measured is answered from the others' rate, labelled reference."""
 
+import statistics
 from typing import Any
 
 import pytest
 
 from gpu_agent import app as agent
+from gpu_agent import input_bench
 from shared import machine_cpus, machine_types
 from shared.core.db import transaction
 from shared.jobs.store import JobRow
@@ -64,6 +66,11 @@ def test_the_agent_measures_decode_and_augmentation_with_its_environment(measure
     assert solo * 0.8 < row["images_per_s_all"] < solo * row["host_cpus"] * 1.5
     assert row["details"]["torch"] and row["details"]["torchvision"]
     assert len(row["stats"]["decode_ms_rounds"]) == row["stats"]["rounds"] >= 3
+    # The all-CPU figure is the median of rounds the workers start together.
+    rounds = row["stats"]["all_images_per_s_rounds"]
+    assert len(rounds) == input_bench.ALL_ROUNDS and row["images_per_s_all"] == pytest.approx(
+        statistics.median(rounds), rel=1e-3
+    )
 
 
 def test_four_vcpus_feeding_an_a100_is_input_bound_and_echoing_removes_it(measured_here: dict[str, Any]) -> None:
