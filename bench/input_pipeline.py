@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.perf_doc import write_section  # noqa: E402
 from gpu_agent import input_bench  # noqa: E402
 from prediction import input_pipeline  # noqa: E402
-from shared.jobs.models import PointDict  # noqa: E402
+from shared.jobs.point import PointDict  # noqa: E402
 from shared.jobs.request import JobRequest  # noqa: E402
 from shared.machine_types import MachineTypeInfo  # noqa: E402
 

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.perf_doc import write_section  # noqa: E402
 from prediction.reference import load  # noqa: E402
+from prediction.reference.bands import point_errors  # noqa: E402
 from prediction.reference.fit import gpu_table  # noqa: E402
-from prediction.reference.model import point_errors  # noqa: E402
 from prediction.reference.wholestep import UNSEEN_STEPS, flops_baseline, load_rows, network, row_config  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/unseen_gpus.py"

@@ -21,8 +21,9 @@ import numpy as np
 
 from prediction.points import fill_many, iteration_ms
 from shared import machine_cpus
-from shared.jobs.models import InputSummaryDict, PointDict
+from shared.jobs.point import PointDict
 from shared.jobs.request import InputSpec, JobRequest
+from shared.jobs.result import InputSummaryDict
 from shared.machine_cpus import HostCpu
 from shared.machine_types import MachineTypeInfo
 from shared.measurements.inputs import PIPELINE, InputRate

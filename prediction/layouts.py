@@ -13,7 +13,7 @@ import numpy as np
 from prediction import ddp_losses, parallel
 from prediction.points import fill_many, iteration_ms_many
 from shared import interconnect
-from shared.jobs.models import PointDict
+from shared.jobs.point import PointDict
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
 from shared.measurements.allreduce import Measured

@@ -15,7 +15,7 @@ from typing import Any
 from shared.cnn import step_memory
 from shared.cnn.workload import WorkloadJson
 from shared.core.settings import get_settings
-from shared.jobs.models import PointDict
+from shared.jobs.point import PointDict
 from shared.jobs.request import JobRequest
 from shared.local_machine import gpu_row
 from shared.machine_types import MachineTypeInfo, usable_memory

@@ -10,8 +10,9 @@ from typing import Any, cast
 
 import numpy as np
 
-from shared.jobs.models import BestDict, ChoiceDict, PointDict
+from shared.jobs.point import PointDict
 from shared.jobs.request import JobRequest
+from shared.jobs.result import BestDict, ChoiceDict
 from shared.machine_types import MachineTypeInfo
 
 TIMES = ("iteration_seconds", "epoch_seconds", "total_seconds", "cost_usd", "energy_kwh")

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from prediction import input_pipeline, layouts, memory_model
 from prediction.points import best_of, withhold_unfit
-from shared.jobs.models import BestDict, ModelSummaryDict, PointDict, PricedScheduleDict, ResultDict
+from shared.jobs.point import PointDict
 from shared.jobs.request import JobRequest
+from shared.jobs.result import BestDict, ModelSummaryDict, PricedScheduleDict, ResultDict
 from worker import decisions, schedules
 from worker.estimate import estimator
 from worker.gather import Cnn, Gathered, Machine, gather

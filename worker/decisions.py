@@ -13,8 +13,9 @@ from operator import itemgetter
 from typing import Any, Literal, cast
 
 from prediction.points import BY_COST, MIN_HEADROOM_PCT, headroom_pct, timed_fitting, with_headroom
-from shared.jobs.models import DecisionDict, OptionDict, PointDict
+from shared.jobs.point import PointDict
 from shared.jobs.request import JobRequest
+from shared.jobs.result import DecisionDict, OptionDict
 
 QUESTIONS = ("fastest", "cheapest", "cheapest_within_deadline", "fastest_within_budget")
 MAX_RUNNERS_UP = 5

@@ -15,7 +15,8 @@ import numpy as np
 from prediction import features, reference
 from prediction.points import blank, blanks, fill_many, significant
 from shared.core.errors import TraincastError
-from shared.jobs.models import ModelSummaryDict, PointDict
+from shared.jobs.point import PointDict
+from shared.jobs.result import ModelSummaryDict
 from shared.measurements import environments, layers, ops
 from shared.measurements.environments import Row
 from shared.training import TrainConfig
@@ -34,7 +35,7 @@ class Estimator(Protocol):
         ...
 
     def summary(self, machine: Machine) -> ModelSummaryDict:
-        """What the result's `models` says of the machine type (shared/jobs/models.py ModelSummary)."""
+        """What the result's `models` says of the machine type (shared/jobs/result.py ModelSummary)."""
         ...
 
 

@@ -15,8 +15,8 @@ from shared.core.errors import OverBudget, RateLimited, TraincastError
 from shared.core.settings import get_settings
 from shared.core.transient import is_transient
 from shared.jobs import JobStatus, Plan, Progress
-from shared.jobs.models import check_result
 from shared.jobs.request import JobRequest
+from shared.jobs.result import check_result
 from shared.machine_types import MachineTypeInfo
 from shared.measurements import allreduce, layers, ops
 from shared.measurements import inputs as input_rates

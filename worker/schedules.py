@@ -2,8 +2,9 @@
 
 from typing import cast
 
-from shared.jobs.models import ConstantChoiceDict, PointDict, PricedPhaseDict, PricedScheduleDict
+from shared.jobs.point import PointDict
 from shared.jobs.request import JobRequest
+from shared.jobs.result import ConstantChoiceDict, PricedPhaseDict, PricedScheduleDict
 
 NOTE = (
     "a schedule's phases are priced from the job's points (each phase: its epochs x the point's epoch time and "

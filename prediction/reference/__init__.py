@@ -3,15 +3,8 @@
 Torch-free and database-free: numpy, scipy and LightGBM. Fit with `python -m prediction.reference.fit`.
 """
 
-from prediction.reference.model import (
-    H100_SETTING,
-    PointErrors,
-    ReferenceModel,
-    held_out_on_h100,
-    load,
-    point_errors,
-    unseen_gpu_figures,
-)
+from prediction.reference.bands import H100_SETTING, PointErrors, held_out_on_h100, point_errors, unseen_gpu_figures
+from prediction.reference.model import ReferenceModel, load
 from prediction.reference.specs import GpuSpecs
 from prediction.reference.steps import StepArrays, StepEstimate, band_group
 

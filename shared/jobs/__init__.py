@@ -1,4 +1,4 @@
-"""Jobs: the `jobs` table's only owner (store.py, aggregates.py) and the shapes of a job (models.py)."""
+"""Jobs: the `jobs` table's only owner (store.py, aggregates.py) and a job's shapes (models, result, point)."""
 
 from shared.jobs.aggregates import (
     DURATION_BUCKETS_S,
@@ -7,19 +7,24 @@ from shared.jobs.aggregates import (
     status_durations,
     waiting_by_machine_type,
 )
-from shared.jobs.models import (
-    OPEN,
-    TERMINAL,
-    Job,
-    JobList,
-    JobListed,
-    JobStatus,
-    JobSummary,
-    Plan,
-    Prediction,
-    Progress,
-    Result,
+from shared.jobs.lifecycle import (
+    assembly_claim,
+    finish,
+    live_plans,
+    locked_open,
+    open_job,
+    planning_claim,
+    recently_ended,
+    running,
+    running_on,
+    set_progress,
+    stale,
+    start,
+    touch,
 )
+from shared.jobs.models import OPEN, TERMINAL, Job, JobList, JobListed, JobStatus, JobSummary, Plan, Progress
+from shared.jobs.point import Prediction
+from shared.jobs.result import Result
 from shared.jobs.store import (
     FinishedJob,
     JobListRow,
@@ -29,28 +34,15 @@ from shared.jobs.store import (
     KeyUsage,
     PlannedJob,
     StaleJob,
-    assembly_claim,
     cancel,
     create,
-    finish,
     get,
     key_usage,
     list_page,
-    live_plans,
-    locked_open,
-    open_job,
     open_using_cnn,
     open_using_machine,
-    planning_claim,
     position,
-    recently_ended,
     request_hash,
-    running,
-    running_on,
-    set_progress,
-    stale,
-    start,
-    touch,
     view,
 )
 

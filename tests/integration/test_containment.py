@@ -17,7 +17,7 @@ from shared import jobs
 from shared.core.db import Json, one, transaction
 from shared.core.errors import ServiceUnavailable
 from shared.core.settings import get_settings
-from shared.jobs.models import ResultDict
+from shared.jobs.result import ResultDict
 from shared.jobs.store import JobRow
 from shared.measurements import layers
 from tests.support.jobflow import drain_agent_queue, submit, take_queued

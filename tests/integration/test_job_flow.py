@@ -13,8 +13,8 @@ from shared import jobs
 from shared.cnn import zoo as cnn_zoo
 from shared.core.db import one, transaction
 from shared.core.settings import get_settings
-from shared.jobs import store as job_store
-from shared.jobs.store import ASSEMBLY_LOCK_CLASS
+from shared.jobs import lifecycle
+from shared.jobs.lifecycle import ASSEMBLY_LOCK_CLASS
 from tests.support.jobflow import drain_agent_queue, stored_conv_ms, submit, take_queued
 from tests.support.stack import broker, queued_tasks
 from tests.support.wait import wait_until
@@ -180,7 +180,7 @@ def test_a_claim_whose_block_fails_is_free_at_once(clean_db: None, monkeypatch: 
     """An assembly that raised (an outage in its own queries) leaves the claim free before the error reaches the
     caller, even while its closed session's server process is still there: the next advance takes the job up."""
     job, late = submit(), LateClose()
-    monkeypatch.setattr(job_store, "pool", lambda: late)
+    monkeypatch.setattr(lifecycle, "pool", lambda: late)
     try:
         with pytest.raises(RuntimeError), jobs.assembly_claim(job_id=job["id"]) as mine:
             assert mine and _claims_held(job["id"]) == 1

@@ -4,7 +4,7 @@ layouts' and input pipeline's reading of a point's typed figures."""
 from typing import Any, cast
 
 from prediction import layouts, points
-from shared.jobs.models import PointDict
+from shared.jobs.point import PointDict
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
 from worker import estimate

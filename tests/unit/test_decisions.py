@@ -2,8 +2,9 @@
 
 from typing import Any, cast
 
-from shared.jobs.models import DecisionDict, PointDict
+from shared.jobs.point import PointDict
 from shared.jobs.request import JobRequest
+from shared.jobs.result import DecisionDict
 from worker import decisions
 
 

@@ -8,7 +8,7 @@ from prediction import memory_model as point_memory
 from shared.cnn import step_memory
 from shared.cnn import zoo as cnn_zoo
 from shared.cnn.workload import WorkloadJson
-from shared.jobs.models import PointDict
+from shared.jobs.point import PointDict
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
 from worker import step_cache

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from prediction import points as made
-from shared.jobs.models import PointDict
+from shared.jobs.point import PointDict
 from shared.jobs.request import JobRequest
 from shared.machine_types import MachineTypeInfo
 

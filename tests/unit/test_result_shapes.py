@@ -2,7 +2,8 @@
 
 from pydantic import BaseModel
 
-from shared.jobs.models import (
+from shared.jobs.point import PointDict, Prediction
+from shared.jobs.result import (
     Best,
     BestDict,
     Choice,
@@ -17,8 +18,6 @@ from shared.jobs.models import (
     ModelSummaryDict,
     Option,
     OptionDict,
-    PointDict,
-    Prediction,
     PricedPhase,
     PricedPhaseDict,
     PricedSchedule,
