@@ -1,4 +1,4 @@
-"""Jobs: the `jobs` table's only owner (store.py, aggregates.py) and a job's shapes (models, result, point)."""
+"""Jobs: the `jobs` table's only owner (store.py, lifecycle.py, aggregates.py) and a job's shapes."""
 
 from shared.jobs.aggregates import (
     DURATION_BUCKETS_S,
