@@ -35,7 +35,10 @@ SETTINGS_NOTE = (
     "the reference predictor costs channels_last and cudnn.benchmark with multipliers per precision and kind of "
     "work learnt from whole steps we measured in those settings on one GPU (an H100; cudnn.benchmark in fp32 only, "
     "so under autocast it changes no reference answer): another GPU gets the H100's multiplier for each kind of "
-    "work, applied to its own time for that work; benchmarked answers come from steps measured in these settings"
+    "work, applied to its own time for that work; grouped convs that are not depthwise (ResNeXt's, RegNet's) gain "
+    "nothing from channels_last and pay copies to and from NCHW, the least they cost (cuDNN's NHWC kernels for them "
+    "have been reported several times slower on some versions, which no step of ours has measured); benchmarked "
+    "answers come from steps measured in these settings"
 )
 
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import lightgbm as lgb
 import numpy as np
 
-from prediction.reference import convs, depthwise
+from prediction.reference import convs, depthwise, grouped
 from prediction.reference.specs import GpuSpecs, family_of, gpu_family
 from prediction.reference.steps import (
     StepArrays,
@@ -323,14 +323,15 @@ class ReferenceModel:
         return self._convs(specs, batch_sizes, gpu, precision)[0]
 
     def conv_paths(
-        self, convs: Sequence[tuple[Mapping[str, Any], int]], batch_sizes: Sequence[int], gpu: GpuSpecs, precision: str
-    ) -> np.ndarray:
+        self, convs: Sequence[tuple[Mapping[str, Any], int]], batch_sizes: Sequence[int], gpu: GpuSpecs, precision: str,
+        channels_last: bool = False,
+    ) -> np.ndarray:  # fmt: skip
         """Uncalibrated conv time of one step (B, 3 phases, 3 paths: on tensor cores, on CUDA cores, depthwise), ms;
         precision: the training's (fp32, tf32, amp_fp16, amp_bf16).
 
         Grouped convs that are not depthwise (ResNeXt's, RegNet's) take the path their channels per group allow: the
         depthwise path's multipliers are learnt on depthwise convs only (MobileNet-like nets), whose cost per FLOP
-        is of another kind."""
+        is of another kind. Under channels_last they keep their NCHW time and pay the layout copies (grouped.py)."""
         out = np.zeros((len(batch_sizes), 3, 3))
         if not convs:
             return out
@@ -342,6 +343,9 @@ class ReferenceModel:
             per_layer = self._cudnn_depthwise(
                 per_layer, specs, np.flatnonzero(depthwise_), np.asarray(batch_sizes, dtype=float), gpu, cudnn
             )
+        if channels_last:
+            batch = np.asarray(batch_sizes, dtype=float)
+            per_layer = grouped.nhwc_times(per_layer, tensor, specs, batch, gpu, precision, self.constants(gpu))
         weighted = per_layer * np.array([float(n) for _, n in convs])[:, None, None]
         # the first conv reads the images, which need no gradient: autograd skips its data gradient
         weighted[0, :, 1] -= per_layer[0, :, 1]
@@ -402,7 +406,7 @@ class ReferenceModel:
         """
         autotuned = autotuned or training.cudnn_benchmark
         gpu = gpu.filled()
-        paths = self.conv_paths(convs, batch_sizes, gpu, training.precision)
+        paths = self.conv_paths(convs, batch_sizes, gpu, training.precision, training.channels_last)
         batch = np.asarray(batch_sizes, dtype=float)
         return step_parts(paths, workload, batch, gpu, training, self.constants(gpu), autotuned)
 
