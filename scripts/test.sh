@@ -14,6 +14,10 @@ cd "$(dirname "$0")/.."
 scripts/venv.sh
 scripts/browser.sh  # Debian's Chromium for tests/integration/test_web.py; skipped when already installed
 VENV=${VENV:-.venv}
+# The project's own modules compiled once (a second): where PYTHONDONTWRITEBYTECODE is set, as on our CI hosts, every
+# worker, agent and API process the tests start would compile them again (the venv's packages: scripts/venv.sh).
+"$VENV/bin/python" -m compileall -q -j 2 api bench calibration cli fleet gpu_agent prediction shared tests worker \
+    >/dev/null
 # Lint (~45 s, one core, mostly mypy) runs beside the unit tests; its output is shown, and its failure counted, after.
 # At the lowest priority: it takes the cores' idle moments, and a unit test that times real sleeps never waits for it.
 lint_log=$(mktemp)
