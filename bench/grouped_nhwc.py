@@ -17,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.perf_doc import write_section  # noqa: E402
+from bench.perf_doc import publish  # noqa: E402
 from prediction.reference import convs, grouped, load, sanity  # noqa: E402
 from prediction.reference.specs import GpuSpecs  # noqa: E402
 from prediction.reference.wholestep import network  # noqa: E402
@@ -94,12 +94,5 @@ def report() -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    """Print the figures and write them into docs/PERFORMANCE.md."""
-    text = report()
-    print(text)
-    write_section(TITLE, text)
-
-
 if __name__ == "__main__":
-    main()
+    publish(TITLE, report())

@@ -33,3 +33,9 @@ def agent_settings() -> str:
 def ratio_row(what: str, now: float, baseline: float, digits: int = 2, baseline_note: str = "") -> str:
     """A table row: a figure, its baseline from the same run (with what the baseline was), and their ratio."""
     return f"| {what} | {now:.{digits}f} | {baseline:.{digits}f}{baseline_note} | {now / baseline:.2f}× |"
+
+
+def publish(title: str, body: str) -> None:
+    """Print a benchmark's section and write it into docs/PERFORMANCE.md."""
+    print(body)
+    write_section(title, body)
