@@ -18,7 +18,7 @@ def _gpu(name: str) -> GpuSpecs:
 
 
 def _conv_ms(cnn: str, grouped_only: bool, config: TrainConfig, gpu: GpuSpecs, batch: int = 128) -> float:
-    """Calibrated conv time of one step of a CNN's grouped (or its other, non-depthwise) convs alone."""
+    """Calibrated conv time of one step of a CNN's grouped convs alone, or of its dense ones (one group)."""
     layers, work = network(cnn, 224)
     geo = convs.geometry([s for s, _ in layers])
     dense = geo.groups == 1
