@@ -54,7 +54,8 @@ def grouped_share(cnn: str) -> float:
     """The share of a CNN's forward conv FLOPs in grouped (not depthwise) convs."""
     layers, _ = network(cnn, 224)
     g = convs.geometry([s for s, _ in layers])
-    flops = g.ho * g.wo * g.cout * g.cin / g.groups * g.kh * g.kw * np.array([n for _, n in layers], dtype=float)
+    per_call = convs.phase_work(g, np.ones((1, 1)), "fp32")["forward"][0][:, 0]
+    flops = per_call * np.array([n for _, n in layers], dtype=float)
     return float(flops[grouped.is_grouped(g)].sum() / flops.sum())
 
 
